@@ -1,0 +1,54 @@
+# Walras developer entry points. `make help` lists them.
+SHELL := /usr/bin/env bash
+.SHELLFLAGS := -o errexit -o nounset -o pipefail -c
+.DEFAULT_GOAL := help
+
+VENV    ?= .venv
+PY      := $(VENV)/bin/python
+STAMP   := $(VENV)/.installed
+# Where hack/ caches built binaries (kube-apiserver, etcd, kwok, helm, kubectl).
+export WALRAS_CACHE ?= $(HOME)/.cache/walras
+
+.PHONY: help install tools test test-unit test-integration lint bench demo verify crds-sync clean
+
+help: ## List the targets
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-18s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test,torch]'
+	touch $(STAMP)
+
+install: $(STAMP) ## Create .venv and install walras with its test and torch extras
+
+tools: ## Build/fetch kube-apiserver, etcd, kwok, kubectl and helm into $(WALRAS_CACHE) (cached)
+	bash hack/control-plane.sh build
+	bash hack/install-tools.sh
+
+test: install tools ## Run the whole test suite (unit + integration on a real local control plane)
+	WALRAS_REQUIRE_APISERVER=$${WALRAS_REQUIRE_APISERVER:-1} $(PY) -m pytest
+
+test-unit: install ## Run only the pure allocator tests (no Kubernetes)
+	$(PY) -m pytest tests/unit
+
+lint: install ## ruff + mypy --strict + import contracts
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check src tests bench
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+
+bench: install ## Benchmarks: one JSON line per case
+	$(PY) bench/run.py
+
+demo: install ## Run the demo
+	$(PY) -m walras.demo
+
+verify: install ## Fail when generated artefacts (chart CRDs) differ from their source
+	bash hack/verify.sh
+
+crds-sync: ## Copy crds/ into the Helm chart
+	bash hack/sync-crds.sh
+
+clean: ## Remove the virtualenv and caches (not the binary cache)
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,78 @@
+"""Prometheus metrics of the Walras controller and agents (prefix ``walras_``).
+
+Every metric lives in one private registry, ``REGISTRY``, so tests and several in-process operators
+never collide with the default global registry. The controller updates them once per round; the
+HTTP endpoint that exposes them is served by ``walras.operator.health``.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+# Round phases: snapshot, solve, realise, writes, total.
+ROUND_SECONDS = Histogram(
+    "walras_round_seconds",
+    "Wall time of one scheduling round, by phase.",
+    ["phase"],
+    registry=REGISTRY,
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
+)
+SOLVE_SECONDS = Histogram(
+    "walras_solve_seconds",
+    "Wall time of the allocator solve, by policy.",
+    ["policy"],
+    registry=REGISTRY,
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+)
+SOLVER_ITERATIONS = Gauge(
+    "walras_solver_iterations",
+    "Iterations (price discovery) or sweeps (PS-DSF) of the last solve.",
+    ["policy"],
+    registry=REGISTRY,
+)
+DUALITY_GAP = Gauge(
+    "walras_duality_gap",
+    "Duality gap g(p) - U(X) of the last price-discovery solve (total, not averaged).",
+    registry=REGISTRY,
+)
+PRICE = Gauge(
+    "walras_price",
+    "Current price (marginal utility of one more GPU) per GPU type.",
+    ["gpu_type"],
+    registry=REGISTRY,
+)
+ALLOCATED_SHARE = Gauge(
+    "walras_allocated_share",
+    "Fraction of a ResourcePool's GPUs allocated in the last round.",
+    ["pool"],
+    registry=REGISTRY,
+)
+PENDING_JOBS = Gauge(
+    "walras_pending_jobs",
+    "FungibleJobs pending at the end of the last round, by condition reason.",
+    ["reason"],
+    registry=REGISTRY,
+)
+BINDINGS = Counter(
+    "walras_bindings",
+    "Pods bound to nodes through pods/binding.",
+    registry=REGISTRY,
+)
+PREEMPTIONS = Counter(
+    "walras_preemptions",
+    "Pods deleted because their time slice ended.",
+    registry=REGISTRY,
+)
+AGENT_RESIDUAL = Gauge(
+    "walras_agent_residual",
+    "Largest change of the node's PS-DSF allocation in the agent's last step.",
+    ["node"],
+    registry=REGISTRY,
+)
+ROUNDS = Counter(
+    "walras_rounds",
+    "Scheduling rounds completed.",
+    registry=REGISTRY,
+)

@@ -1,0 +1,1 @@
+"""Trace-driven simulator (later issue): will reuse walras.allocator unchanged."""
