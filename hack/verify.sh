@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# `make verify`: fail when a generated artefact differs from its source.
+#   1. charts/walras/crds/ must equal what hack/sync-crds.sh makes from crds/ (prints the diff);
+#   2. `helm lint` passes for the chart's defaults and for every charts/walras/ci/*.yaml.
+# helm comes from hack/install-tools.sh (cached under $WALRAS_CACHE/bin).
+set -o errexit -o nounset -o pipefail
+cd "$(dirname "$0")/.."
+
+tmp="$(mktemp -d "${TMPDIR:-/tmp}/walras-verify.XXXXXX")"
+trap 'rm -rf "$tmp"' EXIT
+status=0
+
+bash hack/sync-crds.sh "$tmp/crds" 2>/dev/null
+if ! diff -ru "$tmp/crds" charts/walras/crds >"$tmp/crds.diff"; then
+	cat "$tmp/crds.diff"
+	echo "verify: charts/walras/crds/ differs from crds/; run 'make crds-sync' and commit" >&2
+	status=1
+fi
+
+bin="$(bash hack/install-tools.sh)"
+helm="$bin/helm"
+if ! "$helm" lint --strict charts/walras >"$tmp/lint.log" 2>&1; then
+	cat "$tmp/lint.log"
+	status=1
+fi
+for values in charts/walras/ci/*.yaml; do
+	if ! "$helm" lint --strict charts/walras --values "$values" >"$tmp/lint.log" 2>&1; then
+		cat "$tmp/lint.log"
+		echo "verify: helm lint failed with $values" >&2
+		status=1
+	fi
+done
+
+if ((status == 0)); then
+	echo "verify: chart CRDs in sync with crds/, helm lint clean"
+fi
+exit "$status"
