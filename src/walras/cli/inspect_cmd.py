@@ -1,1 +1,332 @@
-"""CLI command module 'inspect_cmd' (being written; registers its commands on walras.cli.app.app)."""
+"""``walras explain NAMESPACE/JOB`` and ``walras status``: read-only views of a running Walras.
+
+Both commands only read the API (FungibleJobs, ResourcePools); they never write. ``explain`` adds
+one computation: what the job would get on each GPU type *alone* at the current prices, i.e. the
+job's own subproblem (``walras.allocator.pricing.best_response``) with its throughput row masked
+to that one type::
+
+    x_j = argmax_{x ∈ [0,1]}  u(a_j · x) − p_j · d · x      (d = replicas × GPUs per pod)
+
+For the log utility that is ``x_j = min(1, w / (p_j · d))``: at price 2.0 a 4-GPU job of weight 1
+gets an eighth of the time on that type. The pool table is reused by ``walras.demo``.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import numpy as np
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from walras.cli.app import app
+
+GROUP, VERSION = "walras.dev", "v1alpha1"
+# CRD utility kinds -> pricing kinds (the CRD uses user-facing names).
+UTILITY_KINDS = {"log": "log", "linear": "linear", "targetPriority": "target", "alphaFair": "alpha"}
+# Conditions in the order a job passes them; the first one that is not True explains the wait.
+CONDITION_ORDER = ("Admitted", "Allocated", "Bound", "TimeSliced", "Preempted")
+
+Obj = Mapping[str, Any]
+KubeconfigOption = Annotated[
+    str | None, typer.Option("--kubeconfig", help="Kubeconfig file (default: $KUBECONFIG).")
+]
+
+
+@dataclass(frozen=True)
+class PoolView:
+    """One ResourcePool as the tables show it (status fields are 0 before the first round)."""
+
+    name: str
+    gpu_type: str
+    nodes: int
+    capacity: float
+    allocated: float
+    price: float
+    utilisation: float
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """What the job would get on one GPU type alone, at the current prices."""
+
+    gpu_type: str
+    price: float
+    fraction: float  # of the time its whole gang would run on that type
+    throughput: float  # a_j · fraction
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Explanation:
+    job: str
+    tenant: str
+    phase: str
+    reason: str
+    message: str
+    allocation: tuple[tuple[str, float, str], ...]  # (gpu type, fraction, nodes)
+    expected_throughput: float
+    price: float
+    fair_share: float | None
+    alternatives: tuple[Alternative, ...]
+    pools: tuple[PoolView, ...]
+
+
+def _num(value: Any, default: float = 0.0) -> float:
+    try:
+        return float(value) if value is not None else default
+    except (TypeError, ValueError):
+        return default
+
+
+def pool_views(pools: Iterable[Obj]) -> tuple[PoolView, ...]:
+    """ResourcePools sorted by GPU type, then name (stable table order)."""
+    views = []
+    for pool in pools:
+        spec, status = pool.get("spec") or {}, pool.get("status") or {}
+        views.append(
+            PoolView(
+                name=str(pool.get("metadata", {}).get("name", "")),
+                gpu_type=str(spec.get("gpuType", "")),
+                nodes=int(_num(status.get("nodes"))),
+                capacity=_num(status.get("capacity", spec.get("capacityOverride"))),
+                allocated=_num(status.get("allocated")),
+                price=_num(status.get("price")),
+                utilisation=_num(status.get("utilisation")),
+            )
+        )
+    return tuple(sorted(views, key=lambda v: (v.gpu_type, v.name)))
+
+
+def gpus_per_pod(job: Obj, resource_name: str = "nvidia.com/gpu") -> int:
+    """The first container's limit of the pool resource (default 1), as the operator reads it."""
+    containers = job.get("spec", {}).get("template", {}).get("spec", {}).get("containers") or [{}]
+    limits = (containers[0].get("resources") or {}).get("limits") or {}
+    return max(1, int(_num(limits.get(resource_name), 1.0)))
+
+
+def pending_reason(job: Obj) -> tuple[str, str]:
+    """(reason, message) of the first condition, in lifecycle order, that is not True."""
+    conditions = {c.get("type"): c for c in job.get("status", {}).get("conditions") or []}
+    for kind in CONDITION_ORDER:
+        cond = conditions.get(kind)
+        if cond is not None and cond.get("status") != "True":
+            return str(cond.get("reason") or kind), str(cond.get("message") or "")
+    if not conditions:
+        return "NotYetScheduled", "no scheduling round has considered this job yet"
+    return "", ""
+
+
+def alternatives(job: Obj, pools: Sequence[PoolView]) -> tuple[Alternative, ...]:
+    """Per GPU type: the job's best response at current prices with only that type available."""
+    from walras.allocator import pricing  # deferred: numpy/scipy only, but keeps --help fast
+    from walras.allocator.errors import InvalidProblem
+
+    spec = job.get("spec", {})
+    types = sorted({p.gpu_type for p in pools})
+    capacity = np.array([sum(p.capacity for p in pools if p.gpu_type == t) for t in types])
+    # One price per type; pools of the same type share it, take the highest to be conservative.
+    prices = np.array([max(p.price for p in pools if p.gpu_type == t) for t in types])
+    throughput = spec.get("throughput") or {}
+    row = np.array([_num(throughput.get(t)) for t in types])
+    demand = float(int(spec.get("replicas", 1)) * gpus_per_pod(job))
+    utility = spec.get("utility") or {}
+    kind = UTILITY_KINDS.get(str(utility.get("kind", "log")), "log")
+    out = []
+    for j, gpu_type in enumerate(types):
+        if row[j] <= 0:
+            out.append(Alternative(gpu_type, prices[j], 0.0, 0.0, "no throughput on this type"))
+            continue
+        if demand > capacity[j]:
+            note = f"needs {demand:g} GPUs, pool has {capacity[j]:g}"
+            out.append(Alternative(gpu_type, prices[j], 0.0, 0.0, note))
+            continue
+        masked = np.zeros((1, len(types)))
+        masked[0, j] = row[j]
+        try:
+            problem = pricing.PricingProblem(
+                throughput=masked,
+                capacity=capacity,
+                demand=np.full(1, demand),
+                kind=kind,
+                weight=np.array([_num(utility.get("weight"), 1.0)]),
+                target=np.array([_num(utility.get("target"), 1.0)]),
+                alpha=_num(utility.get("alpha"), 2.0),
+            )
+            x = float(pricing.best_response(problem, prices)[0, j])
+        except InvalidProblem as exc:
+            out.append(Alternative(gpu_type, prices[j], 0.0, 0.0, str(exc)))
+            continue
+        out.append(Alternative(gpu_type, float(prices[j]), x, float(row[j] * x)))
+    return tuple(out)
+
+
+def explain(job: Obj, pools: Iterable[Obj]) -> Explanation:
+    """Everything ``walras explain`` prints, computed from API objects (no I/O)."""
+    meta, spec, status = job.get("metadata", {}), job.get("spec", {}), job.get("status") or {}
+    views = pool_views(pools)
+    reason, message = pending_reason(job)
+    allocation = tuple(
+        (
+            str(a.get("gpuType", "")),
+            _num(a.get("fraction")),
+            ",".join(a.get("nodes") or []) if isinstance(a.get("nodes"), list) else "",
+        )
+        for a in status.get("allocation") or []
+    )
+    fair = status.get("fairShare")
+    return Explanation(
+        job=f"{meta.get('namespace', '')}/{meta.get('name', '')}",
+        tenant=str(spec.get("tenant") or meta.get("namespace", "")),
+        phase=str(status.get("phase") or "Pending"),
+        reason=reason,
+        message=message,
+        allocation=allocation,
+        expected_throughput=_num(status.get("expectedThroughput")),
+        price=_num(status.get("price")),
+        fair_share=None if fair is None else _num(fair),
+        alternatives=alternatives(job, views) if views else (),
+        pools=views,
+    )
+
+
+def top_pending_reasons(jobs: Iterable[Obj], limit: int = 5) -> list[tuple[str, int]]:
+    """Most common reasons among non-running jobs; ties broken by reason name (stable)."""
+    counts = collections.Counter(
+        pending_reason(j)[0] or "Unknown"
+        for j in jobs
+        if (j.get("status") or {}).get("phase", "Pending") == "Pending"
+    )
+    return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
+
+
+# ----------------------------------------------------------------------------- rendering
+
+
+def pools_table(pools: Sequence[PoolView], title: str = "Resource pools") -> Table:
+    table = Table(title=title)
+    for column in ("Pool", "GPU type", "Nodes", "Capacity", "Allocated", "Price", "Utilisation"):
+        table.add_column(column, justify="left" if column in ("Pool", "GPU type") else "right")
+    for p in pools:
+        table.add_row(
+            p.name,
+            p.gpu_type,
+            str(p.nodes),
+            f"{p.capacity:g}",
+            f"{p.allocated:.2f}",
+            f"{p.price:.4g}",
+            f"{p.utilisation:.0%}",
+        )
+    return table
+
+
+def render_explanation(console: Console, e: Explanation) -> None:
+    console.print(f"[bold]{e.job}[/bold]  tenant={e.tenant}  phase={e.phase}")
+    if e.reason:
+        console.print(f"Waiting: [yellow]{e.reason}[/yellow]: {e.message}")
+    if e.allocation:
+        table = Table(title="Current allocation")
+        for column in ("GPU type", "Share", "Nodes"):
+            table.add_column(column)
+        for gpu_type, fraction, nodes in e.allocation:
+            table.add_row(gpu_type, f"{fraction:.3f}", nodes or "-")
+        console.print(table)
+    share = "-" if e.fair_share is None else f"{e.fair_share:.3f}"
+    console.print(
+        f"Expected throughput {e.expected_throughput:.4g}/s at price {e.price:.4g}; "
+        f"fair share {share}"
+    )
+    console.print(pools_table(e.pools, title="Current prices"))
+    if e.alternatives:
+        table = Table(title="On one GPU type alone, at these prices, you would get")
+        for column in ("GPU type", "Price", "Share of time", "Throughput", "Note"):
+            table.add_column(column, justify="left" if column in ("GPU type", "Note") else "right")
+        for a in e.alternatives:
+            row = (a.gpu_type, f"{a.price:.4g}", f"{a.fraction:.3f}", f"{a.throughput:.4g}")
+            table.add_row(*row, a.note)
+        console.print(table)
+
+
+# ----------------------------------------------------------------------------- API access
+
+
+def api_client(kubeconfig: str | None) -> Any:
+    """An admin or user ApiClient: the given file, else $KUBECONFIG/~/.kube, else in-cluster."""
+    from kubernetes import client, config
+
+    # kubernetes.config carries no annotations; typing it as Any keeps mypy --strict honest.
+    loader: Any = config
+    if kubeconfig:
+        return loader.new_client_from_config(config_file=kubeconfig)
+    try:
+        return loader.new_client_from_config()
+    except loader.ConfigException:
+        loader.load_incluster_config()
+        return client.ApiClient()
+
+
+def list_pools(api: Any) -> list[Obj]:
+    from kubernetes import client
+
+    custom = client.CustomObjectsApi(api)
+    answer: Any = custom.list_cluster_custom_object(GROUP, VERSION, "resourcepools")
+    return list(answer["items"])
+
+
+def list_jobs(api: Any) -> list[Obj]:
+    from kubernetes import client
+
+    custom = client.CustomObjectsApi(api)
+    answer: Any = custom.list_cluster_custom_object(GROUP, VERSION, "fungiblejobs")
+    items = answer["items"]
+    key = [(i["metadata"]["namespace"], i["metadata"]["name"]) for i in items]
+    return [items[k] for k in sorted(range(len(items)), key=key.__getitem__)]
+
+
+@app.command("explain")
+def explain_command(
+    job: Annotated[str, typer.Argument(help="NAMESPACE/JOB of a FungibleJob.")],
+    kubeconfig: KubeconfigOption = None,
+) -> None:
+    """Why a FungibleJob is pending or what share it has, prices, and its options per GPU type."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    namespace, sep, name = job.partition("/")
+    if not sep or not namespace or not name:
+        raise typer.BadParameter("expected NAMESPACE/JOB", param_hint="JOB")
+    api = api_client(kubeconfig)
+    try:
+        obj: Any = client.CustomObjectsApi(api).get_namespaced_custom_object(
+            GROUP, VERSION, namespace, "fungiblejobs", name
+        )
+    except ApiException as exc:
+        if exc.status == 404:
+            typer.secho(f"FungibleJob {namespace}/{name} not found", err=True, fg="red")
+            raise typer.Exit(1) from exc
+        raise
+    render_explanation(Console(), explain(obj, list_pools(api)))
+
+
+@app.command("status")
+def status_command(kubeconfig: KubeconfigOption = None) -> None:
+    """Pools (capacity, allocation, price, utilisation), jobs by phase, top pending reasons."""
+    api = api_client(kubeconfig)
+    console = Console()
+    jobs = list_jobs(api)
+    console.print(pools_table(pool_views(list_pools(api))))
+    phases = collections.Counter((j.get("status") or {}).get("phase", "Pending") for j in jobs)
+    summary = ", ".join(f"{phase} {count}" for phase, count in sorted(phases.items()))
+    console.print(f"FungibleJobs: {len(jobs)} ({summary or 'none'})")
+    reasons = top_pending_reasons(jobs)
+    if reasons:
+        table = Table(title="Top pending reasons")
+        table.add_column("Reason")
+        table.add_column("Jobs", justify="right")
+        for reason, count in reasons:
+            table.add_row(reason, str(count))
+        console.print(table)
