@@ -1,0 +1,522 @@
+"""The Helm chart (charts/walras), rendered offline.
+
+`helm lint` and `helm template` run over every charts/walras/ci/*.yaml; the built-in kinds of each
+rendering are validated against the Kubernetes OpenAPI schemas with kubernetes-validate (strict:
+unknown fields fail). On top of the schema, the tests check the properties the chart promises:
+least-privilege RBAC (an exact table of what each ServiceAccount may do, no wildcards, no
+secrets), the hardened security context, the flags handed to `walras operator` (parsed by the real
+CLI), probes and ports that agree with those flags, and chart CRDs identical to crds/.
+
+Needs the helm binary from hack/install-tools.sh ($WALRAS_CACHE/bin/helm); without it the tests
+skip, or fail when WALRAS_REQUIRE_APISERVER=1 (CI).
+"""
+
+from __future__ import annotations
+
+import filecmp
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "walras"
+CI_VALUES = sorted((CHART / "ci").glob("*.yaml"))
+NAMESPACE = "walras-system"
+# The apiserver version the project runs (issue 4); kubernetes-validate ships its schemas.
+KUBE_VERSION = "1.36.0"
+
+Manifest = dict[str, Any]
+
+
+def _helm_path() -> str | None:
+    try:
+        from walras import devcluster
+
+        return str(devcluster.tool("helm"))
+    except Exception:  # devcluster not there yet, or helm not installed: look in the cache
+        cache = Path(os.environ.get("WALRAS_CACHE", Path.home() / ".cache" / "walras"))
+        path = cache / "bin" / "helm"
+        return str(path) if path.exists() else shutil.which("helm")
+
+
+@pytest.fixture(scope="module")
+def helm() -> str:
+    path = _helm_path()
+    if path is None:
+        if os.environ.get("WALRAS_REQUIRE_APISERVER") == "1":
+            pytest.fail("helm not found; run `make tools`")
+        pytest.skip("helm not found; run `make tools`")
+    return path
+
+
+def _run(cmd: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+
+
+def render(helm: str, *args: str) -> list[Manifest]:
+    """`helm template` the chart into the test namespace; one dict per non-empty document."""
+    proc = _run([helm, "template", "walras", str(CHART), "--namespace", NAMESPACE, *args])
+    assert proc.returncode == 0, proc.stderr
+    return [doc for doc in yaml.safe_load_all(proc.stdout) if doc]
+
+
+def render_error(helm: str, *args: str) -> str:
+    proc = _run([helm, "template", "walras", str(CHART), "--namespace", NAMESPACE, *args])
+    assert proc.returncode != 0, f"helm template {args} should have failed"
+    return proc.stderr
+
+
+def of_kind(docs: list[Manifest], kind: str) -> list[Manifest]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def one(docs: list[Manifest], kind: str, component: str | None = None) -> Manifest:
+    found = [
+        d
+        for d in of_kind(docs, kind)
+        if component is None
+        or d["metadata"].get("labels", {}).get("app.kubernetes.io/component") == component
+    ]
+    assert len(found) == 1, f"expected one {kind} ({component}), found {len(found)}"
+    return found[0]
+
+
+def parse_args(args: list[str]) -> dict[str, str]:
+    """`--key=value` / `--flag` list -> {key: value or "true"}."""
+    out: dict[str, str] = {}
+    for arg in args:
+        assert arg.startswith("--"), arg
+        key, _, value = arg[2:].partition("=")
+        out[key] = value if _ else "true"
+    return out
+
+
+@pytest.fixture(scope="module", params=CI_VALUES, ids=[p.stem for p in CI_VALUES])
+def rendering(request: pytest.FixtureRequest, helm: str) -> tuple[Path, list[Manifest]]:
+    values: Path = request.param
+    return values, render(helm, "--values", str(values))
+
+
+# ---- lint and schema ----------------------------------------------------------------------------
+
+
+def test_ci_values_exist() -> None:
+    assert len(CI_VALUES) >= 4, "charts/walras/ci/ should exercise several configurations"
+
+
+@pytest.mark.parametrize(
+    "values", [None, *CI_VALUES], ids=["chart-defaults", *(p.stem for p in CI_VALUES)]
+)
+def test_helm_lint_strict(helm: str, values: Path | None) -> None:
+    args = [helm, "lint", "--strict", str(CHART)] + (["--values", str(values)] if values else [])
+    proc = _run(args)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 chart(s) linted, 0 chart(s) failed" in proc.stdout
+
+
+def test_builtin_kinds_validate_against_kubernetes_schema(
+    rendering: tuple[Path, list[Manifest]],
+) -> None:
+    _, docs = rendering
+    validated = []
+    for doc in docs:
+        group = doc["apiVersion"].rpartition("/")[0]
+        if group.endswith("coreos.com"):  # ServiceMonitor: a CRD kubernetes-validate does not know
+            continue
+        kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+        validated.append(doc["kind"])
+    assert {"Deployment", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"} <= set(validated)
+
+
+def test_every_object_is_labelled_and_namespaced(rendering: tuple[Path, list[Manifest]]) -> None:
+    _, docs = rendering
+    cluster_scoped = {"ClusterRole", "ClusterRoleBinding"}
+    for doc in docs:
+        meta = doc["metadata"]
+        assert meta["labels"]["app.kubernetes.io/part-of"] == "walras", meta["name"]
+        if doc["kind"] in cluster_scoped:
+            assert "namespace" not in meta
+        else:
+            assert meta["namespace"] == NAMESPACE, (doc["kind"], meta["name"])
+
+
+# ---- RBAC ---------------------------------------------------------------------------------------
+
+# What each ServiceAccount may do, exactly: (apiGroup, resource) -> verbs. A rule the code needs
+# that is missing here fails the integration test (tests/integration/test_chart_install.py); a rule
+# granted beyond this table fails here.
+CONTROLLER_GRANTS: dict[tuple[str, str], set[str]] = {
+    ("", "pods"): {"get", "list", "watch", "create", "delete", "patch"},
+    ("", "pods/binding"): {"create"},
+    ("", "nodes"): {"get", "list", "watch"},
+    ("", "events"): {"create", "patch"},
+    ("walras.dev", "fungiblejobs"): {"get", "list", "watch", "patch"},
+    ("walras.dev", "fungiblejobs/status"): {"get", "patch"},
+    ("walras.dev", "resourcepools"): {"get", "list", "watch", "patch"},
+    ("walras.dev", "resourcepools/status"): {"get", "patch"},
+    ("walras.dev", "nodeallocations"): {"get", "list", "watch"},
+    ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
+}
+AGENT_GRANTS: dict[tuple[str, str], set[str]] = {
+    ("", "nodes"): {"get"},
+    ("walras.dev", "fungiblejobs"): {"get", "list", "watch"},
+    ("walras.dev", "resourcepools"): {"get", "list", "watch"},
+    ("walras.dev", "nodeallocations"): {"get", "list", "watch", "create", "patch", "update"},
+    ("walras.dev", "nodeallocations/status"): {"get", "patch", "update"},
+}
+# Namespaced Lease access (leader election): create anything, get/update only the named Lease.
+LEASE_RULES = [
+    ({"coordination.k8s.io"}, {"leases"}, None, {"create"}),
+    ({"coordination.k8s.io"}, {"leases"}, {"walras-controller"}, {"get", "update"}),
+]
+
+
+def grants(rules: list[Mapping[str, Any]]) -> dict[tuple[str, str], set[str]]:
+    out: dict[tuple[str, str], set[str]] = {}
+    for rule in rules:
+        assert "resourceNames" not in rule, "cluster-wide rules are not limited by name here"
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                out.setdefault((group, resource), set()).update(rule["verbs"])
+    return out
+
+
+def all_rules(docs: list[Manifest]) -> Iterator[Mapping[str, Any]]:
+    for doc in docs:
+        if doc["kind"] in ("ClusterRole", "Role"):
+            yield from doc.get("rules", [])
+
+
+def test_rbac_has_no_wildcards_secrets_or_escalation(
+    rendering: tuple[Path, list[Manifest]],
+) -> None:
+    _, docs = rendering
+    rules = list(all_rules(docs))
+    assert rules
+    for rule in rules:
+        fields = [*rule.get("apiGroups", []), *rule["resources"], *rule["verbs"]]
+        fields += rule.get("resourceNames", [])
+        assert not any("*" in f for f in fields), rule
+        assert "nonResourceURLs" not in rule, rule
+        assert not {"secrets", "configmaps", "serviceaccounts/token"} & set(rule["resources"]), rule
+        assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"]), rule
+    assert not of_kind(docs, "ClusterRole") or all(
+        "aggregationRule" not in d for d in of_kind(docs, "ClusterRole")
+    )
+
+
+def _bound_subject(
+    docs: list[Manifest], binding_kind: str, role_name: str
+) -> list[tuple[str, str]]:
+    return [
+        (s["namespace"], s["name"])
+        for b in of_kind(docs, binding_kind)
+        if b["roleRef"]["name"] == role_name
+        for s in b["subjects"]
+    ]
+
+
+def test_controller_clusterrole_is_exactly_what_it_needs(
+    rendering: tuple[Path, list[Manifest]],
+) -> None:
+    _, docs = rendering
+    role = one(docs, "ClusterRole", "controller")
+    assert grants(role["rules"]) == CONTROLLER_GRANTS
+    subjects = _bound_subject(docs, "ClusterRoleBinding", role["metadata"]["name"])
+    assert subjects == [(NAMESPACE, "walras-controller")]
+    sa = one(docs, "ServiceAccount", "controller")
+    assert sa["metadata"]["name"] == "walras-controller"
+
+
+def test_leader_election_role_is_namespaced_and_named(
+    rendering: tuple[Path, list[Manifest]],
+) -> None:
+    _, docs = rendering
+    deployment = one(docs, "Deployment", "controller")
+    args = parse_args(deployment["spec"]["template"]["spec"]["containers"][0]["args"])
+    roles = of_kind(docs, "Role")
+    if "no-leader-elect" in args:
+        assert roles == []
+        return
+    assert args["leader-elect"] == "true"
+    assert args["lease-namespace"] == NAMESPACE
+    (role,) = roles
+    assert role["metadata"]["namespace"] == NAMESPACE
+    got = [
+        (
+            set(r["apiGroups"]),
+            set(r["resources"]),
+            set(r["resourceNames"]) if "resourceNames" in r else None,
+            set(r["verbs"]),
+        )
+        for r in role["rules"]
+    ]
+    assert got == LEASE_RULES
+    assert {args["lease-name"]} == LEASE_RULES[1][2]
+    binding = _bound_subject(docs, "RoleBinding", role["metadata"]["name"])
+    assert binding == [(NAMESPACE, "walras-controller")]
+
+
+def test_agent_rbac_only_when_enabled(rendering: tuple[Path, list[Manifest]]) -> None:
+    _, docs = rendering
+    agents = of_kind(docs, "DaemonSet")
+    roles = [
+        d
+        for d in of_kind(docs, "ClusterRole")
+        if d["metadata"]["labels"]["app.kubernetes.io/component"] == "agent"
+    ]
+    if not agents:
+        assert roles == []
+        assert [sa["metadata"]["name"] for sa in of_kind(docs, "ServiceAccount")] == [
+            "walras-controller"
+        ]
+        return
+    (role,) = roles
+    assert grants(role["rules"]) == AGENT_GRANTS
+    subjects = _bound_subject(docs, "ClusterRoleBinding", role["metadata"]["name"])
+    assert subjects == [(NAMESPACE, "walras-agent")]
+    assert agents[0]["spec"]["template"]["spec"]["serviceAccountName"] == "walras-agent"
+
+
+# ---- pods: security, flags, probes, ports -------------------------------------------------------
+
+
+def pod_specs(docs: list[Manifest]) -> Iterator[tuple[str, Manifest]]:
+    for doc in docs:
+        if doc["kind"] in ("Deployment", "DaemonSet"):
+            yield doc["kind"], doc["spec"]["template"]["spec"]
+
+
+def test_pods_are_hardened(rendering: tuple[Path, list[Manifest]]) -> None:
+    _, docs = rendering
+    specs = list(pod_specs(docs))
+    assert specs
+    for kind, spec in specs:
+        pod_sc = spec["securityContext"]
+        assert pod_sc["runAsNonRoot"] is True, kind
+        assert pod_sc["runAsUser"] != 0, kind
+        assert pod_sc["seccompProfile"]["type"] == "RuntimeDefault", kind
+        assert spec.get("hostNetwork", False) is False and spec.get("hostPID", False) is False
+        tmp_volumes = {v["name"] for v in spec["volumes"] if "emptyDir" in v}
+        for container in spec["containers"]:
+            sc = container["securityContext"]
+            assert sc["readOnlyRootFilesystem"] is True, kind
+            assert sc["allowPrivilegeEscalation"] is False, kind
+            assert sc.get("privileged", False) is False, kind
+            assert sc["capabilities"]["drop"] == ["ALL"], kind
+            assert "add" not in sc["capabilities"], kind
+            # The only writable place is /tmp, an emptyDir; HOME and matplotlib point there.
+            mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+            assert mounts["/tmp"] in tmp_volumes
+            env = {e["name"]: e.get("value") for e in container["env"]}
+            assert env["HOME"] == "/tmp" and env["MPLCONFIGDIR"].startswith("/tmp")
+            assert "memory" in container["resources"]["limits"], kind
+
+
+POLICY_FLAGS = {
+    "priceDiscovery": "price-discovery",
+    "psdsf": "psdsf",
+    "psdsfDistributed": "psdsf-distributed",
+}
+
+
+@pytest.mark.parametrize("policy", sorted(POLICY_FLAGS))
+def test_values_map_to_operator_flags(helm: str, policy: str) -> None:
+    docs = render(
+        helm,
+        "--set", f"policy={policy}",
+        "--set", "agent.enabled=true",
+        "--set", "roundSeconds=45",
+        "--set-json", "solver.eps=0.0005",
+        "--set", "solver.backend=numpy",
+        "--set", "logging.format=json",
+        "--set", "staleAfterSeconds=12",
+        "--set", "controller.ports.metrics=9100",
+        "--set", "controller.ports.health=9101",
+        "--set", "controller.leaderElection.leaseName=my-lease",
+    )  # fmt: skip
+    container = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["walras", "operator"]
+    args = parse_args(container["args"])
+    assert args == {
+        "policy": POLICY_FLAGS[policy],
+        "round-seconds": "45",
+        "eps": "0.0005",
+        "backend": "numpy",
+        "stale-after": "12",
+        "log-format": "json",
+        "metrics-port": "9100",
+        "health-port": "9101",
+        "leader-elect": "true",
+        "lease-namespace": NAMESPACE,
+        "lease-name": "my-lease",
+        "identity": "$(POD_NAME)",
+    }
+
+
+def _operator_command() -> Any:
+    """The click command behind `walras operator` (typer builds it from walras.cli.app.app)."""
+    import importlib
+
+    import typer
+
+    importlib.import_module("walras.cli.operator_cmd")  # registers the command on the app
+    group = typer.main.get_command(importlib.import_module("walras.cli.app").app)
+    command = group.get_command(None, "operator")  # type: ignore[attr-defined]
+    if command is None:
+        pytest.fail("walras operator is not registered on walras.cli.app.app")
+    return command
+
+
+def test_rendered_args_parse_with_the_real_operator_cli(
+    rendering: tuple[Path, list[Manifest]],
+) -> None:
+    """Every flag the chart passes exists and has a valid value: the CLI parses them (no run)."""
+    _, docs = rendering
+    command = _operator_command()
+    container = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    args = [a.replace("$(POD_NAME)", "walras-controller-0") for a in container["args"]]
+    ctx = command.make_context("operator", list(args), resilient_parsing=False)
+    assert ctx.params, "the operator command took no parameters"
+
+
+def test_probes_and_ports_match_the_flags(rendering: tuple[Path, list[Manifest]]) -> None:
+    _, docs = rendering
+    deployment = one(docs, "Deployment")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    args = parse_args(container["args"])
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"metrics": int(args["metrics-port"]), "health": int(args["health-port"])}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    for service in of_kind(docs, "Service"):
+        assert service["spec"]["selector"] == selector
+        assert [p["targetPort"] for p in service["spec"]["ports"]] == ["metrics"]
+    for pdb in of_kind(docs, "PodDisruptionBudget"):
+        assert pdb["spec"]["selector"]["matchLabels"] == selector
+    for monitor in of_kind(docs, "ServiceMonitor"):
+        assert monitor["spec"]["selector"]["matchLabels"] == selector
+        assert [e["port"] for e in monitor["spec"]["endpoints"]] == ["metrics"]
+
+
+def test_agent_daemonset_gets_its_node_from_the_downward_api(helm: str) -> None:
+    docs = render(helm, "--set", "agent.enabled=true")
+    container = one(docs, "DaemonSet")["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["walras", "agent"]
+    assert container["args"][0] == "--node-name=$(NODE_NAME)"
+    env = {e["name"]: e for e in container["env"]}
+    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+
+
+def test_defaults_are_conservative(helm: str) -> None:
+    docs = render(helm)
+    assert of_kind(docs, "DaemonSet") == []
+    assert of_kind(docs, "ServiceMonitor") == []
+    assert one(docs, "Deployment")["spec"]["replicas"] == 1
+    assert one(docs, "PodDisruptionBudget")["spec"] == {
+        "maxUnavailable": 1,
+        "selector": one(docs, "Deployment")["spec"]["selector"],
+    }
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(["--set", "policy=fifo"], "policy", id="unknown policy"),
+        pytest.param(["--set", "controler.replicas=2"], "controler", id="typo in a key"),
+        pytest.param(
+            ["--set", "policy=psdsfDistributed"], "agent.enabled", id="distributed, no agents"
+        ),
+        pytest.param(
+            ["--set", "controller.replicas=2", "--set", "controller.leaderElection.enabled=false"],
+            "leaderElection",
+            id="two writers",
+        ),
+        pytest.param(["--set", "solver.eps=2"], "eps", id="eps out of range"),
+        pytest.param(["--set", "solver.backend=cupy"], "backend", id="unknown backend"),
+        pytest.param(
+            ["--set", "controller.podDisruptionBudget.minAvailable=1"],
+            "not both",
+            id="pdb both bounds",
+        ),
+    ],
+)
+def test_invalid_values_are_rejected(helm: str, args: list[str], message: str) -> None:
+    assert message in render_error(helm, *args)
+
+
+# ---- CRDs ---------------------------------------------------------------------------------------
+
+
+def test_chart_crds_equal_the_source() -> None:
+    source = sorted(p.name for p in (ROOT / "crds").glob("*.yaml"))
+    copied = sorted(p.name for p in (CHART / "crds").glob("*.yaml"))
+    assert source, "no CRDs in crds/"
+    assert copied == source, "run `make crds-sync`"
+    match, mismatch, errors = filecmp.cmpfiles(ROOT / "crds", CHART / "crds", source, shallow=False)
+    assert (mismatch, errors) == ([], []), "run `make crds-sync`"
+    assert match == source
+
+
+def test_crds_are_not_templated(helm: str) -> None:
+    """CRDs come from crds/: installed once by helm, never templated, never deleted."""
+    assert of_kind(render(helm, "--set", "agent.enabled=true"), "CustomResourceDefinition") == []
+    proc = _run([helm, "show", "crds", str(CHART)])
+    assert proc.returncode == 0, proc.stderr
+    names = {d["metadata"]["name"] for d in yaml.safe_load_all(proc.stdout) if d}
+    expected = {
+        yaml.safe_load(p.read_text())["metadata"]["name"] for p in (ROOT / "crds").glob("*.yaml")
+    }
+    assert names == expected
+
+
+@pytest.fixture
+def scratch_repo(tmp_path: Path) -> Path:
+    """A copy of what hack/verify.sh reads, to stage drift without touching the tree."""
+    for script in ("sync-crds.sh", "verify.sh", "install-tools.sh"):
+        (tmp_path / "hack").mkdir(exist_ok=True)
+        shutil.copy(ROOT / "hack" / script, tmp_path / "hack" / script)
+    shutil.copytree(ROOT / "crds", tmp_path / "crds")
+    shutil.copytree(CHART, tmp_path / "charts" / "walras")
+    return tmp_path
+
+
+def _verify(repo: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(repo / "hack" / "verify.sh")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+@pytest.mark.slow
+def test_verify_passes_in_sync_and_fails_with_a_diff_on_drift(
+    helm: str, scratch_repo: Path
+) -> None:
+    clean = _verify(scratch_repo)
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+
+    edited = sorted((scratch_repo / "charts" / "walras" / "crds").glob("*.yaml"))[0]
+    edited.write_text(edited.read_text() + "# hand edit\n")
+    drift = _verify(scratch_repo)
+    assert drift.returncode == 1
+    assert "+# hand edit" in drift.stdout and "make crds-sync" in drift.stderr
+
+    edited.unlink()  # a CRD the chart lacks is drift too
+    missing = _verify(scratch_repo)
+    assert missing.returncode == 1 and f"Only in {scratch_repo}" not in missing.stdout
+    assert edited.name in missing.stdout
+
+    subprocess.run(["bash", str(scratch_repo / "hack" / "sync-crds.sh")], check=True, timeout=60)
+    assert _verify(scratch_repo).returncode == 0
