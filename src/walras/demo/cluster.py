@@ -1,0 +1,63 @@
+"""The demo's API writes: namespaces, kwok GPU nodes, ResourcePools and FungibleJobs.
+
+Called by ``walras.demo.runner`` against a fresh local control plane (admin credentials). Reads
+go through ``walras.cli.inspect_cmd.list_jobs``/``list_pools`` so the demo shows exactly what
+``walras status`` would.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from walras.demo import workload
+
+GROUP, VERSION = "walras.dev", "v1alpha1"
+
+
+def ensure_binaries(console: Console, repo_root: Path) -> None:
+    """Build kube-apiserver/etcd/kwok and fetch kubectl/helm once (cached) if they are missing."""
+    from walras import devcluster
+
+    if devcluster.binaries_available():
+        return
+    console.print("[yellow]control-plane binaries missing: building them once (cached)[/yellow]")
+    for script in (["bash", "hack/control-plane.sh", "build"], ["bash", "hack/install-tools.sh"]):
+        subprocess.run(script, cwd=repo_root, check=True)
+
+
+def admin_client(control_plane: Any) -> Any:
+    from kubernetes import config
+
+    loader: Any = config  # kubernetes.config carries no annotations
+    return loader.new_client_from_config(config_file=str(control_plane.admin_kubeconfig))
+
+
+def create_nodes_and_pools(api: Any, load: workload.Workload) -> None:
+    from kubernetes import client
+
+    from walras import devcluster
+
+    for name, gpu_type, gpus in load.nodes:
+        devcluster.create_gpu_node(api, name, gpu_type=gpu_type, gpus=gpus)
+    custom = client.CustomObjectsApi(api)
+    for gpu_type in sorted({t for _, t, _ in load.nodes}):
+        custom.create_cluster_custom_object(
+            GROUP, VERSION, "resourcepools", workload.pool_manifest(gpu_type)
+        )
+
+
+def submit_jobs(api: Any, load: workload.Workload) -> None:
+    from kubernetes import client
+
+    core = client.CoreV1Api(api)
+    for namespace in sorted({job.namespace for job in load.jobs}):
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    custom = client.CustomObjectsApi(api)
+    for job in load.jobs:
+        custom.create_namespaced_custom_object(
+            GROUP, VERSION, job.namespace, "fungiblejobs", workload.job_manifest(job)
+        )

@@ -1,0 +1,209 @@
+"""Orchestration of ``python -m walras.demo``: set up, watch the rounds, draw, always tear down.
+
+Steps (numbered as in the output): 1 start the local control plane, 2 install the CRDs, 3 create
+kwok GPU nodes and one ResourcePool per GPU type, 4 submit the FungibleJobs, 5 start the real
+``walras operator`` as a subprocess, 6 print jobs and pools after every round it completes,
+7 write the PNG, 8 tear down. Step 8 runs in ``finally``: on success, on error and on Ctrl-C
+(SIGINT) or SIGTERM. Every run starts a fresh control plane in a new temporary directory, so the
+demo is re-runnable and leaves nothing behind but ``--out``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import IO, Any
+
+from rich.console import Console
+
+from walras.cli import inspect_cmd
+from walras.demo import cluster, report, workload
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+
+
+@dataclass(frozen=True)
+class Options:
+    rounds: int = 10
+    round_seconds: float = 3.0
+    jobs: int = 30
+    out: Path = Path("out")
+    policy: str = "price-discovery"
+
+
+class DemoError(RuntimeError):
+    """The demo cannot go on (operator died, no round within the deadline, ...)."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def operator_command(
+    kubeconfig: str, options: Options, metrics_port: int, health_port: int
+) -> list[str]:
+    # `-c` with the console-script entry point works from any venv without relying on PATH.
+    return [
+        sys.executable,
+        "-c",
+        "from walras.cli import main; main()",
+        "operator",
+        "--policy",
+        options.policy,
+        "--round-seconds",
+        f"{options.round_seconds:g}",
+        "--kubeconfig",
+        kubeconfig,
+        "--metrics-port",
+        str(metrics_port),
+        "--health-port",
+        str(health_port),
+        "--no-leader-elect",
+    ]
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Turn SIGTERM into KeyboardInterrupt so `finally` tears down exactly as on Ctrl-C."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def stop_process(process: subprocess.Popen[bytes] | None) -> None:
+    """SIGTERM, then SIGKILL after 10 s: only the process we started, by its own handle."""
+    if process is None or process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=10)
+
+
+def log_tail(path: Path, lines: int = 30) -> str:
+    with contextlib.suppress(OSError):
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    return "(no operator log)"
+
+
+def watch_rounds(
+    console: Console,
+    api: Any,
+    options: Options,
+    operator: subprocess.Popen[bytes],
+    operator_log: Path,
+) -> list[report.RoundRecord]:
+    """Print the tables each time the API shows a new round; stop after ``options.rounds``."""
+    history: list[report.RoundRecord] = []
+    seen = 0
+    # First round needs the operator to start and sync; later ones come every round_seconds.
+    deadline = time.monotonic() + 60 + 3 * options.round_seconds
+    while len(history) < options.rounds:
+        if operator.poll() is not None:
+            raise DemoError(
+                f"the operator exited with code {operator.returncode}:\n{log_tail(operator_log)}"
+            )
+        if time.monotonic() > deadline:
+            raise DemoError(f"no new round after round {seen}:\n{log_tail(operator_log)}")
+        jobs, pools = inspect_cmd.list_jobs(api), inspect_cmd.list_pools(api)
+        current = report.round_of(pools, jobs)
+        if current <= seen:
+            time.sleep(0.25)
+            continue
+        # Give the operator a moment to finish this round's status writes before reading them.
+        time.sleep(min(0.5, options.round_seconds / 4))
+        jobs, pools = inspect_cmd.list_jobs(api), inspect_cmd.list_pools(api)
+        seen = max(current, report.round_of(pools, jobs))
+        rec = report.record(seen, jobs, pools)
+        history.append(rec)
+        console.rule(f"[bold]round {seen}[/bold] ({len(history)}/{options.rounds})")
+        console.print(report.jobs_table(jobs, title=f"FungibleJobs after round {seen}"))
+        console.print(report.pools_table(pools, title=f"ResourcePools after round {seen}"))
+        shares = ", ".join(f"{t} {s:.0%}" for t, s in rec.tenant_share.items())
+        console.print(f"running {rec.running}, pending {rec.pending}; tenant shares: {shares}")
+        deadline = time.monotonic() + 30 + 3 * options.round_seconds
+    return history
+
+
+def run(options: Options, console: Console | None = None) -> Path:
+    """The whole demo; returns the PNG path. Raises DemoError (after tearing down) on failure."""
+    from walras import devcluster
+
+    console = console or Console()
+    started = time.monotonic()
+    options.out.mkdir(parents=True, exist_ok=True)
+    operator_log = options.out / "operator.log"
+    control_plane = None
+    operator: subprocess.Popen[bytes] | None = None
+    log_handle: IO[bytes] | None = None
+    try:
+        with sigterm_as_interrupt():
+            console.rule("[bold]1. local control plane")
+            cluster.ensure_binaries(console, REPO_ROOT)
+            control_plane = devcluster.start()
+            console.print(f"kube-apiserver at {control_plane.server}")
+            api = cluster.admin_client(control_plane)
+
+            console.rule("[bold]2. CRDs")
+            crds = sorted((REPO_ROOT / "crds").glob("*.yaml"))
+            devcluster.install_crds(api, crds)
+            console.print(", ".join(p.name for p in crds))
+
+            console.rule("[bold]3. GPU nodes and ResourcePools")
+            csv_path = workload.find_throughputs_csv(REPO_ROOT)
+            table, source = workload.load_throughputs(csv_path)
+            load = workload.build(options.jobs, table, source)
+            cluster.create_nodes_and_pools(api, load)
+            console.print(
+                f"{len(load.nodes)} kwok nodes: " + ", ".join(n for n, _, _ in load.nodes)
+            )
+
+            console.rule("[bold]4. FungibleJobs")
+            style = "yellow" if csv_path is None else "green"
+            console.print(f"throughputs: [{style}]{load.source}[/{style}]")
+            cluster.submit_jobs(api, load)
+            console.print(f"{len(load.jobs)} jobs across tenants {', '.join(workload.TENANTS)}")
+
+            console.rule("[bold]5. walras operator")
+            command = operator_command(
+                str(control_plane.admin_kubeconfig), options, free_port(), free_port()
+            )
+            log_handle = operator_log.open("wb")
+            operator = subprocess.Popen(
+                command, stdout=log_handle, stderr=subprocess.STDOUT, env=control_plane.env()
+            )
+            console.print(f"pid {operator.pid}, log {operator_log}")
+
+            console.rule("[bold]6. rounds")
+            history = watch_rounds(console, api, options, operator, operator_log)
+
+            console.rule("[bold]7. plot")
+            png = report.plot(history, options.out / "demo.png")
+            console.print(f"wrote {png}")
+            return png
+    finally:
+        console.rule("[bold]8. tear down")
+        stop_process(operator)
+        if log_handle is not None:
+            log_handle.close()
+        if control_plane is not None:
+            devcluster.stop(control_plane)
+        console.print(f"done in {time.monotonic() - started:.0f} s")

@@ -1,0 +1,148 @@
+"""What the demo submits: GPU nodes, ResourcePools and FungibleJobs (pure; no API calls).
+
+Throughputs are Gavel's isolated measurements (``steps_per_s`` of one job type at one scale
+factor on one worker type), read from ``<repo>/../shared/data/gavel/isolated_throughputs.csv``.
+Job ``i`` takes the ``i``-th job type in a fixed stride through the sorted list, a gang of
+``SCALES[i % len(SCALES)]`` one-GPU pods (the CSV row for that scale factor, else scale 1), and
+tenant ``TENANTS[i % 3]``. The result is deterministic for a given ``n_jobs``.
+
+When the CSV is missing, a small built-in table (a handful of rows taken from the same file,
+scale factor 1) is used instead and ``Workload.source`` says so.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+GPU_TYPES = ("k80", "p100", "v100")
+TENANTS = ("team-a", "team-b", "team-c")
+# team-c pays for a bigger share: weight 2 in its jobs' log utility.
+TENANT_WEIGHT = {"team-a": 1.0, "team-b": 1.0, "team-c": 2.0}
+SCALES = (1, 1, 2, 1, 4)
+NODES_PER_TYPE = 2
+GPUS_PER_NODE = 4
+# Walk the sorted job types with a stride coprime to their count so neighbours differ in kind.
+STRIDE = 7
+CSV_RELATIVE = Path("..") / "shared" / "data" / "gavel" / "isolated_throughputs.csv"
+
+# Fallback only: steps/s at scale factor 1 for six job types, from isolated_throughputs.csv.
+BUILTIN: Mapping[tuple[str, int], Mapping[str, float]] = {
+    ("A3C", 1): {"v100": 7.176, "p100": 5.681, "k80": 3.439},
+    ("CycleGAN", 1): {"v100": 4.426, "p100": 2.403, "k80": 0.505},
+    ("LM (batch size 20)", 1): {"v100": 64.742, "p100": 58.173, "k80": 17.142},
+    ("Recommendation (batch size 2048)", 1): {"v100": 7.47, "p100": 16.597, "k80": 10.441},
+    ("ResNet-50 (batch size 32)", 1): {"v100": 7.787, "p100": 4.888, "k80": 1.237},
+    ("Transformer (batch size 64)", 1): {"v100": 8.618, "p100": 5.092, "k80": 1.752},
+}
+
+
+@dataclass(frozen=True)
+class DemoJob:
+    namespace: str  # = tenant
+    name: str
+    job_type: str
+    replicas: int
+    throughput: Mapping[str, float]
+    weight: float
+
+
+@dataclass(frozen=True)
+class Workload:
+    jobs: tuple[DemoJob, ...]
+    nodes: tuple[tuple[str, str, int], ...]  # (node name, gpu type, GPUs)
+    source: str  # where the throughputs came from, printed by the demo
+
+
+def find_throughputs_csv(repo_root: Path) -> Path | None:
+    """``../shared/data/gavel/isolated_throughputs.csv`` next to the repo, if it exists."""
+    path = (repo_root / CSV_RELATIVE).resolve()
+    return path if path.is_file() else None
+
+
+def load_throughputs(path: Path | None) -> tuple[dict[tuple[str, int], dict[str, float]], str]:
+    """{(job type, scale factor): {gpu type: steps/s}} and a one-line description of the source."""
+    table: dict[tuple[str, int], dict[str, float]] = {}
+    if path is None:
+        table.update({key: dict(row) for key, row in BUILTIN.items()})
+        return table, "built-in table of 6 Gavel job types (isolated_throughputs.csv not found)"
+    with path.open(newline="") as handle:
+        for row in csv.DictReader(handle):
+            if row["worker_type"] in GPU_TYPES:
+                key = (row["job_type"], int(row["scale_factor"]))
+                table.setdefault(key, {})[row["worker_type"]] = float(row["steps_per_s"])
+    return table, f"Gavel isolated throughputs from {path}"
+
+
+def slug(text: str) -> str:
+    """DNS-1123 label fragment: ``ResNet-18 (batch size 16)`` -> ``resnet-18-bs16``."""
+    text = text.lower().replace("batch size ", "bs")
+    return re.sub(r"[^a-z0-9]+", "-", text).strip("-")
+
+
+def build(
+    n_jobs: int, table: Mapping[tuple[str, int], Mapping[str, float]], source: str
+) -> Workload:
+    """``n_jobs`` jobs over 3 tenants and ``NODES_PER_TYPE`` nodes of each GPU type."""
+    kinds = sorted({job_type for job_type, _ in table})
+    jobs = []
+    for i in range(n_jobs):
+        job_type = kinds[(i * STRIDE) % len(kinds)]
+        scale = SCALES[i % len(SCALES)]
+        if (job_type, scale) not in table:
+            scale = 1
+        tenant = TENANTS[i % len(TENANTS)]
+        row = table[(job_type, scale)]
+        jobs.append(
+            DemoJob(
+                namespace=tenant,
+                name=f"{slug(job_type)}-{i:02d}",
+                job_type=job_type,
+                replicas=scale,
+                throughput={t: round(float(row.get(t, 0.0)), 4) for t in GPU_TYPES},
+                weight=TENANT_WEIGHT[tenant],
+            )
+        )
+    nodes = tuple(
+        (f"gpu-{t}-{k}", t, GPUS_PER_NODE) for t in GPU_TYPES for k in range(NODES_PER_TYPE)
+    )
+    return Workload(jobs=tuple(jobs), nodes=nodes, source=source)
+
+
+def pool_manifest(gpu_type: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "walras.dev/v1alpha1",
+        "kind": "ResourcePool",
+        "metadata": {"name": gpu_type},
+        "spec": {"gpuType": gpu_type, "nodeSelector": {"walras.dev/gpu-type": gpu_type}},
+    }
+
+
+def job_manifest(job: DemoJob) -> dict[str, Any]:
+    return {
+        "apiVersion": "walras.dev/v1alpha1",
+        "kind": "FungibleJob",
+        "metadata": {"name": job.name, "namespace": job.namespace},
+        "spec": {
+            "replicas": job.replicas,
+            "throughput": dict(job.throughput),
+            "utility": {"kind": "log", "weight": job.weight},
+            "template": {
+                "metadata": {"labels": {"app": "walras-demo", "job-type": slug(job.job_type)}},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "train",
+                            # Never pulled: kwok nodes fake the kubelet.
+                            "image": "registry.example/walras-demo/train:latest",
+                            "resources": {"limits": {"nvidia.com/gpu": 1}},
+                        }
+                    ]
+                },
+            },
+        },
+    }
