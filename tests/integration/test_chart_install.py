@@ -1,0 +1,390 @@
+"""The Helm chart on the real local control plane, and its RBAC proven by use.
+
+`helm install` puts the chart into walras-system (the control plane has no kube-controller-manager,
+so the Deployment never gets pods: that is expected). The operator then runs as a local subprocess
+authenticated **only** by a TokenRequest token of the chart's ServiceAccount
+walras-system/walras-controller, and must schedule a FungibleJob: a pod gets bound to a kwok GPU
+node and the job's status gets an allocation. That proves the chart's RBAC is enough. Removing the
+`pods/binding` rule from the chart's ClusterRole must make the same scenario fail with a 403 and no
+bound pod, which proves the test can tell.
+
+Both tests first check, with SubjectAccessReviews, that no binding outside this release grants the
+ServiceAccount anything, so that the outcome is attributable to the chart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "walras"
+NAMESPACE = "walras-system"
+SERVICE_ACCOUNT = "walras-controller"
+SA_USER = f"system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}"
+# A release name of its own, so that cluster-scoped names (walras-it-controller) collide with
+# nothing another test may create.
+RELEASE = "walras-it"
+CLUSTER_ROLE = f"{RELEASE}-controller"
+GPU_TYPE = "charttest"  # a GPU type no other test uses, so that only our pool and node match
+DEADLINE_S = 90.0
+
+
+def _free_port() -> int:
+    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.5)
+    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def _helm(cp: Any, *args: str) -> subprocess.CompletedProcess[str]:
+    from walras import devcluster
+
+    return subprocess.run(
+        [str(devcluster.tool("helm")), *args],
+        env=cp.env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def _adopt_if_present(kube: Any) -> None:
+    """Let helm adopt a ServiceAccount the control plane created before the chart.
+
+    The local control plane may pre-create walras-system/walras-controller for its operator
+    kubeconfig. Helm refuses to install over an object it does not own unless the object carries
+    its ownership metadata; `helm.sh/resource-policy: keep` stops `helm uninstall` from deleting a
+    ServiceAccount that other tests' tokens depend on.
+    """
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    core = client.CoreV1Api(kube)
+    try:
+        core.read_namespaced_service_account(SERVICE_ACCOUNT, NAMESPACE)
+    except ApiException as exc:
+        if exc.status == 404:
+            return
+        raise
+    core.patch_namespaced_service_account(
+        SERVICE_ACCOUNT,
+        NAMESPACE,
+        {
+            "metadata": {
+                "labels": {"app.kubernetes.io/managed-by": "Helm"},
+                "annotations": {
+                    "meta.helm.sh/release-name": RELEASE,
+                    "meta.helm.sh/release-namespace": NAMESPACE,
+                    "helm.sh/resource-policy": "keep",
+                },
+            }
+        },
+    )
+
+
+@pytest.fixture(scope="module")
+def release(control_plane: Any, kube: Any) -> Iterator[str]:
+    """`helm install` the chart (defaults, plus the agent so its objects are installed too)."""
+    _adopt_if_present(kube)
+    _helm(control_plane, "uninstall", RELEASE, "--namespace", NAMESPACE, "--ignore-not-found")
+    proc = _helm(
+        control_plane,
+        "install", RELEASE, str(CHART),
+        "--namespace", NAMESPACE, "--create-namespace",
+        "--set", "agent.enabled=true",
+        "--wait=false",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    try:
+        yield RELEASE
+    finally:
+        proc = _helm(control_plane, "uninstall", RELEASE, "--namespace", NAMESPACE)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _allowed(kube: Any, verb: str, resource: str, *, group: str = "", sub: str = "") -> bool:
+    from kubernetes import client
+
+    review = client.V1SubjectAccessReview(
+        spec=client.V1SubjectAccessReviewSpec(
+            user=SA_USER,
+            groups=["system:serviceaccounts", f"system:serviceaccounts:{NAMESPACE}"],
+            resource_attributes=client.V1ResourceAttributes(
+                verb=verb, group=group, resource=resource, subresource=sub, namespace="default"
+            ),
+        )
+    )
+    result = client.AuthorizationV1Api(kube).create_subject_access_review(review)
+    return bool(result.status.allowed)
+
+
+def _foreign_bindings(kube: Any) -> list[str]:
+    """Bindings, other than this release's and the built-in `system:` ones, that reach the SA."""
+    from kubernetes import client
+
+    rbac = client.RbacAuthorizationV1Api(kube)
+    groups = {"system:serviceaccounts", f"system:serviceaccounts:{NAMESPACE}"}
+    found = []
+    for binding in [
+        *rbac.list_cluster_role_binding().items,
+        *rbac.list_role_binding_for_all_namespaces().items,
+    ]:
+        labels = binding.metadata.labels or {}
+        if labels.get("app.kubernetes.io/instance") == RELEASE:
+            continue
+        if binding.metadata.name.startswith("system:"):
+            continue
+        for subject in binding.subjects or []:
+            is_sa = (subject.kind, subject.name, subject.namespace) == (
+                "ServiceAccount",
+                SERVICE_ACCOUNT,
+                NAMESPACE,
+            )
+            if is_sa or (subject.kind == "Group" and subject.name in groups):
+                found.append(f"{binding.metadata.namespace or ''}/{binding.metadata.name}")
+    return found
+
+
+@pytest.fixture
+def gpu_node(kube: Any) -> Iterator[str]:
+    from walras import devcluster
+
+    name = "chart-gpu-0"
+    devcluster.create_gpu_node(kube, name, gpu_type=GPU_TYPE, gpus=4)
+    try:
+        yield name
+    finally:
+        devcluster.delete_nodes(kube, [name])
+
+
+@pytest.fixture
+def pool(kube: Any, gpu_node: str) -> Iterator[str]:
+    from kubernetes import client
+
+    api = client.CustomObjectsApi(kube)
+    body = {
+        "apiVersion": "walras.dev/v1alpha1",
+        "kind": "ResourcePool",
+        "metadata": {"name": GPU_TYPE},
+        "spec": {"gpuType": GPU_TYPE, "nodeSelector": {"walras.dev/gpu-type": GPU_TYPE}},
+    }
+    api.create_cluster_custom_object("walras.dev", "v1alpha1", "resourcepools", body)
+    try:
+        yield GPU_TYPE
+    finally:
+        api.delete_cluster_custom_object("walras.dev", "v1alpha1", "resourcepools", GPU_TYPE)
+
+
+def _submit_job(kube: Any, namespace: str, name: str) -> None:
+    from kubernetes import client
+
+    body = {
+        "apiVersion": "walras.dev/v1alpha1",
+        "kind": "FungibleJob",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "replicas": 1,
+            "throughput": {GPU_TYPE: 1.0},
+            "utility": {"kind": "log", "weight": 1},
+            "template": {
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "train",
+                            "image": "busybox",
+                            "resources": {"limits": {"nvidia.com/gpu": 1}},
+                        }
+                    ]
+                }
+            },
+        },
+    }
+    client.CustomObjectsApi(kube).create_namespaced_custom_object(
+        "walras.dev", "v1alpha1", namespace, "fungiblejobs", body
+    )
+
+
+def _job(kube: Any, namespace: str, name: str) -> dict[str, Any]:
+    from kubernetes import client
+
+    obj: dict[str, Any] = client.CustomObjectsApi(kube).get_namespaced_custom_object(
+        "walras.dev", "v1alpha1", namespace, "fungiblejobs", name
+    )
+    return obj
+
+
+def _job_pods(kube: Any, namespace: str, name: str) -> list[Any]:
+    from kubernetes import client
+
+    pods = client.CoreV1Api(kube).list_namespaced_pod(
+        namespace, label_selector=f"walras.dev/job={name}"
+    )
+    return list(pods.items)
+
+
+@contextlib.contextmanager
+def _operator(cp: Any, tmp_path: Path) -> Iterator[Path]:
+    """`walras operator` as a subprocess with only the chart ServiceAccount's token."""
+    from walras import devcluster
+
+    kubeconfig = devcluster.service_account_kubeconfig(
+        cp, NAMESPACE, SERVICE_ACCOUNT, str(tmp_path / "sa.kubeconfig")
+    )
+    log_path = tmp_path / "operator.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WALRAS_")}
+    env.update({"KUBECONFIG": str(kubeconfig), "HOME": str(tmp_path), "PYTHONUNBUFFERED": "1"})
+    cmd = [
+        str(Path(sys.executable).with_name("walras")), "operator",
+        "--policy", "price-discovery",
+        "--round-seconds", "1",
+        "--kubeconfig", str(kubeconfig),
+        "--metrics-port", str(_free_port()),
+        "--health-port", str(_free_port()),
+        "--leader-elect",
+        "--lease-namespace", NAMESPACE,
+        "--lease-name", "walras-controller",
+        "--identity", "chart-install-test",
+    ]  # fmt: skip
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp_path)
+    try:
+        yield log_path
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def _log(path: Path) -> str:
+    return path.read_text(errors="replace")[-4000:]
+
+
+def test_chart_installs_the_expected_objects(kube: Any, release: str) -> None:
+    from kubernetes import client
+
+    apps = client.AppsV1Api(kube)
+    assert apps.read_namespaced_deployment(f"{release}-controller", NAMESPACE).spec.replicas == 1
+    assert apps.read_namespaced_daemon_set(f"{release}-agent", NAMESPACE) is not None
+    core = client.CoreV1Api(kube)
+    for sa in ("walras-controller", "walras-agent"):
+        assert core.read_namespaced_service_account(sa, NAMESPACE).metadata.name == sa
+    ext = client.ApiextensionsV1Api(kube)
+    names = {crd.metadata.name for crd in ext.list_custom_resource_definition().items}
+    expected = {
+        yaml.safe_load(p.read_text())["metadata"]["name"] for p in (CHART / "crds").glob("*.yaml")
+    }
+    assert expected <= names
+    # What the chart grants, as the apiserver's authoriser sees it.
+    assert _allowed(kube, "create", "pods", sub="binding")
+    assert _allowed(kube, "patch", "fungiblejobs", group="walras.dev", sub="status")
+    assert not _allowed(kube, "get", "secrets")
+    assert not _allowed(kube, "update", "nodes")
+    assert not _allowed(kube, "delete", "fungiblejobs", group="walras.dev")
+
+
+def test_operator_with_the_chart_token_schedules_a_job(
+    control_plane: Any, kube: Any, release: str, namespace: str, pool: str, tmp_path: Path
+) -> None:
+    assert _foreign_bindings(kube) == [], "another binding grants the ServiceAccount rights"
+    _submit_job(kube, namespace, "chart-job")
+    with _operator(control_plane, tmp_path) as log:
+        bound = _wait(
+            lambda: [p for p in _job_pods(kube, namespace, "chart-job") if p.spec.node_name],
+            DEADLINE_S,
+            "a bound pod of chart-job",
+        )
+        assert bound[0].spec.node_name == "chart-gpu-0", _log(log)
+        status = _wait(
+            lambda: _job(kube, namespace, "chart-job").get("status", {}).get("allocation"),
+            DEADLINE_S,
+            "an allocation in chart-job's status",
+        )
+        assert [a["gpuType"] for a in status] == [GPU_TYPE], _log(log)
+        assert "403" not in _log(log) and "Forbidden" not in _log(log), _log(log)
+
+
+@pytest.fixture
+def without_pod_binding(kube: Any, release: str) -> Iterator[None]:
+    """The chart's ClusterRole minus its pods/binding rule; restored afterwards."""
+    from kubernetes import client
+
+    rbac = client.RbacAuthorizationV1Api(kube)
+    role = rbac.read_cluster_role(CLUSTER_ROLE)
+    original = copy.deepcopy(role.rules)
+    kept = [r for r in role.rules if "pods/binding" not in (r.resources or [])]
+    assert len(kept) == len(original) - 1
+    rbac.patch_cluster_role(
+        CLUSTER_ROLE, {"rules": [client.ApiClient().sanitize_for_serialization(r) for r in kept]}
+    )
+    _wait(
+        lambda: not _allowed(kube, "create", "pods", sub="binding"), 30, "RBAC to drop pods/binding"
+    )
+    try:
+        yield
+    finally:
+        rbac.patch_cluster_role(
+            CLUSTER_ROLE,
+            {"rules": [client.ApiClient().sanitize_for_serialization(r) for r in original]},
+        )
+        _wait(lambda: _allowed(kube, "create", "pods", sub="binding"), 30, "RBAC to restore")
+
+
+def test_removing_pods_binding_from_the_clusterrole_stops_scheduling(
+    control_plane: Any,
+    kube: Any,
+    release: str,
+    namespace: str,
+    pool: str,
+    without_pod_binding: None,
+    tmp_path: Path,
+) -> None:
+    assert _foreign_bindings(kube) == [], "another binding grants the ServiceAccount rights"
+    # Pods are still allowed: the operator gets as far as creating them, then the binding fails.
+    assert _allowed(kube, "create", "pods")
+    _submit_job(kube, namespace, "unbindable")
+
+    def forbidden_seen() -> bool:
+        text = _log(log).lower()
+        job = _job(kube, namespace, "unbindable")
+        conditions = " ".join(
+            f"{c.get('reason', '')} {c.get('message', '')}"
+            for c in job.get("status", {}).get("conditions", [])
+        ).lower()
+        return any(word in text + conditions for word in ("403", "forbidden"))
+
+    with _operator(control_plane, tmp_path) as log:
+        _wait(forbidden_seen, DEADLINE_S, "a 403 on pods/binding in the operator log or job status")
+        # A few more rounds: still nothing bound.
+        time.sleep(3)
+        bound = [
+            p.metadata.name for p in _job_pods(kube, namespace, "unbindable") if p.spec.node_name
+        ]
+        assert bound == [], _log(log)
+        assert "binding" in _log(log).lower(), _log(log)
