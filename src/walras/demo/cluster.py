@@ -29,20 +29,15 @@ def ensure_binaries(console: Console, repo_root: Path) -> None:
         subprocess.run(script, cwd=repo_root, check=True)
 
 
-def admin_client(control_plane: Any) -> Any:
-    from kubernetes import config
-
-    loader: Any = config  # kubernetes.config carries no annotations
-    return loader.new_client_from_config(config_file=str(control_plane.admin_kubeconfig))
-
-
 def create_nodes_and_pools(api: Any, load: workload.Workload) -> None:
     from kubernetes import client
 
     from walras import devcluster
 
+    # Create all nodes first and wait for them together: kwok marks them Ready in one pass.
     for name, gpu_type, gpus in load.nodes:
-        devcluster.create_gpu_node(api, name, gpu_type=gpu_type, gpus=gpus)
+        devcluster.create_gpu_node(api, name, gpu_type=gpu_type, gpus=gpus, wait=False)
+    devcluster.wait_nodes_ready(api, [name for name, _, _ in load.nodes])
     custom = client.CustomObjectsApi(api)
     for gpu_type in sorted({t for _, t, _ in load.nodes}):
         custom.create_cluster_custom_object(
@@ -53,9 +48,11 @@ def create_nodes_and_pools(api: Any, load: workload.Workload) -> None:
 def submit_jobs(api: Any, load: workload.Workload) -> None:
     from kubernetes import client
 
-    core = client.CoreV1Api(api)
+    from walras import devcluster
+
+    # devcluster's helper also creates the `default` ServiceAccount (no SA controller here).
     for namespace in sorted({job.namespace for job in load.jobs}):
-        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+        devcluster.create_namespace(api, namespace)
     custom = client.CustomObjectsApi(api)
     for job in load.jobs:
         custom.create_namespaced_custom_object(

@@ -160,7 +160,7 @@ def run(options: Options, console: Console | None = None) -> Path:
             cluster.ensure_binaries(console, REPO_ROOT)
             control_plane = devcluster.start()
             console.print(f"kube-apiserver at {control_plane.server}")
-            api = cluster.admin_client(control_plane)
+            api = control_plane.admin_client()
 
             console.rule("[bold]2. CRDs")
             crds = sorted((REPO_ROOT / "crds").glob("*.yaml"))
