@@ -1,0 +1,447 @@
+#!/usr/bin/env bash
+# Local Kubernetes control plane for tests and the demo, without Docker (issue 4).
+#
+#   hack/control-plane.sh build          build etcd, kube-apiserver and kwok into the cache (once per version)
+#   hack/control-plane.sh paths          print the cached binary paths (KEY=PATH lines)
+#   hack/control-plane.sh start DIR      certs + tokens, etcd, kube-apiserver, kwok on loopback; kubeconfigs in DIR
+#   hack/control-plane.sh stop DIR       kill exactly the PIDs recorded in DIR, then remove DIR
+#   hack/control-plane.sh env DIR        print `export KUBECONFIG=DIR/admin.kubeconfig` (and PATH with the cached tools)
+#
+# Called by walras.devcluster (the pytest fixtures in tests/conftest.py use that), by `make`
+# and by .ci/run.
+#
+# Binaries are built from the Go module proxy and cached under
+# ${WALRAS_CACHE:-$HOME/.cache/walras}/<component>-<version>/bin, so a warm machine rebuilds nothing.
+# `go install k8s.io/kubernetes/cmd/kube-apiserver@...` cannot work: k8s.io/kubernetes's go.mod
+# requires its staging modules at v0.0.0 and points them at ./staging with `replace`, which Go
+# ignores outside the main module. We therefore build inside a small wrapper module that requires
+# k8s.io/kubernetes and maps every staging module (read from the downloaded upstream go.mod) to
+# its published v0.<minor>.<patch> release.
+set -o errexit -o nounset -o pipefail
+
+K8S_VERSION="${WALRAS_K8S_VERSION:-v1.36.3}"
+ETCD_VERSION="${WALRAS_ETCD_VERSION:-v3.6.16}"
+KWOK_VERSION="${WALRAS_KWOK_VERSION:-v0.8.0}"
+CACHE="${WALRAS_CACHE:-$HOME/.cache/walras}"
+# Other engineers share this machine's cores: build two packages at a time unless told otherwise.
+GO_PARALLEL="${WALRAS_GO_PARALLEL:-2}"
+HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+
+APISERVER_BIN="$CACHE/kube-apiserver-$K8S_VERSION/bin/kube-apiserver"
+ETCD_BIN="$CACHE/etcd-$ETCD_VERSION/bin/etcd"
+KWOK_BIN="$CACHE/kwok-$KWOK_VERSION/bin/kwok"
+
+log() { printf '[control-plane %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
+die() {
+	log "error: $*"
+	exit 1
+}
+
+# ---------------------------------------------------------------------------------------------
+# build
+# ---------------------------------------------------------------------------------------------
+
+# Staging version for a Kubernetes version: v1.36.3 -> v0.36.3.
+staging_version() { printf 'v0.%s\n' "${1#v1.}"; }
+
+build_apiserver() {
+	if [[ -x "$APISERVER_BIN" ]]; then
+		log "kube-apiserver $K8S_VERSION already built: $APISERVER_BIN"
+		return 0
+	fi
+	local root="$CACHE/kube-apiserver-$K8S_VERSION"
+	local src="$root/src"
+	local staging
+	staging="$(staging_version "$K8S_VERSION")"
+	mkdir -p "$src" "$root/bin"
+	log "kube-apiserver $K8S_VERSION: downloading k8s.io/kubernetes's go.mod"
+	local upstream_mod
+	upstream_mod="$(cd "$src" && go mod download -json "k8s.io/kubernetes@$K8S_VERSION" |
+		sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')"
+	[[ -f "$upstream_mod" ]] || die "could not download go.mod of k8s.io/kubernetes@$K8S_VERSION"
+	local modules
+	modules="$(sed -n 's|^[[:space:]]*\(k8s\.io/[A-Za-z0-9._/-]*\) => \./staging/.*$|\1|p' "$upstream_mod" | sort -u)"
+	local count
+	count="$(printf '%s\n' "$modules" | grep -c .)"
+	[[ "$count" -gt 0 ]] || die "no staging replace lines found in $upstream_mod"
+	log "kube-apiserver: mapping $count staging modules to $staging"
+	{
+		printf 'module walras.dev/build/kube-apiserver\n\ngo 1.26\n\nrequire k8s.io/kubernetes %s\n\nreplace (\n' "$K8S_VERSION"
+		local m
+		for m in $modules; do printf '\t%s => %s %s\n' "$m" "$m" "$staging"; done
+		printf ')\n'
+	} >"$src/go.mod"
+	rm -f "$src/go.sum"
+	local pkg=k8s.io/component-base/version
+	local cpkg=k8s.io/client-go/pkg/version
+	local minor="${K8S_VERSION#v1.}"
+	minor="${minor%%.*}"
+	local date
+	date="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+	local ldflags="-s -w"
+	local p
+	for p in "$pkg" "$cpkg"; do
+		ldflags+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor"
+		ldflags+=" -X $p.gitTreeState=clean -X $p.buildDate=$date"
+	done
+	log "kube-apiserver: resolving modules (go get)"
+	(cd "$src" && go get "k8s.io/kubernetes/cmd/kube-apiserver@$K8S_VERSION")
+	log "kube-apiserver: go build -p $GO_PARALLEL (15-25 min cold on 2 cores)"
+	local start=$SECONDS
+	(cd "$src" && CGO_ENABLED=0 go build -p "$GO_PARALLEL" -trimpath -ldflags "$ldflags" \
+		-o "$root/bin/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver)
+	mv "$root/bin/kube-apiserver.tmp" "$APISERVER_BIN"
+	log "kube-apiserver built in $((SECONDS - start)) s: $("$APISERVER_BIN" --version)"
+}
+
+build_etcd() {
+	if [[ -x "$ETCD_BIN" ]]; then
+		log "etcd $ETCD_VERSION already built: $ETCD_BIN"
+		return 0
+	fi
+	local root="$CACHE/etcd-$ETCD_VERSION"
+	local src="$root/src"
+	mkdir -p "$src" "$root/bin"
+	printf 'module walras.dev/build/etcd\n\ngo 1.26\n\nrequire go.etcd.io/etcd/server/v3 %s\n' \
+		"$ETCD_VERSION" >"$src/go.mod"
+	rm -f "$src/go.sum"
+	log "etcd: resolving modules (go get)"
+	(cd "$src" && go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION")
+	log "etcd: go build -p $GO_PARALLEL"
+	local start=$SECONDS
+	(cd "$src" && CGO_ENABLED=0 go build -p "$GO_PARALLEL" -trimpath -ldflags "-s -w" \
+		-o "$root/bin/etcd.tmp" go.etcd.io/etcd/server/v3)
+	mv "$root/bin/etcd.tmp" "$ETCD_BIN"
+	log "etcd built in $((SECONDS - start)) s: $("$ETCD_BIN" --version | head -1)"
+}
+
+build_kwok() {
+	if [[ -x "$KWOK_BIN" ]]; then
+		log "kwok $KWOK_VERSION already built: $KWOK_BIN"
+		return 0
+	fi
+	local root="$CACHE/kwok-$KWOK_VERSION"
+	mkdir -p "$root/bin"
+	log "kwok: go install sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+	local start=$SECONDS
+	GOBIN="$root/bin" CGO_ENABLED=0 go install -p "$GO_PARALLEL" -trimpath -ldflags "-s -w" \
+		"sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+	log "kwok built in $((SECONDS - start)) s"
+}
+
+cmd_build() {
+	command -v go >/dev/null || die "go is not installed (Go >= 1.26 is needed to build Kubernetes ${K8S_VERSION})"
+	mkdir -p "$CACHE"
+	local start=$SECONDS
+	build_etcd
+	build_kwok
+	build_apiserver
+	log "build finished in $((SECONDS - start)) s"
+}
+
+cmd_paths() {
+	printf 'KUBE_APISERVER=%s\nETCD=%s\nKWOK=%s\n' "$APISERVER_BIN" "$ETCD_BIN" "$KWOK_BIN"
+}
+
+# ---------------------------------------------------------------------------------------------
+# start / stop / env
+# ---------------------------------------------------------------------------------------------
+
+# Loopback ports only; the kernel picks each free port, we release it and hand it to the server.
+# A port could in principle be taken in between; start fails loudly then and the caller retries.
+free_port() {
+	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+}
+
+random_token() { od -An -N24 -tx1 /dev/urandom | tr -d ' \n'; }
+
+# Is PID alive and running BINARY? Guards `stop` against PIDs that the kernel reused.
+pid_runs() {
+	local pid="$1" binary="$2"
+	[[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null || return 1
+	[[ -r "/proc/$pid/cmdline" ]] || return 0
+	tr '\0' '\n' <"/proc/$pid/cmdline" | head -1 | grep -qF "$binary"
+}
+
+# Stop one component by its PID file: SIGTERM, up to 10 s grace, then SIGKILL.
+stop_component() {
+	local dir="$1" name="$2" binary="$3"
+	local file="$dir/$name.pid"
+	[[ -f "$file" ]] || return 0
+	local pid
+	pid="$(cat "$file")"
+	if pid_runs "$pid" "$binary"; then
+		kill -TERM "$pid" 2>/dev/null || true
+		local i
+		for ((i = 0; i < 100; i++)); do
+			pid_runs "$pid" "$binary" || break
+			sleep 0.1
+		done
+		if pid_runs "$pid" "$binary"; then
+			log "$name (pid $pid) ignored SIGTERM; sending SIGKILL"
+			kill -KILL "$pid" 2>/dev/null || true
+		fi
+	fi
+	rm -f "$file"
+}
+
+stop_all() {
+	local dir="$1"
+	stop_component "$dir" kwok "$KWOK_BIN"
+	stop_component "$dir" kube-apiserver "$APISERVER_BIN"
+	stop_component "$dir" etcd "$ETCD_BIN"
+}
+
+write_kubeconfig() {
+	local path="$1" server="$2" ca="$3" user="$4" token="$5"
+	umask 077
+	cat >"$path" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: walras-dev
+  cluster:
+    server: $server
+    certificate-authority: $ca
+users:
+- name: $user
+  user:
+    token: $token
+contexts:
+- name: walras-dev
+  context:
+    cluster: walras-dev
+    user: $user
+    namespace: default
+current-context: walras-dev
+EOF
+}
+
+make_certs() {
+	local pki="$1"
+	mkdir -p "$pki"
+	# ECDSA P-256 keys: instant to generate, and every component speaks them.
+	openssl req -x509 -new -nodes -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 \
+		-keyout "$pki/ca.key" -out "$pki/ca.crt" -days 3650 -subj "/CN=walras-dev-ca" \
+		-addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
+		2>/dev/null
+	openssl req -new -nodes -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 \
+		-keyout "$pki/apiserver.key" -out "$pki/apiserver.csr" -subj "/CN=kube-apiserver" 2>/dev/null
+	printf '%s\n' \
+		"basicConstraints=CA:FALSE" \
+		"keyUsage=critical,digitalSignature,keyEncipherment" \
+		"extendedKeyUsage=serverAuth" \
+		"subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local" \
+		>"$pki/apiserver.ext"
+	openssl x509 -req -in "$pki/apiserver.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" \
+		-CAcreateserial -out "$pki/apiserver.crt" -days 3650 -extfile "$pki/apiserver.ext" 2>/dev/null
+	# Service-account token signing key pair (TokenRequest, projected tokens).
+	openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$pki/sa.key" 2>/dev/null
+	openssl pkey -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
+	chmod 0600 "$pki"/*.key
+}
+
+# Print the tail of every log, copy the logs somewhere that outlives DIR, kill what was started.
+START_DIR=""
+START_OK=0
+on_start_exit() {
+	local rc=$?
+	[[ "$START_OK" == 1 || -z "$START_DIR" ]] && return 0
+	local keep
+	keep="${WALRAS_FAILED_LOGS_DIR:-${TMPDIR:-/tmp}}/walras-control-plane-failed-$(date -u +%Y%m%dT%H%M%S)-$$"
+	mkdir -p "$keep"
+	cp -r "$START_DIR/logs/." "$keep/" 2>/dev/null || true
+	local f
+	for f in "$START_DIR"/logs/*.log; do
+		[[ -f "$f" ]] || continue
+		printf '\n===== %s (last 25 lines) =====\n' "$f" >&2
+		tail -n 25 "$f" >&2 || true
+	done
+	stop_all "$START_DIR"
+	log "start failed (exit $rc); processes stopped, logs copied to $keep"
+}
+
+wait_ready() {
+	local url="$1" ca="$2" token="$3" pid="$4" timeout="$5"
+	local deadline=$((SECONDS + timeout))
+	while ((SECONDS < deadline)); do
+		kill -0 "$pid" 2>/dev/null || die "kube-apiserver exited before it became ready"
+		if curl --silent --fail --max-time 2 --cacert "$ca" -H "Authorization: Bearer $token" \
+			"$url/readyz" >/dev/null 2>&1; then
+			return 0
+		fi
+		sleep 0.2
+	done
+	die "kube-apiserver not ready after ${timeout}s: $url/readyz"
+}
+
+wait_etcd() {
+	local url="$1" pid="$2" timeout="$3"
+	local deadline=$((SECONDS + timeout))
+	while ((SECONDS < deadline)); do
+		kill -0 "$pid" 2>/dev/null || die "etcd exited before it became healthy"
+		curl --silent --fail --max-time 2 "$url/health" 2>/dev/null | grep -q '"health":"true"' && return 0
+		sleep 0.1
+	done
+	die "etcd not healthy after ${timeout}s: $url/health"
+}
+
+cmd_start() {
+	local dir="${1:-}"
+	[[ -n "$dir" ]] || die "usage: $0 start DIR"
+	local b
+	for b in "$ETCD_BIN" "$APISERVER_BIN" "$KWOK_BIN"; do
+		[[ -x "$b" ]] || die "$b is missing: run '$0 build' first"
+	done
+	command -v openssl >/dev/null || die "openssl is needed for certificates"
+	command -v curl >/dev/null || die "curl is needed for readiness checks"
+	mkdir -p "$dir"
+	dir="$(cd "$dir" && pwd)"
+	if compgen -G "$dir/*.pid" >/dev/null; then
+		die "$dir already holds a control plane (PID files present); stop it first"
+	fi
+	START_DIR="$dir"
+	trap on_start_exit EXIT
+	local t0=$SECONDS
+	mkdir -p "$dir/logs" "$dir/etcd-data" "$dir/kwok-home"
+	make_certs "$dir/pki"
+
+	local admin_token operator_token
+	admin_token="$(random_token)"
+	operator_token="$(random_token)"
+	# Static tokens: token,user,uid,"groups". The operator's token authenticates exactly as the
+	# ServiceAccount walras-system/walras-controller would, so RBAC bindings to that
+	# ServiceAccount (the chart's) apply to it; it needs no ServiceAccount object or token controller.
+	(
+		umask 077
+		printf '%s,walras-admin,walras-admin,"system:masters"\n' "$admin_token"
+		printf '%s,system:serviceaccount:walras-system:walras-controller,walras-controller,"system:serviceaccounts,system:serviceaccounts:walras-system,system:authenticated"\n' \
+			"$operator_token"
+	) >"$dir/pki/tokens.csv"
+	chmod 0600 "$dir/pki/tokens.csv"
+
+	local etcd_port etcd_peer_port api_port
+	etcd_port="$(free_port)"
+	etcd_peer_port="$(free_port)"
+	api_port="$(free_port)"
+	while [[ "$etcd_peer_port" == "$etcd_port" ]]; do etcd_peer_port="$(free_port)"; done
+	while [[ "$api_port" == "$etcd_port" || "$api_port" == "$etcd_peer_port" ]]; do api_port="$(free_port)"; done
+	local etcd_url="http://127.0.0.1:$etcd_port"
+	local server="https://127.0.0.1:$api_port"
+
+	# etcd: plain HTTP is acceptable because it listens on loopback only. --unsafe-no-fsync trades
+	# crash safety (irrelevant for a throw-away test store) for speed on a shared disk.
+	"$ETCD_BIN" --name walras-dev --data-dir "$dir/etcd-data" \
+		--listen-client-urls "$etcd_url" --advertise-client-urls "$etcd_url" \
+		--listen-peer-urls "http://127.0.0.1:$etcd_peer_port" \
+		--initial-advertise-peer-urls "http://127.0.0.1:$etcd_peer_port" \
+		--initial-cluster "walras-dev=http://127.0.0.1:$etcd_peer_port" \
+		--initial-cluster-state new --unsafe-no-fsync --log-level warn \
+		</dev/null >"$dir/logs/etcd.log" 2>&1 &
+	echo $! >"$dir/etcd.pid"
+	wait_etcd "$etcd_url" "$(cat "$dir/etcd.pid")" 30
+
+	# kube-apiserver. There is no kube-controller-manager, so:
+	# - no namespace controller: a deleted namespace stays Terminating (devcluster.reset finalizes it);
+	# - no garbage collector: ownerReferences do not cascade;
+	# - no ServiceAccount/token controllers: namespaces get no `default` ServiceAccount. The
+	#   ServiceAccount admission plugin stays on (as in a real cluster), so a pod must name an
+	#   existing ServiceAccount (the `namespace` fixture creates `default`); see devcluster.py.
+	"$APISERVER_BIN" \
+		--etcd-servers="$etcd_url" \
+		--bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$api_port" \
+		--tls-cert-file="$dir/pki/apiserver.crt" --tls-private-key-file="$dir/pki/apiserver.key" \
+		--client-ca-file="$dir/pki/ca.crt" \
+		--token-auth-file="$dir/pki/tokens.csv" \
+		--authorization-mode=Node,RBAC \
+		--service-account-issuer=https://kubernetes.default.svc.cluster.local \
+		--service-account-key-file="$dir/pki/sa.pub" \
+		--service-account-signing-key-file="$dir/pki/sa.key" \
+		--api-audiences=https://kubernetes.default.svc.cluster.local \
+		--service-cluster-ip-range=10.96.0.0/16 \
+		--allow-privileged=true \
+		--profiling=false \
+		--cert-dir="$dir/pki/generated" \
+		--event-ttl=1h \
+		--v="${WALRAS_APISERVER_VERBOSITY:-1}" \
+		</dev/null >"$dir/logs/kube-apiserver.log" 2>&1 &
+	echo $! >"$dir/kube-apiserver.pid"
+	wait_ready "$server" "$dir/pki/ca.crt" "$admin_token" "$(cat "$dir/kube-apiserver.pid")" \
+		"${WALRAS_APISERVER_READY_TIMEOUT:-60}"
+
+	write_kubeconfig "$dir/admin.kubeconfig" "$server" "$dir/pki/ca.crt" walras-admin "$admin_token"
+	write_kubeconfig "$dir/operator.kubeconfig" "$server" "$dir/pki/ca.crt" walras-controller "$operator_token"
+
+	# kwok: our stages only (standalone kwok ships none), nodes selected by annotation, its own
+	# HTTP server disabled (no --server-address/--node-port), HOME sandboxed so a stray
+	# ~/.kwok/kwok.yaml is not merged in.
+	local stages="$dir/kwok-stages.yaml"
+	: >"$stages"
+	local f
+	for f in "$HACK_DIR"/kwok/*.yaml; do
+		printf -- '---\n' >>"$stages"
+		cat "$f" >>"$stages"
+	done
+	HOME="$dir/kwok-home" "$KWOK_BIN" \
+		--kubeconfig="$dir/admin.kubeconfig" \
+		--config="$stages" \
+		--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
+		--node-ip=127.0.0.1 \
+		--cidr=10.0.0.0/16 \
+		</dev/null >"$dir/logs/kwok.log" 2>&1 &
+	echo $! >"$dir/kwok.pid"
+	sleep 0.5
+	kill -0 "$(cat "$dir/kwok.pid")" 2>/dev/null || die "kwok exited at start"
+
+	cat >"$dir/cluster.env" <<EOF
+SERVER=$server
+CA_FILE=$dir/pki/ca.crt
+ADMIN_KUBECONFIG=$dir/admin.kubeconfig
+OPERATOR_KUBECONFIG=$dir/operator.kubeconfig
+ETCD_URL=$etcd_url
+K8S_VERSION=$K8S_VERSION
+ETCD_VERSION=$ETCD_VERSION
+KWOK_VERSION=$KWOK_VERSION
+TOOLS_BIN=$CACHE/bin
+EOF
+	START_OK=1
+	log "control plane up in $((SECONDS - t0)) s: $server (KUBECONFIG=$dir/admin.kubeconfig)"
+}
+
+cmd_stop() {
+	local dir="${1:-}"
+	[[ -n "$dir" ]] || die "usage: $0 stop DIR"
+	[[ -d "$dir" ]] || {
+		log "$dir does not exist; nothing to stop"
+		return 0
+	}
+	stop_all "$dir"
+	rm -rf "$dir"
+	log "stopped and removed $dir"
+}
+
+cmd_env() {
+	local dir="${1:-}"
+	[[ -n "$dir" && -f "$dir/admin.kubeconfig" ]] || die "usage: $0 env DIR (a started control plane)"
+	dir="$(cd "$dir" && pwd)"
+	printf 'export KUBECONFIG=%q\n' "$dir/admin.kubeconfig"
+	printf 'export PATH=%q:"$PATH"\n' "$CACHE/bin"
+}
+
+main() {
+	local cmd="${1:-}"
+	shift || true
+	case "$cmd" in
+	build) cmd_build ;;
+	paths) cmd_paths ;;
+	start) cmd_start "$@" ;;
+	stop) cmd_stop "$@" ;;
+	env) cmd_env "$@" ;;
+	*)
+		printf 'usage: %s build|paths|start DIR|stop DIR|env DIR\n' "$0" >&2
+		exit 2
+		;;
+	esac
+}
+
+main "$@"
