@@ -145,19 +145,18 @@ def alternatives(job: Obj, pools: Sequence[PoolView]) -> tuple[Alternative, ...]
             note = f"needs {demand:g} GPUs, pool has {capacity[j]:g}"
             out.append(Alternative(gpu_type, prices[j], 0.0, 0.0, note))
             continue
-        masked = np.zeros((1, len(types)))
-        masked[0, j] = row[j]
+        # A one-type problem is the job's row masked to type j: no other type is on offer.
         try:
             problem = pricing.PricingProblem(
-                throughput=masked,
-                capacity=capacity,
-                demand=np.full(1, demand),
+                throughput=np.array([[row[j]]]),
+                capacity=np.array([capacity[j]]),
+                demand=np.array([demand]),
                 kind=kind,
                 weight=np.array([_num(utility.get("weight"), 1.0)]),
-                target=np.array([_num(utility.get("target"), 1.0)]),
+                target=np.array([_num(utility.get("target"), 0.0)]),
                 alpha=_num(utility.get("alpha"), 2.0),
             )
-            x = float(pricing.best_response(problem, prices)[0, j])
+            x = float(pricing.best_response(problem, prices[j : j + 1])[0, 0])
         except InvalidProblem as exc:
             out.append(Alternative(gpu_type, prices[j], 0.0, 0.0, str(exc)))
             continue
