@@ -94,6 +94,8 @@ NEG_TOL = 1e-9
 ROW_SUM_TOL = 1e-6
 """A targets row may sum to ``1 + ROW_SUM_TOL`` (solvers stop at a tolerance)."""
 
+_BIG = np.iinfo(np.int64).max
+
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -133,28 +135,45 @@ class RoundPlan:
 # --------------------------------------------------------------------------- validation
 
 
-def _float_array(value: object, name: str, shape: tuple[int, ...]) -> FloatArray:
+def _float_array(
+    value: object, name: str, shape: tuple[int, ...], *, lower: float = 0.0
+) -> FloatArray:
+    """``value`` as float64 of ``shape``, finite and ``>= lower``; the error names the entry.
+
+    Checked with two reductions (NaN propagates through min/max) rather than boolean temporaries:
+    the PS-DSF inputs are (jobs x nodes) and dense.
+    """
     arr = np.asarray(value, dtype=np.float64)
     if arr.shape != shape:
         raise InvalidProblem(f"{name} has shape {arr.shape}, expected {shape}", field=name)
-    bad = ~np.isfinite(arr)
-    if bad.any():
-        raise _at(name, bad, "is not finite")
+    if arr.size == 0:
+        return arr
+    lo, hi = float(arr.min()), float(arr.max())
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        raise _at(name, ~np.isfinite(arr), "is not finite")
+    if lo < lower:
+        raise _at(name, arr < lower, "is negative")
     return arr
 
 
-def _int_array(value: object, name: str, shape: tuple[int, ...]) -> IntArray:
+def _int_array(value: object, name: str, shape: tuple[int, ...], *, lower: int = 0) -> IntArray:
+    """``value`` as int64 of ``shape`` (integral floats accepted), ``>= lower``."""
     raw = np.asarray(value)
     if raw.shape != shape:
         raise InvalidProblem(f"{name} has shape {raw.shape}, expected {shape}", field=name)
     if raw.dtype.kind in "iub":
-        return raw.astype(np.int64)
-    if raw.dtype.kind != "f":
+        arr = raw.astype(np.int64, copy=False)
+    elif raw.dtype.kind == "f":
+        bad = ~np.isfinite(raw) | (raw != np.round(raw))
+        if bad.any():
+            raise _at(name, bad, "is not an integer")
+        arr = raw.astype(np.int64)
+    else:
         raise InvalidProblem(f"{name} must hold integers, got dtype {raw.dtype}", field=name)
-    bad = ~np.isfinite(raw) | (raw != np.round(raw))
-    if bad.any():
-        raise _at(name, bad, "is not an integer")
-    return raw.astype(np.int64)
+    if arr.size and int(arr.min()) < lower:
+        what = "is negative" if lower == 0 else f"must be >= {lower}"
+        raise _at(name, arr < lower, what)
+    return arr
 
 
 def _at(name: str, bad: npt.NDArray[np.bool_], what: str) -> InvalidProblem:
@@ -202,10 +221,9 @@ def _validate(
             f"targets must be a (jobs, groups) matrix, got shape {t_raw.shape}", field="targets"
         )
     n_jobs, n_groups = t_raw.shape
-    t = _float_array(t_raw, "targets", (n_jobs, n_groups))
-    if (t < -NEG_TOL).any():
-        raise _at("targets", t < -NEG_TOL, "is negative")
-    t = np.where(t < 0.0, 0.0, t)
+    t = _float_array(t_raw, "targets", (n_jobs, n_groups), lower=-NEG_TOL)
+    if t.size and float(t.min()) < 0.0:
+        t = np.maximum(t, 0.0)  # solver noise in [-NEG_TOL, 0)
     row = t.sum(axis=1)
     if (row > 1.0 + ROW_SUM_TOL).any():
         j = int(np.argmax(row > 1.0 + ROW_SUM_TOL))
@@ -215,17 +233,9 @@ def _validate(
             index=j,
         )
     rec = _float_array(received, "received", (n_jobs, n_groups))
-    if (rec < 0).any():
-        raise _at("received", rec < 0, "is negative")
     ela = _float_array(elapsed, "elapsed", (n_jobs,))
-    if (ela < 0).any():
-        raise _at("elapsed", ela < 0, "is negative")
-    rep = _int_array(replicas, "replicas", (n_jobs,))
-    if (rep <= 0).any():
-        raise _at("replicas", rep <= 0, "must be >= 1")
-    gpp = _int_array(gpus_per_pod, "gpus_per_pod", (n_jobs,))
-    if (gpp <= 0).any():
-        raise _at("gpus_per_pod", gpp <= 0, "must be >= 1")
+    rep = _int_array(replicas, "replicas", (n_jobs,), lower=1)
+    gpp = _int_array(gpus_per_pod, "gpus_per_pod", (n_jobs,), lower=1)
     ng_raw = np.asarray(node_group)
     if ng_raw.ndim != 1:
         raise InvalidProblem(
@@ -233,17 +243,13 @@ def _validate(
         )
     n_nodes = ng_raw.shape[0]
     ng = _int_array(ng_raw, "node_group", (n_nodes,))
-    out = (ng < 0) | (ng >= n_groups)
+    out = ng >= n_groups
     if out.any():
         raise _at("node_group", out, f"is outside [0, {n_groups}) (targets has {n_groups} groups)")
     free = _int_array(node_free, "node_free", (n_nodes,))
-    if (free < 0).any():
-        raise _at("node_free", free < 0, "is negative")
     cur: IntArray | None = None
     if current is not None:
         cur = _int_array(current, "current", (n_jobs, n_nodes))
-        if (cur < 0).any():
-            raise _at("current", cur < 0, "is negative")
     return _Problem(t, rec, ela, rep, gpp, ng, free, cur)
 
 
@@ -278,36 +284,31 @@ def _priorities(t: FloatArray, rec: FloatArray, ela: FloatArray) -> FloatArray:
 # --------------------------------------------------------------------------- packing
 
 
-def _pack(
-    nodes: IntArray, avail: IntArray, replicas: int, gpus: int
-) -> list[tuple[int, int]] | None:
-    """Fewest nodes, then best fit: ``(node, pods)`` for a gang on ``nodes`` with ``avail`` GPUs.
+def _pack(avail: IntArray, replicas: int, gpus: int) -> list[tuple[int, int]] | None:
+    """Fewest nodes, then best fit: ``(position, pods)`` for a gang on nodes with ``avail`` GPUs.
 
-    ``nodes`` is ascending; ties go to the lower node index (stable sorts keep index order).
+    Positions index ``avail`` (a group's nodes in ascending node order), so ties go to the lower
+    node index: argmin returns the first minimum and the sorts are stable.
     """
+    need = replicas * gpus
+    if int(avail.max()) >= need:
+        # One node holds it all: the one left with the fewest free GPUs.
+        i = int(np.argmin(np.where(avail >= need, avail, _BIG)))
+        return [(i, replicas)]
     pods = avail // gpus
     if int(pods.sum()) < replicas:
         return None
-    fits = pods >= replicas
-    if fits.any():
-        # One node holds it all: the one left with the fewest free GPUs (argmin takes the first).
-        leftover = np.where(fits, avail - replicas * gpus, np.iinfo(np.int64).max)
-        k = int(np.argmin(leftover))
-        return [(int(nodes[k]), replicas)]
     order = np.argsort(-pods, kind="stable")
     cum = np.cumsum(pods[order])
-    m = int(np.searchsorted(cum, replicas))  # nodes order[0..m] suffice; order[m] is the last
-    full = order[:m]
-    need = replicas - (int(cum[m - 1]) if m > 0 else 0)
-    # Best fit for the remainder among nodes not already filled (order[m] always qualifies).
-    rest = order[m:]
-    ok = pods[rest] >= need
-    leftover = np.where(ok, avail[rest] - need * gpus, np.iinfo(np.int64).max)
-    # Among equal leftovers prefer the lower node index: sort the candidates by node index first.
-    by_index = np.argsort(rest, kind="stable")
-    last = int(rest[by_index[int(np.argmin(leftover[by_index]))]])
-    out = [(int(nodes[k]), int(pods[k])) for k in full]
-    out.append((int(nodes[last]), need))
+    m = int(np.searchsorted(cum, replicas))  # order[0..m] suffice; order[m] would be the last
+    rest_pods = replicas - int(cum[m - 1]) if m > 0 else replicas
+    # Best fit for the remainder among the nodes not filled (order[m] always qualifies); scan them
+    # in node order so that equal leftovers go to the lower index.
+    rest = np.sort(order[m:])
+    left = np.where(pods[rest] >= rest_pods, avail[rest], _BIG)
+    last = int(rest[int(np.argmin(left))])
+    out = [(int(i), int(pods[i])) for i in order[:m]]
+    out.append((last, rest_pods))
     return out
 
 
@@ -347,22 +348,43 @@ def plan_round(
         targets, received, elapsed, replicas, gpus_per_pod, node_group, node_free, current
     )
     n_jobs, n_groups = p.targets.shape
-    prio = _priorities(p.targets, p.received, p.elapsed)
+    # Work on the positive pairs only: PS-DSF targets are (jobs x nodes) and sparse.
     jj, gg = np.nonzero(p.targets > 0)
     t_pair = p.targets[jj, gg]
-    deficit = t_pair * p.elapsed[jj] - p.received[jj, gg]
+    r_pair = p.received[jj, gg]
+    e_pair = p.elapsed[jj]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        prio = np.where(r_pair > 0, t_pair * e_pair / r_pair, np.inf)
+    deficit = t_pair * e_pair - r_pair
     # np.lexsort sorts by the last key first.
-    order = np.lexsort((gg, jj, -t_pair, -deficit, -prio[jj, gg]))
+    order = np.lexsort((gg, jj, -t_pair, -deficit, -prio))
     pair_jobs: list[int] = jj[order].tolist()
     pair_groups: list[int] = gg[order].tolist()
 
-    free = p.node_free.copy()
-    group_nodes = [np.flatnonzero(p.node_group == g) for g in range(n_groups)]
-    group_free: list[int] = [int(free[nodes].sum()) for nodes in group_nodes]
-    demand: list[int] = (p.replicas * p.gpus_per_pod).tolist()
+    # Per-group working copies: a group's nodes in ascending order, their free and reserved GPUs.
+    by_group = np.argsort(p.node_group, kind="stable")
+    bounds = np.concatenate(([0], np.cumsum(np.bincount(p.node_group, minlength=n_groups))))
+    group_nodes = [by_group[bounds[g] : bounds[g + 1]] for g in range(n_groups)]
+    position = np.empty(p.node_group.shape[0], dtype=np.int64)
+    position[by_group] = np.arange(by_group.shape[0]) - bounds[p.node_group[by_group]]
+    pos_of: list[int] = position.tolist()
+    free = [p.node_free[nodes] for nodes in group_nodes]  # fancy indexing copies
+    group_free: list[int] = [int(f.sum()) for f in free]
+    gpus_of: list[int] = p.gpus_per_pod.tolist()
+    replicas_of: list[int] = p.replicas.tolist()
+    demand = [r * q for r, q in zip(replicas_of, gpus_of, strict=True)]
 
-    cur_group, cur_nodes, reserved = _current_placements(p, n_jobs)
+    cur_group, cur_nodes, reserved_by_node = _current_placements(p)
+    reserved = [reserved_by_node[nodes] for nodes in group_nodes]
+    group_reserved: list[int] = [int(r.sum()) for r in reserved]
     holds = [g >= 0 for g in cur_group]  # does job j still reserve its current GPUs?
+
+    def release(j: int) -> None:
+        g, gpus = cur_group[j], gpus_of[j]
+        for k, n in cur_nodes[j]:
+            reserved[g][pos_of[k]] -= n * gpus
+        group_reserved[g] -= demand[j]
+        holds[j] = False
 
     placed: dict[int, JobPlacement] = {}
     total_free = sum(group_free)
@@ -372,37 +394,34 @@ def plan_round(
         if j in placed:
             continue
         if g == cur_group[j] and holds[j]:
-            # The job's own pair: its reservation goes, whether it keeps its nodes or moves.
-            for k, n in cur_nodes[j]:
-                reserved[k] -= n * int(p.gpus_per_pod[j])
-            holds[j] = False
+            release(j)  # its own pair: the reservation goes, whether it keeps its nodes or moves
         if group_free[g] < demand[j]:
             continue
-        gpus = int(p.gpus_per_pod[j])
-        choice: list[tuple[int, int]] | None = None
+        gpus, f = gpus_of[j], free[g]
+        choice: list[tuple[int, int]] | None = None  # (position in group, pods)
         kept = False
-        if g == cur_group[j] and all(free[k] >= n * gpus for k, n in cur_nodes[j]):
-            choice, kept = list(cur_nodes[j]), True
+        if g == cur_group[j]:
+            mine = [(pos_of[k], n) for k, n in cur_nodes[j]]
+            if all(f[i] >= n * gpus for i, n in mine):
+                choice, kept = mine, True
         if choice is None:
-            nodes = group_nodes[g]
-            soft = np.maximum(free[nodes] - reserved[nodes], 0)
-            choice = _pack(nodes, soft, int(p.replicas[j]), gpus)
+            if group_reserved[g] > 0:
+                choice = _pack(np.maximum(f - reserved[g], 0), replicas_of[j], gpus)
             if choice is None:
-                choice = _pack(nodes, free[nodes], int(p.replicas[j]), gpus)
+                choice = _pack(f, replicas_of[j], gpus)
         if choice is None:
             continue
-        for k, n in choice:
-            free[k] -= n * gpus
+        for i, n in choice:
+            f[i] -= n * gpus
         group_free[g] -= demand[j]
         total_free -= demand[j]
         if holds[j]:
-            # Placed in another group before its own pair came up: release its old GPUs.
-            for k, n in cur_nodes[j]:
-                reserved[k] -= n * gpus
-            holds[j] = False
-        placed[j] = JobPlacement(job=j, group=g, nodes=tuple(sorted(choice)), kept=kept)
+            release(j)  # placed in another group before its own pair came up
+        nodes = group_nodes[g]
+        where = tuple(sorted((int(nodes[i]), n) for i, n in choice))
+        placed[j] = JobPlacement(job=j, group=g, nodes=where, kept=kept)
 
-    wanted = np.flatnonzero((p.targets > 0).any(axis=1)).tolist()
+    wanted = np.flatnonzero(np.bincount(jj, minlength=n_jobs) > 0).tolist()
     unplaced = tuple(j for j in wanted if j not in placed)
     return RoundPlan(
         placements=tuple(placed[j] for j in sorted(placed)),
@@ -410,28 +429,41 @@ def plan_round(
     )
 
 
-def _current_placements(
-    p: _Problem, n_jobs: int
-) -> tuple[list[int], list[list[tuple[int, int]]], IntArray]:
+def _current_placements(p: _Problem) -> tuple[list[int], list[list[tuple[int, int]]], IntArray]:
     """Per job, its current group (``-1`` if it cannot be kept) and nodes, and reserved GPUs.
 
     A current placement can be kept only if it is the full gang, all in one group, with a positive
     target there. Only those reserve their GPUs.
     """
+    n_jobs = p.targets.shape[0]
     cur_group = [-1] * n_jobs
     cur_nodes: list[list[tuple[int, int]]] = [[] for _ in range(n_jobs)]
     reserved = np.zeros(p.node_free.shape[0], dtype=np.int64)
     if p.current is None:
         return cur_group, cur_nodes, reserved
-    running = np.flatnonzero(p.current.sum(axis=1) == p.replicas).tolist()
-    for j in running:
-        ks = np.flatnonzero(p.current[j])
-        groups = np.unique(p.node_group[ks])
-        if groups.shape[0] != 1 or p.targets[j, groups[0]] <= 0:
-            continue
-        cur_group[j] = int(groups[0])
-        cur_nodes[j] = [(int(k), int(p.current[j, k])) for k in ks]
-        reserved[ks] += p.current[j, ks] * p.gpus_per_pod[j]
+    rows, cols = np.nonzero(p.current)  # row-major: grouped by job, nodes ascending
+    if rows.shape[0] == 0:
+        return cur_group, cur_nodes, reserved
+    counts = p.current[rows, cols]
+    groups = p.node_group[cols]
+    total = np.bincount(rows, weights=counts.astype(np.float64), minlength=n_jobs)
+    g_min = np.full(n_jobs, np.iinfo(np.int64).max)
+    g_max = np.full(n_jobs, -1)
+    np.minimum.at(g_min, rows, groups)
+    np.maximum.at(g_max, rows, groups)
+    one_group = g_min == g_max
+    g_safe = np.where(one_group, g_min, 0)
+    ok = (total == p.replicas) & one_group & (p.targets[np.arange(n_jobs), g_safe] > 0)
+    keep_entry = ok[rows]
+    np.add.at(reserved, cols[keep_entry], counts[keep_entry] * p.gpus_per_pod[rows[keep_entry]])
+    starts = np.searchsorted(rows, np.arange(n_jobs + 1))
+    cols_l: list[int] = cols.tolist()
+    counts_l: list[int] = counts.tolist()
+    bounds: list[int] = starts.tolist()
+    for j in np.flatnonzero(ok).tolist():
+        cur_group[j] = int(g_min[j])
+        a, b = bounds[j], bounds[j + 1]
+        cur_nodes[j] = list(zip(cols_l[a:b], counts_l[a:b], strict=True))
     return cur_group, cur_nodes, reserved
 
 
