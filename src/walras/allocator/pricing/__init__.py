@@ -1,0 +1,25 @@
+"""Price discovery over GPU types (paper 000, ALGORITHMS.md §1).
+
+Public interface::
+
+    problem = pricing.PricingProblem(throughput, capacity, demand=None, kind="log", ...)
+    issues = pricing.screen_jobs(problem)        # per-job defects solve() would reject
+    result = pricing.solve(problem, eps=1e-3)     # immutable PricingResult
+    X = pricing.best_response(problem, result.prices)
+
+Modules: ``problem`` (data, validation), ``utilities`` (u(t) kinds), ``subproblem`` (per-job
+best response on the cost hull), ``solver`` (L-BFGS-B on the dual), ``backend`` (numpy/torch),
+``instances`` (the paper's §6.2 generator).
+"""
+
+from walras.allocator.pricing.problem import JobIssue, PricingProblem, screen_jobs
+from walras.allocator.pricing.solver import PricingResult, best_response, solve
+
+__all__ = [
+    "JobIssue",
+    "PricingProblem",
+    "PricingResult",
+    "best_response",
+    "screen_jobs",
+    "solve",
+]

@@ -1,0 +1,265 @@
+"""The price-discovery problem and its input validation (ALGORITHMS.md §1, paper 000 §2).
+
+    maximize    Σ_i u_i(a_i^T x_i)
+    subject to  x_i ≥ 0,  1^T x_i ≤ 1,  Σ_i d_i ⊙ x_i ≤ R
+
+``PricingProblem`` holds the data (throughput ``a`` (n, m), capacity ``R`` (m,), demand ``d``
+(n,) or (n, m), utility kind and parameters per job). Construction checks only what concerns the
+whole problem (shapes, kinds, capacity); per-job defects are reported by ``screen_jobs`` so that
+the operator can drop the offending jobs and solve the rest. ``solver.solve`` calls
+``check_jobs`` and raises ``InvalidProblem`` naming the first bad job.
+
+Example: two jobs, two GPU types, log utility::
+
+    PricingProblem(throughput=[[1.0, 2.0], [1.0, 0.5]], capacity=[1.0, 1.0])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from walras.allocator.errors import InvalidProblem
+
+KINDS = ("linear", "log", "alpha", "target")
+
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class JobIssue:
+    """A per-job defect that ``solve`` would reject (``screen_jobs`` reports them)."""
+
+    index: int
+    field: str
+    reason: str
+
+
+def _readonly(x: Any) -> Any:
+    arr = np.array(x, dtype=np.float64, copy=True)
+    arr.setflags(write=False)
+    return arr
+
+
+@dataclass(frozen=True, eq=False)
+class PricingProblem:
+    """Immutable problem data; arrays are copied to read-only float64 on construction.
+
+    ``kind`` is one name for all jobs or one per job (``"linear"``, ``"log"``, ``"alpha"`` for the
+    α-fair/power utility ``w t^(1−α)/(1−α)``, ``"target"`` for ``w min(t − T, 0)``).
+    ``alpha`` is the α-fair exponent (scalar or per job), used only by ``"alpha"`` jobs.
+    """
+
+    throughput: Any
+    capacity: Any
+    demand: Any = None
+    kind: str | Sequence[str] = "log"
+    weight: Any = None
+    target: Any = None
+    alpha: Any = 2.0
+    kind_codes: Any = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        try:
+            A = _readonly(self.throughput)
+            R = _readonly(self.capacity)
+        except (TypeError, ValueError) as exc:
+            raise InvalidProblem(f"throughput/capacity are not numeric arrays: {exc}") from exc
+        if A.ndim != 2:
+            raise InvalidProblem(
+                f"throughput must be a 2-D (jobs × types) array, got shape {A.shape}",
+                field="throughput",
+            )
+        n, m = A.shape
+        if n == 0:
+            raise InvalidProblem("the problem has no jobs", field="throughput")
+        if m == 0:
+            raise InvalidProblem("the problem has no resource types", field="capacity")
+        if R.shape != (m,):
+            raise InvalidProblem(
+                f"capacity must have shape ({m},) to match throughput, got {R.shape}",
+                field="capacity",
+            )
+        for j in range(m):
+            if not np.isfinite(R[j]) or R[j] <= 0:
+                raise InvalidProblem(
+                    f"capacity of type {j} must be finite and > 0, got {R[j]!r}",
+                    field="capacity",
+                    index=j,
+                )
+        object.__setattr__(self, "throughput", A)
+        object.__setattr__(self, "capacity", R)
+
+        if self.demand is None:
+            d = np.ones(n)
+            d.setflags(write=False)
+        else:
+            d = _readonly(self.demand)
+            if d.shape not in ((n,), (n, m)):
+                raise InvalidProblem(
+                    f"demand must have shape ({n},) or ({n}, {m}), got {d.shape}", field="demand"
+                )
+        object.__setattr__(self, "demand", d)
+
+        kinds = [self.kind] * n if isinstance(self.kind, str) else list(self.kind)
+        if len(kinds) != n:
+            raise InvalidProblem(f"kind must name one utility or {n}, got {len(kinds)}", field="kind")
+        codes = np.empty(n, dtype=np.int8)
+        for i, k in enumerate(kinds):
+            if k not in KINDS:
+                raise InvalidProblem(
+                    f"job {i}: unknown utility kind {k!r} (expected one of {', '.join(KINDS)})",
+                    field="kind",
+                    index=i,
+                )
+            codes[i] = KINDS.index(k)
+        codes.setflags(write=False)
+        object.__setattr__(self, "kind_codes", codes)
+        if isinstance(self.kind, str):
+            kind_value: str | tuple[str, ...] = self.kind
+        else:
+            kind_value = tuple(kinds)
+        object.__setattr__(self, "kind", kind_value)
+
+        object.__setattr__(self, "weight", self._per_job(self.weight, 1.0, "weight"))
+        uses_target = bool(np.any(codes == KINDS.index("target")))
+        if self.target is None and uses_target:
+            raise InvalidProblem("target-priority jobs need a target", field="target")
+        object.__setattr__(self, "target", self._per_job(self.target, 0.0, "target"))
+        object.__setattr__(self, "alpha", self._per_job(self.alpha, 2.0, "alpha"))
+
+    def _per_job(self, value: Any, default: float, name: str) -> FloatArray:
+        n = self.n
+        arr = np.full(n, default) if value is None else np.array(value, dtype=np.float64)
+        if arr.ndim == 0:
+            arr = np.full(n, float(arr))
+        if arr.shape != (n,):
+            raise InvalidProblem(f"{name} must be a scalar or have shape ({n},), got {arr.shape}")
+        arr = arr.copy()
+        arr.setflags(write=False)
+        return arr
+
+    @property
+    def n(self) -> int:
+        """Number of jobs."""
+        return int(self.throughput.shape[0])
+
+    @property
+    def m(self) -> int:
+        """Number of resource types."""
+        return int(self.throughput.shape[1])
+
+    def demand_matrix(self) -> FloatArray:
+        """Demand as an (n, m) array (a per-job scalar is repeated across types)."""
+        d = np.asarray(self.demand)
+        if d.ndim == 1:
+            return np.repeat(d[:, None], self.m, axis=1)
+        return d
+
+    def kinds(self) -> tuple[str, ...]:
+        """The utility kind of every job."""
+        return tuple(KINDS[c] for c in self.kind_codes)
+
+    def subset(self, keep: Any, *, capacity: Any = None) -> PricingProblem:
+        """The problem restricted to the jobs ``keep`` (indices or a boolean mask).
+
+        The operator uses it after ``screen_jobs``; the solver uses it (with ``capacity``
+        scaled) to compute start prices on a sample of a very large problem.
+        """
+        idx = np.arange(self.n)[np.asarray(keep)]
+        kinds: str | list[str]
+        kinds = self.kind if isinstance(self.kind, str) else [self.kind[int(i)] for i in idx]
+        return PricingProblem(
+            throughput=self.throughput[idx],
+            capacity=self.capacity if capacity is None else capacity,
+            demand=np.asarray(self.demand)[idx],
+            kind=kinds,
+            weight=self.weight[idx],
+            target=self.target[idx],
+            alpha=self.alpha[idx],
+        )
+
+
+def usable(problem: PricingProblem, *, strict: bool) -> npt.NDArray[np.bool_]:
+    """(n, m) mask of types each job may use: throughput > 0 and (unless strict) d_ij ≤ R_j."""
+    A = np.asarray(problem.throughput)
+    ok = A > 0
+    if not strict:
+        ok &= problem.demand_matrix() <= np.asarray(problem.capacity)[None, :]
+    return ok
+
+
+def _first_bad(mask: npt.NDArray[np.bool_]) -> list[int]:
+    return [int(i) for i in np.flatnonzero(mask)]
+
+
+def screen_jobs(problem: PricingProblem) -> tuple[JobIssue, ...]:
+    """Every per-job defect ``solve(problem, strict=False)`` would reject, sorted by job.
+
+    Defects: NaN/inf or negative throughput, non-positive or non-finite demand, weight, target,
+    α ≤ 0 or α = 1 for α-fair jobs, a job whose demand exceeds the capacity of every type it has
+    throughput on (it can never run), and a log/α-fair (α ≥ 1) job with zero throughput on every
+    usable type (its utility would be −∞).
+    """
+    A = np.asarray(problem.throughput)
+    D = problem.demand_matrix()
+    issues: list[JobIssue] = []
+    with np.errstate(invalid="ignore"):
+        bad_a = ~np.isfinite(A).all(axis=1)
+        issues += [JobIssue(i, "throughput", "throughput contains NaN or inf") for i in
+                   _first_bad(bad_a)]
+        neg_a = ~bad_a & (A < 0).any(axis=1)
+        issues += [JobIssue(i, "throughput", "throughput is negative") for i in _first_bad(neg_a)]
+        bad_d = ~(np.isfinite(D) & (D > 0)).all(axis=1)
+        issues += [JobIssue(i, "demand", "demand must be finite and > 0") for i in
+                   _first_bad(bad_d)]
+        w = np.asarray(problem.weight)
+        issues += [JobIssue(i, "weight", "weight must be finite and > 0") for i in
+                   _first_bad(~(np.isfinite(w) & (w > 0)))]
+        codes = np.asarray(problem.kind_codes)
+        tgt = np.asarray(problem.target)
+        is_target = codes == KINDS.index("target")
+        issues += [JobIssue(i, "target", "target must be finite and ≥ 0") for i in
+                   _first_bad(is_target & ~(np.isfinite(tgt) & (tgt >= 0)))]
+        al = np.asarray(problem.alpha)
+        is_alpha = codes == KINDS.index("alpha")
+        issues += [JobIssue(i, "alpha", "alpha must be finite, > 0 and ≠ 1 (use kind='log')")
+                   for i in _first_bad(is_alpha & ~(np.isfinite(al) & (al > 0) & (al != 1)))]
+        clean = ~(bad_a | neg_a | bad_d)
+        has_a = (A > 0).any(axis=1)
+        ok = usable(problem, strict=False) & clean[:, None]
+        fits = ok.any(axis=1)
+        issues += [JobIssue(i, "demand", "demand exceeds the capacity of every type the job has "
+                            "throughput on") for i in _first_bad(clean & has_a & ~fits)]
+        needs_t = (codes == KINDS.index("log")) | (is_alpha & (al >= 1))
+        issues += [JobIssue(i, "throughput", "zero throughput on every type; log/α-fair (α ≥ 1) "
+                            "utility needs positive throughput") for i in
+                   _first_bad(clean & needs_t & ~has_a)]
+    issues.sort(key=lambda x: (x.index, x.field))
+    return tuple(issues)
+
+
+def check_jobs(problem: PricingProblem, *, strict: bool) -> None:
+    """Raise ``InvalidProblem`` for the first per-job defect (and, if strict, d_ij > R_j)."""
+    issues = screen_jobs(problem)
+    if issues:
+        first = issues[0]
+        more = f" (and {len(issues) - 1} more job issues)" if len(issues) > 1 else ""
+        raise InvalidProblem(
+            f"job {first.index}: {first.reason}{more}", field=first.field, index=first.index
+        )
+    if strict:
+        A = np.asarray(problem.throughput)
+        over = (problem.demand_matrix() > np.asarray(problem.capacity)[None, :]) & (A > 0)
+        if over.any():
+            i, j = (int(v) for v in np.argwhere(over)[0])
+            raise InvalidProblem(
+                f"job {i}: demand {problem.demand_matrix()[i, j]:g} exceeds the capacity "
+                f"{problem.capacity[j]:g} of type {j} (pass strict=False to mask that type)",
+                field="demand",
+                index=i,
+            )

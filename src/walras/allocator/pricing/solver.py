@@ -1,0 +1,486 @@
+"""Price discovery: minimise the dual g(p) over prices p ≥ 0 (paper 000 §5, ALGORITHMS.md §1).
+
+    g(p) = p^T R + Σ_i max_{x_i ≥ 0, 1^T x_i ≤ 1} [u_i(a_i^T x_i) − (d_i ⊙ p)^T x_i],
+    ∇g(p) = R − Σ_i d_i ⊙ x̃_i(p).
+
+Each iteration solves every job's subproblem at p (``subproblem.respond``, vectorised, chunk by
+chunk), which gives the upper bound g(p) ≥ U*. Scaling column j of the responses by
+min(1, R_j / r_j) gives a feasible allocation X̃ whose utility is a lower bound. The solve stops
+when the best upper bound minus the best lower bound is ≤ ε·n (ε = 1e-3: at most 1e-3 below the
+optimum in *average* utility) or after ``max_iter`` evaluations of g.
+
+Prices move by bounded L-BFGS (scipy's L-BFGS-B, memory 10) on g/n; if it stops early (its line
+search fails on a kinked g, e.g. target-priority) the projected subgradient method with Polyak
+steps continues from the best prices. Start prices are the paper's eq. (17),
+p¹ = (1/n) Σ_i u_i'(a_i^T x⁰) a_i / d_i with x⁰ = R/(nκ), κ = max(1, 1^T R/n); for n ≥ 200 000
+they are first refined by solving a 50 000-job stride sample of the problem (capacity scaled),
+which cuts the full-size iterations to a handful. ``warm_prices`` (the operator's previous round)
+replace both.
+
+Called by the operator each round, by ``walras solve`` and by the benchmark.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from scipy.optimize import minimize
+
+from walras.allocator.errors import InvalidProblem
+from walras.allocator.pricing import subproblem
+from walras.allocator.pricing.backend import Backend, get_backend
+from walras.allocator.pricing.problem import KINDS, PricingProblem, check_jobs, usable
+from walras.allocator.pricing.utilities import UTILITIES, Params
+
+COARSE_MIN_JOBS = 200_000
+COARSE_SAMPLE = 50_000
+
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class PricingResult:
+    """Outcome of ``solve``; nothing in it is mutated after it is returned.
+
+    ``utility`` is U(X̃) of the returned (feasible) allocation, ``dual_bound`` the smallest g(p)
+    seen (an upper bound on the optimum), ``gap`` their difference. ``prices`` are the prices
+    of that smallest g. ``history`` holds (g(p^k), U(X̃^k)) for every iteration k.
+    """
+
+    allocation: FloatArray
+    prices: FloatArray
+    throughput: FloatArray
+    utility: float
+    dual_bound: float
+    gap: float
+    iterations: int
+    converged: bool
+    timings: Mapping[str, float]
+    backend: str
+    history: tuple[tuple[float, float], ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """The problem in solver order (jobs grouped by kind), on a backend."""
+
+    b: Backend
+    groups: tuple[subproblem.Group, ...]
+    n: int
+    m: int
+    R: FloatArray
+    job_order: npt.NDArray[np.int64] | None  # solver position k holds original job job_order[k]
+    A: FloatArray  # (n, m) masked throughput, solver order (numpy)
+    D: FloatArray  # (n,) or (n, m) demand, solver order
+    codes: npt.NDArray[np.int8]
+    weight: FloatArray
+    target: FloatArray
+    alpha: FloatArray
+
+
+def _prepare(
+    b: Backend,
+    A: FloatArray,
+    D: FloatArray,
+    codes: npt.NDArray[np.int8],
+    weight: FloatArray,
+    target: FloatArray,
+    alpha: FloatArray,
+    R: FloatArray,
+    job_order: npt.NDArray[np.int64] | None,
+) -> _Prepared:
+    groups = []
+    bounds = np.flatnonzero(np.diff(codes)) + 1
+    starts = [0, *bounds.tolist()]
+    stops = [*bounds.tolist(), len(codes)]
+    for s, e in zip(starts, stops, strict=True):
+        par = Params(b.asarray(weight[s:e]), b.asarray(target[s:e]), b.asarray(alpha[s:e]))
+        util = UTILITIES[KINDS[int(codes[s])]]
+        groups.append(subproblem.prepare(b, util, s, A[s:e], D[s:e], par))
+    return _Prepared(
+        b, tuple(groups), len(codes), A.shape[1], R, job_order, A, D, codes, weight, target, alpha
+    )
+
+
+def _from_problem(problem: PricingProblem, b: Backend, *, strict: bool) -> _Prepared:
+    check_jobs(problem, strict=strict)
+    A = np.where(usable(problem, strict=False), np.asarray(problem.throughput), 0.0)
+    codes = np.asarray(problem.kind_codes)
+    order: npt.NDArray[np.int64] | None = None
+    if np.any(codes != codes[0]):
+        order = np.argsort(codes, kind="stable").astype(np.int64)
+    D = np.asarray(problem.demand)
+
+    def take(x: Any) -> Any:
+        return np.asarray(x) if order is None else np.asarray(x)[order]
+
+    return _prepare(
+        b,
+        take(A),
+        take(D),
+        take(codes),
+        take(problem.weight),
+        take(problem.target),
+        take(problem.alpha),
+        np.asarray(problem.capacity),
+        order,
+    )
+
+
+@dataclass
+class _Iterate:
+    """Per-job responses at one price vector, in solver order (backend arrays)."""
+
+    t: Any
+    type_lo: Any
+    type_hi: Any
+    x_lo: Any
+    x_hi: Any
+    y_lo: Any
+    y_hi: Any
+
+
+def _evaluate(prep: _Prepared, p_np: FloatArray, it: _Iterate) -> tuple[float, FloatArray]:
+    """Fill ``it`` with the best responses at p; return (g(p), r = Σ d_i x_i)."""
+    b = prep.b
+    m = prep.m
+    p = b.asarray(p_np)
+    value = 0.0
+    r = np.zeros(m)
+    for g in prep.groups:
+        ng = g.stop - g.start
+        for s in range(0, ng, b.chunk):
+            e = min(ng, s + b.chunk)
+            res = subproblem.respond(b, g, p, s, e)
+            o, f = g.start + s, g.start + e
+            it.t[o:f] = res.t
+            it.type_lo[o:f] = res.type_lo
+            it.type_hi[o:f] = res.type_hi
+            it.x_lo[o:f] = res.x_lo
+            it.x_hi[o:f] = res.x_hi
+            it.y_lo[o:f] = res.y_lo
+            it.y_hi[o:f] = res.y_hi
+            value += b.total(res.value)
+            cnt = b.bincount(res.type_lo + 1, res.dx_lo, m + 1) + b.bincount(
+                res.type_hi + 1, res.dx_hi, m + 1
+            )
+            r += b.to_numpy(cnt)[1:]
+    return float(p_np @ prep.R) + value, r
+
+
+def _scales(R: FloatArray, r: FloatArray) -> FloatArray:
+    """Column scaling that makes the responses feasible: min(1, R_j / r_j)."""
+    with np.errstate(divide="ignore"):
+        return np.where(r > R, R / np.maximum(r, 1e-300), 1.0)
+
+
+def _recovered_t(prep: _Prepared, it: _Iterate, scale: FloatArray) -> Any:
+    b = prep.b
+    if np.all(scale >= 1.0):
+        return it.t
+    s_ext = b.asarray(np.append(scale, 0.0))  # index −1 (idle) reads the appended 0
+    return s_ext[it.type_lo] * it.y_lo + s_ext[it.type_hi] * it.y_hi
+
+
+def _utility(prep: _Prepared, t: Any) -> float:
+    total = 0.0
+    for g in prep.groups:
+        total += prep.b.total(g.util.value(prep.b, t[g.start : g.stop], g.par))
+    return total
+
+
+def _start_prices(prep: _Prepared) -> FloatArray:
+    """Paper eq. (17): p¹ = (1/n) Σ_i u_i'(a_i^T x⁰) a_i / d_i, x⁰ = R / (n κ)."""
+    b = prep.b
+    n = prep.n
+    kappa = max(1.0, float(prep.R.sum()) / n)
+    x0 = prep.R / (n * kappa)
+    p = np.zeros(prep.m)
+    for g in prep.groups:
+        A = prep.A[g.start : g.stop]
+        D = prep.D[g.start : g.stop]
+        inv_d = 1.0 / (np.repeat(D[:, None], prep.m, axis=1) if D.ndim == 1 else D)
+        t0 = b.asarray(A @ x0)
+        contrib = g.util.initial_price(b, b.asarray(A.T), t0, b.asarray(inv_d.T), g.par)
+        p += b.to_numpy(contrib)
+    return np.asarray(np.maximum(p / n, 0.0), dtype=np.float64)
+
+
+@dataclass
+class _Run:
+    """Book-keeping of one solve's iterations (not part of the result)."""
+
+    prep: _Prepared
+    it: _Iterate
+    eps_n: float
+    max_iter: int
+    history: list[tuple[float, float]] = field(default_factory=list)
+    best_dual: float = math.inf
+    best_dual_p: FloatArray | None = None
+    best_primal: float = -math.inf
+    best_primal_k: int = -1
+    best_primal_p: FloatArray | None = None
+    last_grad: FloatArray | None = None
+    t_sub: float = 0.0
+    t_rec: float = 0.0
+
+    @property
+    def gap(self) -> float:
+        return self.best_dual - self.best_primal
+
+    @property
+    def done(self) -> bool:
+        return self.gap <= self.eps_n or len(self.history) >= self.max_iter
+
+    def step(self, p: FloatArray) -> tuple[float, FloatArray]:
+        """Evaluate g and ∇g at p, recover a feasible allocation and record both bounds."""
+        p = np.maximum(np.asarray(p, dtype=np.float64), 0.0)
+        t0 = time.perf_counter()
+        g, r = _evaluate(self.prep, p, self.it)
+        t1 = time.perf_counter()
+        primal = _utility(self.prep, _recovered_t(self.prep, self.it, _scales(self.prep.R, r)))
+        self.t_sub += t1 - t0
+        self.t_rec += time.perf_counter() - t1
+        self.history.append((g, primal))
+        if g < self.best_dual:
+            self.best_dual, self.best_dual_p = g, p.copy()
+        if primal > self.best_primal:
+            self.best_primal, self.best_primal_p = primal, p.copy()
+            self.best_primal_k = len(self.history) - 1
+        grad = self.prep.R - r
+        self.last_grad = grad
+        return g, grad
+
+
+class _Stop(Exception):
+    """Raised inside the L-BFGS-B objective once the gap or the budget is reached."""
+
+
+def _iterate(run: _Run, p0: FloatArray) -> None:
+    """L-BFGS-B on g/n over p ≥ 0, then projected subgradient steps if it stopped early."""
+    n = run.prep.n
+
+    def fun(p: FloatArray) -> tuple[float, FloatArray]:
+        if run.done:
+            raise _Stop
+        g, grad = run.step(p)
+        if run.done:
+            raise _Stop
+        return g / n, grad / n
+
+    try:
+        minimize(
+            fun,
+            p0,
+            jac=True,
+            method="L-BFGS-B",
+            bounds=[(0.0, None)] * run.prep.m,
+            options={"maxcor": 10, "maxiter": run.max_iter, "maxfun": run.max_iter,
+                     "ftol": 0.0, "gtol": 0.0},
+        )
+    except _Stop:
+        return
+    # Fallback: projected subgradient from the best prices, Polyak step with the best lower
+    # bound standing in for the unknown optimum (so the step never undershoots to zero).
+    assert run.best_dual_p is not None  # noqa: S101  (internal invariant: one step ran)
+    p = run.best_dual_p
+    while not run.done:
+        g, grad = run.step(p)
+        norm2 = float(grad @ grad)
+        if norm2 == 0.0:
+            break
+        p = np.maximum(p - (g - run.best_primal) / norm2 * grad, 0.0)
+
+
+def _check_options(eps: float, max_iter: int, warm: Any, m: int) -> FloatArray | None:
+    if not (math.isfinite(eps) and eps > 0):
+        raise InvalidProblem(f"eps must be finite and > 0, got {eps!r}", field="eps")
+    if max_iter < 1:
+        raise InvalidProblem(f"max_iter must be ≥ 1, got {max_iter!r}", field="max_iter")
+    if warm is None:
+        return None
+    w = np.array(warm, dtype=np.float64)
+    if w.shape != (m,):
+        raise InvalidProblem(f"warm_prices must have shape ({m},), got {w.shape}",
+                             field="warm_prices")
+    for j in range(m):
+        if not (math.isfinite(w[j]) and w[j] >= 0):
+            raise InvalidProblem(f"warm price of type {j} must be finite and ≥ 0, got {w[j]!r}",
+                                 field="warm_prices", index=j)
+    return w
+
+
+def _new_iterate(b: Backend, n: int) -> _Iterate:
+    return _Iterate(
+        t=b.empty(n),
+        type_lo=b.empty(n, integer=True),
+        type_hi=b.empty(n, integer=True),
+        x_lo=b.empty(n),
+        x_hi=b.empty(n),
+        y_lo=b.empty(n),
+        y_hi=b.empty(n),
+    )
+
+
+def _coarse_prices(prep: _Prepared, eps: float, max_iter: int) -> tuple[FloatArray, int]:
+    """Prices of a stride sample of ``COARSE_SAMPLE`` jobs with capacity scaled to match."""
+    stride = math.ceil(prep.n / COARSE_SAMPLE)
+    idx = np.arange(0, prep.n, stride)
+    sub = _prepare(
+        prep.b,
+        prep.A[idx],
+        prep.D[idx],
+        prep.codes[idx],
+        prep.weight[idx],
+        prep.target[idx],
+        prep.alpha[idx],
+        prep.R * (len(idx) / prep.n),
+        None,
+    )
+    run = _Run(sub, _new_iterate(prep.b, sub.n), eps * sub.n, max_iter)
+    _iterate(run, _start_prices(sub))
+    assert run.best_dual_p is not None  # noqa: S101  (internal invariant: one step ran)
+    return run.best_dual_p, len(run.history)
+
+
+def solve(
+    problem: PricingProblem,
+    *,
+    eps: float = 1e-3,
+    max_iter: int = 100,
+    backend: str = "auto",
+    device: str | None = None,
+    warm_prices: Any = None,
+    strict: bool = True,
+) -> PricingResult:
+    """Maximise Σ u_i(a_i^T x_i) by price discovery; see the module docstring.
+
+    Raises ``InvalidProblem`` naming the job or type for malformed input. With ``strict=False``
+    a type whose demand d_ij exceeds its capacity R_j is masked for that job (a_ij treated as 0)
+    instead of raising.
+    """
+    t_start = time.perf_counter()
+    warm = _check_options(eps, max_iter, warm_prices, problem.m)
+    b = get_backend(backend, device)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        prep = _from_problem(problem, b, strict=strict)
+        it = _new_iterate(b, prep.n)
+        t_setup = time.perf_counter()
+        coarse_iters = 0
+        if warm is not None:
+            p0 = warm
+        elif prep.n >= COARSE_MIN_JOBS:
+            p0, coarse_iters = _coarse_prices(prep, eps, max_iter)
+        else:
+            p0 = _start_prices(prep)
+        t_start_prices = time.perf_counter()
+        run = _Run(prep, it, eps * prep.n, max_iter)
+        _iterate(run, p0)
+        t_iter = time.perf_counter()
+        result = _finish(run, problem, coarse_iters)
+    t_end = time.perf_counter()
+    timings = {
+        "setup": t_setup - t_start,
+        "start_prices": t_start_prices - t_setup,
+        "subproblems": run.t_sub,
+        "recovery": run.t_rec,
+        "price_updates": (t_iter - t_start_prices) - run.t_sub - run.t_rec,
+        "allocation": t_end - t_iter,
+        "total": t_end - t_start,
+        "coarse_iterations": float(coarse_iters),
+    }
+    return PricingResult(**{**result, "timings": timings})  # type: ignore[arg-type]  # dict of fields
+
+
+def _finish(run: _Run, problem: PricingProblem, coarse_iters: int) -> dict[str, Any]:
+    prep = run.prep
+    b = prep.b
+    assert run.best_primal_p is not None and run.best_dual_p is not None  # noqa: S101
+    if run.best_primal_k != len(run.history) - 1:
+        # The best lower bound came from an earlier iterate: recompute its responses.
+        _evaluate(prep, run.best_primal_p, run.it)
+    _, r = _evaluate_r(run)
+    scale = _scales(prep.R, r)
+    it = run.it
+    n, m = prep.n, prep.m
+    X = np.zeros((n, m))
+    rows = np.arange(n)
+    for types, x in ((it.type_lo, it.x_lo), (it.type_hi, it.x_hi)):
+        ty = b.to_numpy(types)
+        xv = b.to_numpy(x)
+        used = ty >= 0
+        X[rows[used], ty[used]] = xv[used] * scale[ty[used]]
+    if prep.job_order is not None:
+        out = np.empty_like(X)
+        out[prep.job_order] = X
+        X = out
+    X.setflags(write=False)
+    t = np.einsum("ij,ij->i", X, np.asarray(problem.throughput, dtype=np.float64),
+                  optimize=False)
+    t = np.where(np.isfinite(t), t, 0.0)
+    t.setflags(write=False)
+    prices = run.best_dual_p.copy()
+    prices.setflags(write=False)
+    return {
+        "allocation": X,
+        "prices": prices,
+        "throughput": t,
+        "utility": run.best_primal,
+        "dual_bound": run.best_dual,
+        "gap": run.gap,
+        "iterations": len(run.history),
+        "converged": run.gap <= run.eps_n,
+        "backend": f"{b.name}:{b.device}",
+        "history": tuple(run.history),
+    }
+
+
+def _evaluate_r(run: _Run) -> tuple[float, FloatArray]:
+    """r = Σ d_i x_i of the responses currently in ``run.it`` (without re-solving)."""
+    b = run.prep.b
+    m = run.prep.m
+    r = np.zeros(m)
+    for g in run.prep.groups:
+        sl = slice(g.start, g.stop)
+        if g.Ds is None:
+            d = g.d
+            dlo, dhi = d * run.it.x_lo[sl], d * run.it.x_hi[sl]
+        else:
+            dlo = subproblem._demand_at(b, g, run.it.type_lo[sl], 0, g.stop - g.start)
+            dhi = subproblem._demand_at(b, g, run.it.type_hi[sl], 0, g.stop - g.start)
+            dlo, dhi = dlo * run.it.x_lo[sl], dhi * run.it.x_hi[sl]
+        cnt = b.bincount(run.it.type_lo[sl] + 1, dlo, m + 1) + b.bincount(
+            run.it.type_hi[sl] + 1, dhi, m + 1
+        )
+        r += b.to_numpy(cnt)[1:]
+    return 0.0, r
+
+
+def best_response(problem: PricingProblem, prices: Any) -> FloatArray:
+    """Each job's subproblem maximiser at ``prices`` (n, m), before any feasibility scaling.
+
+    Types whose demand exceeds their capacity are masked (as with ``strict=False``).
+    """
+    p = _check_options(1e-3, 1, prices, problem.m)
+    assert p is not None  # noqa: S101  (prices is not None here)
+    b = get_backend("numpy")
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        prep = _from_problem(problem, b, strict=False)
+        it = _new_iterate(b, prep.n)
+        _evaluate(prep, p, it)
+    X = np.zeros((prep.n, prep.m))
+    rows = np.arange(prep.n)
+    for ty, x in ((it.type_lo, it.x_lo), (it.type_hi, it.x_hi)):
+        used = ty >= 0
+        X[rows[used], ty[used]] = x[used]
+    if prep.job_order is not None:
+        out = np.empty_like(X)
+        out[prep.job_order] = X
+        X = out
+    return X

@@ -1,0 +1,217 @@
+"""Every job's best response to the prices: the vectorised subproblem of paper 000 §4.
+
+For job i with throughput a (m,) and effective prices π = d_i ⊙ p, the cheapest way to reach
+throughput t is c(t) = min{π^T x : x ≥ 0, 1^T x ≤ 1, a^T x = t}: the lower convex hull of the
+points (0, 0), (a_1, π_1), …, (a_m, π_m). The job solves max_t u(t) − c(t), a concave problem.
+
+Instead of all m(m+1)/2 point pairs (the paper's n × m(m+1)/2 temporaries and one log per pair)
+we build the hull itself, with O(m²) cheap elementwise operations per job and one log:
+
+1. ``prepare`` sorts each job's throughputs once per solve (price independent); a type the job
+   cannot use gets a = 0 and never enters the hull.
+2. With all pairwise slopes s(i, j) (sorted order, i = −1 the origin), point j lies on the lower
+   hull iff max_{i<j} s(i, j) < min_{k>j} s(j, k); the right-hand side R_j is then the slope of
+   the hull edge leaving j. Equal throughputs get slope ±∞ so that only the cheapest survives.
+3. On each hull edge e = [lo_e, hi_e] with slope α_e, τ_e = best_t(α_e, lo_e, hi_e). Because u
+   is concave and the slopes increase, t* = Σ_e (τ_e − lo_e): the edges before the optimum give
+   their full length, the ones after give 0.
+4. x interpolates the end points of the edge holding t*, so at most two types are used.
+
+Worked example (paper Fig. 1–3): a = (1, 2, 3, 5), p = (1, 1, 4, 6), u = 4 log t. The hull is
+(0,0) → (2,1) → (5,6); edge slopes 1/2 and 5/3; τ = (2, 2.4) so t* = 2 + 0.4 = 2.4, x_2 = 13/15,
+x_4 = 2/15.
+
+Called by ``solver.py`` once per iteration, chunk by chunk, and by ``solver.best_response``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from walras.allocator.pricing.backend import Backend
+from walras.allocator.pricing.utilities import Params, Utility
+
+INF = float("inf")
+
+
+@dataclass(frozen=True)
+class Group:
+    """Price-independent data of jobs [start, stop) that share one utility kind.
+
+    Arrays are type-major (m, n_group) in each job's ascending-throughput order: ``As`` the
+    throughputs (0 where the job cannot use the type), ``Ts`` the original type index,
+    ``Ds`` the per-type demand in that order (or ``None`` when ``d`` is one number per job).
+    ``ties[(i, j)]`` marks jobs whose sorted columns i and j (i = −1: the origin) have equal
+    throughput; absent when there is none.
+    """
+
+    util: Utility
+    start: int
+    stop: int
+    As: Any
+    Ts: Any
+    Ds: Any
+    d: Any
+    par: Params
+    ties: dict[tuple[int, int], Any]
+
+
+def prepare(
+    b: Backend,
+    util: Utility,
+    start: int,
+    A: np.ndarray[Any, Any],
+    D: np.ndarray[Any, Any],
+    par: Params,
+) -> Group:
+    """Sort each job's throughputs (A: (n_g, m) numpy, masked) and move the data to ``b``."""
+    order = np.argsort(A, axis=1, kind="stable")
+    As = np.ascontiguousarray(np.take_along_axis(A, order, axis=1).T)
+    m = As.shape[0]
+    ties: dict[tuple[int, int], Any] = {}
+    for j in range(m):
+        for i in range(-1, j):
+            mask = As[j] == (0.0 if i < 0 else As[i])
+            if mask.any():
+                ties[(i, j)] = b.asarray(mask).bool() if b.name == "torch" else mask
+    if D.ndim == 1:
+        Ds = None
+        d = b.asarray(D)
+    else:
+        Ds = b.asarray(np.take_along_axis(D, order, axis=1).T)
+        d = None
+    return Group(
+        util=util,
+        start=start,
+        stop=start + A.shape[0],
+        As=b.asarray(As),
+        Ts=b.asarray(order.T, integer=True),
+        Ds=Ds,
+        d=d,
+        par=par,
+        ties=ties,
+    )
+
+
+@dataclass(frozen=True)
+class Response:
+    """Best responses of a chunk of jobs: x on at most two types ("lo" and "hi" end points).
+
+    ``type_*`` is the original type index or −1 (idle); ``y_*`` = a·x and ``dx_*`` = d·x on it;
+    ``value`` = u(t) − π^T x is the job's term in the dual function g(p).
+    """
+
+    t: Any
+    value: Any
+    type_lo: Any
+    type_hi: Any
+    x_lo: Any
+    x_hi: Any
+    y_lo: Any
+    y_hi: Any
+    dx_lo: Any
+    dx_hi: Any
+
+
+def respond(b: Backend, g: Group, p: Any, s: int, e: int) -> Response:
+    """Best responses of the group's jobs [s, e) (group-relative) at prices p (backend, (m,))."""
+    xp = b.xp
+    m = g.As.shape[0]
+    A = [g.As[j, s:e] for j in range(m)]
+    T = [g.Ts[j, s:e] for j in range(m)]
+    if g.Ds is None:
+        d = g.d[s:e]
+        Dj = [d] * m
+    else:
+        Dj = [g.Ds[j, s:e] for j in range(m)]
+    P = [Dj[j] * p[T[j]] for j in range(m)]
+    par = g.par.slice(s, e)
+    zero = 0.0 * A[0]
+
+    def slope(i: int, j: int) -> Any:
+        if i < 0:
+            sl = P[j] / A[j]
+            base = zero
+        else:
+            sl = (P[j] - P[i]) / (A[j] - A[i])
+            base = P[i]
+        tie = g.ties.get((i, j))
+        if tie is not None:
+            tie = tie[s:e]
+            sl = xp.where(tie, xp.where(P[j] >= base, INF, -INF), sl)
+        return sl
+
+    # Left (max over earlier points) and right (min over later points) slopes of every point.
+    left: list[Any] = []
+    right: list[Any] = [None] * m
+    right_origin: Any = None
+    for j in range(m):
+        lj = None
+        for i in range(-1, j):
+            sij = slope(i, j)
+            lj = sij if lj is None else xp.maximum(lj, sij)
+            if i < 0:
+                right_origin = sij if right_origin is None else xp.minimum(right_origin, sij)
+            else:
+                right[i] = sij if right[i] is None else xp.minimum(right[i], sij)
+        left.append(lj)
+    right[m - 1] = zero + INF
+    vertex = [left[j] < right[j] if j < m - 1 else left[j] < INF for j in range(m)]
+
+    # Next hull vertex after each point, scanning right to left.
+    nxt_a, nxt_p, nxt_t = zero, zero, T[0] * 0 - 1
+    edges = []  # (lo_a, hi_a, lo_p, hi_p, slope, lo_type, hi_type, valid), left to right
+    for j in range(m - 1, -1, -1):
+        valid = vertex[j] & (nxt_t >= 0)
+        edges.append((A[j], nxt_a, P[j], nxt_p, right[j], T[j], nxt_t, valid))
+        nxt_a = xp.where(vertex[j], A[j], nxt_a)
+        nxt_p = xp.where(vertex[j], P[j], nxt_p)
+        nxt_t = xp.where(vertex[j], T[j], nxt_t)
+    edges.append((zero, nxt_a, zero, nxt_p, right_origin, nxt_t * 0 - 1, nxt_t, nxt_t >= 0))
+    edges.reverse()
+
+    # t* = Σ over hull edges of (τ_e − lo_e).
+    t = zero
+    for lo_a, hi_a, _, _, sl, _, _, valid in edges:
+        tau = g.util.best_t(b, sl, lo_a, hi_a, par)
+        t = t + xp.where(valid, tau - lo_a, 0.0)
+
+    # The edge holding t*: the last valid edge starting at or before t*.
+    e_lo_a, e_hi_a, e_lo_p, e_hi_p = zero, zero, zero, zero
+    e_lo_t = nxt_t * 0 - 1
+    e_hi_t = e_lo_t
+    for lo_a, hi_a, lo_p, hi_p, _, lo_t, hi_t, valid in edges:
+        sel = valid & (lo_a <= t)
+        e_lo_a = xp.where(sel, lo_a, e_lo_a)
+        e_hi_a = xp.where(sel, hi_a, e_hi_a)
+        e_lo_p = xp.where(sel, lo_p, e_lo_p)
+        e_hi_p = xp.where(sel, hi_p, e_hi_p)
+        e_lo_t = xp.where(sel, lo_t, e_lo_t)
+        e_hi_t = xp.where(sel, hi_t, e_hi_t)
+    if g.Ds is None:
+        e_lo_d = e_hi_d = g.d[s:e]
+    else:
+        e_lo_d = _demand_at(b, g, e_lo_t, s, e)
+        e_hi_d = _demand_at(b, g, e_hi_t, s, e)
+
+    span = e_hi_a - e_lo_a
+    x_hi = xp.where(e_hi_t >= 0, xp.clip((t - e_lo_a) / span, 0.0, 1.0), 0.0)
+    x_lo = xp.where(e_lo_t >= 0, 1.0 - x_hi, 0.0)
+    y_lo = e_lo_a * x_lo
+    y_hi = e_hi_a * x_hi
+    tt = y_lo + y_hi
+    value = g.util.value(b, tt, par) - (e_lo_p * x_lo + e_hi_p * x_hi)
+    return Response(tt, value, e_lo_t, e_hi_t, x_lo, x_hi, y_lo, y_hi, e_lo_d * x_lo, e_hi_d * x_hi)
+
+
+def _demand_at(b: Backend, g: Group, types: Any, s: int, e: int) -> Any:
+    """d_ij of each job at original type ``types`` (−1 gives an arbitrary value)."""
+    xp = b.xp
+    m = g.As.shape[0]
+    out = 0.0 * g.As[0, s:e]
+    for j in range(m):
+        out = xp.where(g.Ts[j, s:e] == types, g.Ds[j, s:e], out)
+    return out

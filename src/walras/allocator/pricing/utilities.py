@@ -1,0 +1,124 @@
+"""Utilities u(t) of a job's throughput t, all behind one four-method interface.
+
+| kind     | u(t)                    | best t on [lo, hi] for u(t) − α t            |
+|----------|-------------------------|----------------------------------------------|
+| linear   | w t                     | hi if α < w else lo                          |
+| log      | w log t                 | clip(w / α, lo, hi)                          |
+| alpha    | w t^(1−β) / (1−β)       | clip((w / α)^(1/β), lo, hi)                  |
+| target   | w min(t − T, 0)         | clip(T, lo, hi) if α < w else lo             |
+
+Every method is vectorised over jobs (``par`` holds the per-job weight w, target T and exponent β
+of one group of jobs that share a kind) and written once for numpy and torch through
+``backend.Backend.xp``. Example (log, w = 1): on a hull segment [0.2, 0.5] of slope α = 4 the
+best throughput is clip(1/4, 0.2, 0.5) = 0.25.
+
+``best_t`` must return exactly ``hi`` when the utility still rises faster than the cost at hi:
+the hull walk in ``subproblem.py`` adds the pieces up. The derivative of the non-smooth
+utilities is a supergradient (target: w below the target, 0 at or above it).
+
+Called by ``subproblem.py`` (best_t, value) and ``solver.py`` (value, initial_price).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from walras.allocator.pricing.backend import Backend
+
+
+@dataclass(frozen=True)
+class Params:
+    """Per-job utility parameters of one group of jobs (backend arrays)."""
+
+    weight: Any
+    target: Any
+    alpha: Any
+
+    def slice(self, start: int, stop: int) -> Params:
+        """The parameters of jobs [start, stop)."""
+        return Params(self.weight[start:stop], self.target[start:stop], self.alpha[start:stop])
+
+
+class Utility:
+    """The shared interface. Subclasses implement value, derivative and best_t."""
+
+    kind: ClassVar[str] = ""
+
+    def value(self, b: Backend, t: Any, par: Params) -> Any:
+        """u(t) per job."""
+        raise NotImplementedError
+
+    def derivative(self, b: Backend, t: Any, par: Params) -> Any:
+        """u'(t) per job (a supergradient where u is not differentiable)."""
+        raise NotImplementedError
+
+    def best_t(self, b: Backend, slope: Any, lo: Any, hi: Any, par: Params) -> Any:
+        """argmax over t in [lo, hi] of u(t) − slope·t, per job."""
+        raise NotImplementedError
+
+    def initial_price(self, b: Backend, A: Any, t0: Any, inv_d: Any, par: Params) -> Any:
+        """Σ_i u_i'(t0_i) a_ij / d_ij over the group's jobs (paper eq. 17 before the 1/n).
+
+        ``A`` and ``inv_d`` are type-major (m, n_group) arrays; returns an (m,) array.
+        """
+        return (A * inv_d * self.derivative(b, t0, par)[None, :]).sum(1)
+
+
+class Linear(Utility):
+    kind = "linear"
+
+    def value(self, b: Backend, t: Any, par: Params) -> Any:
+        return par.weight * t
+
+    def derivative(self, b: Backend, t: Any, par: Params) -> Any:
+        return par.weight + 0.0 * t
+
+    def best_t(self, b: Backend, slope: Any, lo: Any, hi: Any, par: Params) -> Any:
+        return b.xp.where(slope < par.weight, hi, lo)
+
+
+class Log(Utility):
+    kind = "log"
+
+    def value(self, b: Backend, t: Any, par: Params) -> Any:
+        return par.weight * b.xp.log(t)
+
+    def derivative(self, b: Backend, t: Any, par: Params) -> Any:
+        return par.weight / t
+
+    def best_t(self, b: Backend, slope: Any, lo: Any, hi: Any, par: Params) -> Any:
+        # slope = 0 gives w/0 = inf, clipped to hi (a free resource is used fully).
+        return b.xp.clip(par.weight / slope, lo, hi)
+
+
+class AlphaFair(Utility):
+    kind = "alpha"
+
+    def value(self, b: Backend, t: Any, par: Params) -> Any:
+        e = 1.0 - par.alpha
+        return par.weight * t**e / e
+
+    def derivative(self, b: Backend, t: Any, par: Params) -> Any:
+        return par.weight * t ** (-par.alpha)
+
+    def best_t(self, b: Backend, slope: Any, lo: Any, hi: Any, par: Params) -> Any:
+        return b.xp.clip((par.weight / slope) ** (1.0 / par.alpha), lo, hi)
+
+
+class TargetPriority(Utility):
+    kind = "target"
+
+    def value(self, b: Backend, t: Any, par: Params) -> Any:
+        return par.weight * b.xp.clip(t - par.target, None, 0.0)
+
+    def derivative(self, b: Backend, t: Any, par: Params) -> Any:
+        return b.xp.where(t < par.target, par.weight, 0.0 * t)
+
+    def best_t(self, b: Backend, slope: Any, lo: Any, hi: Any, par: Params) -> Any:
+        return b.xp.where(slope < par.weight, b.xp.clip(par.target, lo, hi), lo)
+
+
+UTILITIES: dict[str, Utility] = {
+    u.kind: u for u in (Linear(), Log(), AlphaFair(), TargetPriority())
+}
