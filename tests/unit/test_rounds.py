@@ -601,3 +601,55 @@ def test_convergence_realisable_gangs(seed: int) -> None:
     under = np.array([np.maximum(-d, 0.0).max() for d in diffs])
     assert under[199] < under[19]
     assert under[199] <= 0.06
+
+
+def test_reservation_released_once_when_job_moves_groups() -> None:
+    """Regression: a running job that loses its nodes and moves must free its reservation once.
+
+    Job 1 (never run) takes node 0 from running job 0; job 0 then moves to group 1. Job 2 needs a
+    whole 4-GPU node in group 0 and none is left: a double release would make node 0 look free.
+    """
+    inst = Instance(
+        targets=np.array([[0.5, 0.5], [0.5, 0.0], [0.25, 0.0]]),
+        replicas=np.array([1, 1, 1]),
+        gpus_per_pod=np.array([4, 4, 4]),
+        node_group=np.array([0, 1, 0, 0]),
+        node_free=np.array([4, 4, 2, 2]),
+    )
+    current = np.array([[1, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0]])
+    received = np.array([[1.0, 3.0], [0.0, 0.0], [2.0, 0.0]])
+    p = plan(inst, received, np.array([4.0, 0.0, 4.0]), current)
+    check_invariants(inst, p, current)
+    assert [(pl.job, pl.group, pl.nodes) for pl in p.placements] == [
+        (0, 1, ((1, 1),)),
+        (1, 0, ((0, 1),)),
+    ]
+    assert p.unplaced == (2,)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n_rounds=st.integers(2, 12))
+def test_fuzzed_multi_round_with_churn(seed: int, n_rounds: int) -> None:
+    """Many rounds with sticky placements while nodes shrink, vanish and targets change."""
+    rng = np.random.default_rng(seed)
+    inst = random_instance(
+        rng,
+        n_jobs=int(rng.integers(1, 20)),
+        n_groups=int(rng.integers(1, 4)),
+        nodes_per_group=int(rng.integers(1, 4)),
+    )
+    received, elapsed = np.zeros(inst.targets.shape), np.zeros(inst.n_jobs)
+    current: IntArray | None = None
+    for _ in range(n_rounds):
+        # Non-Walras pods and lost nodes: free GPUs change between rounds.
+        this = Instance(
+            targets=inst.targets * (rng.random(inst.targets.shape) < 0.9),
+            replicas=inst.replicas,
+            gpus_per_pod=inst.gpus_per_pod,
+            node_group=inst.node_group,
+            node_free=np.maximum(inst.node_free - rng.integers(0, 6, inst.n_nodes), 0),
+        )
+        p = plan(this, received, elapsed, current)
+        check_invariants(this, p, current)
+        received, elapsed = rounds.advance(received, elapsed, p, this.targets.sum(axis=1) > 0)
+        current = rounds.as_current(p, inst.n_jobs, inst.n_nodes)
