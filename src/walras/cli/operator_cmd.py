@@ -1,1 +1,111 @@
-"""CLI command module 'operator_cmd' (being written; registers its commands on walras.cli.app.app)."""
+"""``walras operator``: run the controller (kopf watchers + the round loop).
+
+Every flag also reads an environment variable ``WALRAS_<FLAG_UPPER_SNAKE>`` (the Helm chart sets
+them), e.g. ``--round-seconds`` ← ``WALRAS_ROUND_SECONDS``. kopf and kubernetes are imported inside
+the command so that ``walras --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from enum import StrEnum
+from typing import Annotated
+
+import typer
+
+from walras.cli.app import app
+
+
+class PolicyName(StrEnum):
+    price_discovery = "price-discovery"
+    psdsf = "psdsf"
+    psdsf_distributed = "psdsf-distributed"
+
+
+class Backend(StrEnum):
+    auto = "auto"
+    numpy = "numpy"
+    torch = "torch"
+
+
+class LogFormat(StrEnum):
+    text = "text"
+    json = "json"
+
+
+@app.command("operator")
+def operator_command(
+    policy: Annotated[
+        PolicyName, typer.Option(envvar="WALRAS_POLICY", help="Allocation policy.")
+    ] = PolicyName.price_discovery,
+    round_seconds: Annotated[
+        float,
+        typer.Option(
+            envvar="WALRAS_ROUND_SECONDS", min=0.05, help="Length of a round (time slice)."
+        ),
+    ] = 360.0,
+    eps: Annotated[
+        float, typer.Option(envvar="WALRAS_EPS", min=0.0, help="Price discovery: average gap.")
+    ] = 1e-3,
+    backend: Annotated[
+        Backend, typer.Option(envvar="WALRAS_BACKEND", help="Price discovery backend.")
+    ] = Backend.auto,
+    kubeconfig: Annotated[
+        str | None,
+        typer.Option(envvar="WALRAS_KUBECONFIG", help="Kubeconfig (default: in-cluster)."),
+    ] = None,
+    metrics_port: Annotated[
+        int, typer.Option(envvar="WALRAS_METRICS_PORT", help="Prometheus /metrics (-1: off).")
+    ] = 8080,
+    health_port: Annotated[
+        int, typer.Option(envvar="WALRAS_HEALTH_PORT", help="/healthz and /readyz (-1: off).")
+    ] = 8081,
+    leader_elect: Annotated[
+        bool,
+        typer.Option(
+            "--leader-elect/--no-leader-elect",
+            envvar="WALRAS_LEADER_ELECT",
+            help="Elect one active controller through a coordination.k8s.io Lease.",
+        ),
+    ] = True,
+    lease_namespace: Annotated[
+        str, typer.Option(envvar="WALRAS_LEASE_NAMESPACE", help="Namespace of the Lease.")
+    ] = "walras-system",
+    lease_name: Annotated[
+        str, typer.Option(envvar="WALRAS_LEASE_NAME", help="Name of the Lease.")
+    ] = "walras-controller",
+    identity: Annotated[
+        str | None,
+        typer.Option(envvar="WALRAS_IDENTITY", help="Lease holder identity (default host-pid)."),
+    ] = None,
+    log_format: Annotated[
+        LogFormat, typer.Option(envvar="WALRAS_LOG_FORMAT", help="Log format.")
+    ] = LogFormat.text,
+    stale_after: Annotated[
+        float,
+        typer.Option(
+            envvar="WALRAS_STALE_AFTER",
+            help="psdsf-distributed: seconds after which a NodeAllocation counts as stale.",
+        ),
+    ] = 30.0,
+) -> None:
+    """Run the Walras controller: FungibleJobs and ResourcePools to pod bindings and status."""
+    from walras.operator import main
+
+    options = main.Options(
+        policy=policy.value,
+        round_seconds=round_seconds,
+        eps=eps,
+        backend=backend.value,
+        kubeconfig=kubeconfig,
+        metrics_port=metrics_port,
+        health_port=health_port,
+        leader_elect=leader_elect,
+        lease_namespace=lease_namespace,
+        lease_name=lease_name,
+        identity=identity,
+        log_format=log_format.value,
+        stale_after=stale_after,
+    )
+    main.configure_logging(options.log_format)
+    asyncio.run(main.run(options))

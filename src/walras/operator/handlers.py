@@ -1,0 +1,165 @@
+"""kopf watch handlers: keep the in-memory indexes current and wake the round loop.
+
+``register`` attaches ``on.event`` handlers for FungibleJobs, ResourcePools, Nodes and Pods to a
+kopf registry (``walras.operator.main`` creates it). They are coroutines, so they run on the event
+loop and never race the round loop. They never call the API and never patch the object, so kopf
+writes no annotations or finalizers of its own: every write belongs to the round loop.
+
+Wake-ups: a job created, deleted or edited (generation), a pool changed, a node added, removed or
+changing readiness, and a Walras pod finishing run an incremental round; a pod going away lets
+queued bindings proceed. Status-only updates (our own patches) wake nothing.
+
+``Readiness`` holds the round loop back until the watches have delivered every object that existed
+at start-up, so a restarted operator never mistakes "not listed yet" for "missing" and plans
+against a partial view.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import kopf
+
+from walras.operator import crd, loop, snapshot
+
+logger = logging.getLogger("walras.operator.handlers")
+
+KINDS = ("job", "pool", "node", "pod")
+
+
+class Readiness:
+    """Ready once every object listed at start-up was seen by a watch (or ``timeout`` passed)."""
+
+    def __init__(self, expected: Mapping[str, Iterable[tuple[str, str]]], timeout: float = 15.0):
+        self.missing: dict[str, set[tuple[str, str]]] = {k: set(v) for k, v in expected.items()}
+        self.deadline = time.monotonic() + timeout
+        self._event = asyncio.Event()
+        self._check()
+
+    def seen(self, kind: str, key: tuple[str, str]) -> None:
+        missing = self.missing.get(kind)
+        if missing:
+            missing.discard(key)
+            self._check()
+
+    def _check(self) -> None:
+        if not any(self.missing.values()):
+            self._event.set()
+
+    def ready(self) -> bool:
+        if not self._event.is_set() and time.monotonic() >= self.deadline:
+            logger.warning(
+                "indexes not complete after the start-up deadline: %s",
+                {k: len(v) for k, v in self.missing.items()},
+            )
+            self._event.set()
+        return self._event.is_set()
+
+    async def wait(self) -> None:
+        while not self.ready():
+            try:
+                await asyncio.wait_for(self._event.wait(), timeout=0.5)
+            except TimeoutError:
+                continue
+
+
+def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+
+
+def _generation(obj: Mapping[str, Any]) -> int:
+    return int((obj.get("metadata") or {}).get("generation") or 0)
+
+
+class Watcher:
+    """Applies watch events to a :class:`snapshot.Store` and pokes the round loop."""
+
+    def __init__(
+        self, store: snapshot.Store, rounds: loop.RoundLoop, readiness: Readiness | None = None
+    ) -> None:
+        self.store = store
+        self.rounds = rounds
+        self.readiness = readiness
+
+    def apply(self, kind: str, event: Mapping[str, Any]) -> None:
+        obj = event.get("object") or {}
+        etype = event.get("type")
+        key = _key(obj)
+        if self.readiness is not None:
+            self.readiness.seen(kind, key)
+        if etype == "DELETED":
+            self.store.delete(kind, *key)
+            if kind == "pod":
+                self.rounds.poke_binds()
+            if kind in ("job", "pool", "node"):
+                self.rounds.poke()
+            return
+        if kind == "job":
+            prev = self.store.jobs.get(key)
+            self.store.upsert(kind, obj)
+            if prev is None or prev.generation != _generation(obj):
+                self.rounds.poke()
+        elif kind == "pool":
+            prev_pool = self.store.pools.get(key[1])
+            self.store.upsert(kind, obj)
+            if prev_pool is None or prev_pool.generation != _generation(obj):
+                self.rounds.poke()
+        elif kind == "node":
+            prev_node = self.store.nodes.get(key[1])
+            self.store.upsert(kind, obj)
+            node = self.store.nodes[key[1]]
+            if (
+                prev_node is None
+                or prev_node.ready != node.ready
+                or prev_node.schedulable != node.schedulable
+                or prev_node.labels != node.labels
+                or prev_node.allocatable != node.allocatable
+            ):
+                self.rounds.poke()
+        else:
+            prev_pod = self.store.pods.get(key)
+            self.store.upsert(kind, obj)
+            pod = self.store.pods.get(key)
+            if pod is None:
+                return
+            if pod.terminating and (prev_pod is None or not prev_pod.terminating):
+                self.rounds.poke_binds()
+            if pod.finished and (prev_pod is None or not prev_pod.finished):
+                self.rounds.poke()
+
+
+def register(registry: kopf.OperatorRegistry, watcher: Watcher) -> None:
+    """Attach the four watch handlers to ``registry``."""
+
+    @kopf.on.event(crd.GROUP, crd.VERSION, crd.JOB_PLURAL, registry=registry)
+    async def job_event(event: Mapping[str, Any], **_: Any) -> None:
+        watcher.apply("job", event)
+
+    @kopf.on.event(crd.GROUP, crd.VERSION, crd.POOL_PLURAL, registry=registry)
+    async def pool_event(event: Mapping[str, Any], **_: Any) -> None:
+        watcher.apply("pool", event)
+
+    @kopf.on.event("", "v1", "nodes", registry=registry)
+    async def node_event(event: Mapping[str, Any], **_: Any) -> None:
+        watcher.apply("node", event)
+
+    @kopf.on.event("", "v1", "pods", registry=registry)
+    async def pod_event(event: Mapping[str, Any], **_: Any) -> None:
+        watcher.apply("pod", event)
+
+    _ = (job_event, pool_event, node_event, pod_event)
+
+
+def kinds_paths() -> dict[str, tuple[str, str]]:
+    """Collection path and label selector of each watched kind (for the start-up LIST)."""
+    return {
+        "job": (f"/apis/{crd.GROUP}/{crd.VERSION}/{crd.JOB_PLURAL}", ""),
+        "pool": (f"/apis/{crd.GROUP}/{crd.VERSION}/{crd.POOL_PLURAL}", ""),
+        "node": ("/api/v1/nodes", ""),
+        "pod": ("/api/v1/pods", crd.LABEL_JOB),
+    }

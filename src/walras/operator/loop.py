@@ -1,0 +1,552 @@
+"""The round loop: snapshot → solve (worker thread) → realise → the fewest API writes.
+
+Started by ``walras.operator.main`` next to kopf's watchers. Every ``round_seconds`` it runs a full
+round; a job arriving or finishing (``poke``) runs an *incremental* round within ``debounce``
+seconds, which fills free GPUs without cutting running slices short. Between rounds it binds pods
+whose GPUs were still held by pods being deleted (``poke_binds`` on every pod deletion).
+
+A round writes only while ``is_leader()`` is true. Each write is one of: delete pod, create pod,
+bind pod (gang: all of a job's pods once they all fit on their nodes), merge-patch a status that
+changed, post an Event not posted before. The loop never raises out of a round: a failing policy
+is logged and counted, and the next round retries on a fresh snapshot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from walras.operator import conditions as cond
+from walras.operator import (
+    crd,
+    kubeapi,
+    metrics,
+    model,
+    policies,
+    realise,
+    rounds_state,
+    snapshot,
+    status,
+)
+
+logger = logging.getLogger("walras.operator.loop")
+
+
+@dataclass(frozen=True, slots=True)
+class LoopConfig:
+    policy: str = "price-discovery"
+    round_seconds: float = 360.0
+    eps: float = 1e-3
+    backend: str = "auto"
+    debounce: float = 0.3
+
+
+@dataclass(slots=True)
+class RoundReport:
+    """Timings and counts of one round (logged as one JSON line; read by the benchmark)."""
+
+    round: int
+    incremental: bool
+    jobs: int = 0
+    nodes: int = 0
+    snapshot: float = 0.0
+    solve: float = 0.0
+    realise: float = 0.0
+    writes: float = 0.0
+    total: float = 0.0
+    creates: int = 0
+    binds: int = 0
+    deletes: int = 0
+    status_patches: int = 0
+    events: int = 0
+    errors: int = 0
+    iterations: int = 0
+    gap: float = 0.0
+    prices: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _PendingBind:
+    namespace: str
+    name: str
+    node: str
+    gpus: int
+
+
+class RoundLoop:
+    """Owns the schedule state (histories, round counter, bind queue) of one operator process."""
+
+    def __init__(
+        self,
+        store: snapshot.Store,
+        api: kubeapi.Api,
+        config: LoopConfig,
+        *,
+        is_leader: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self.store = store
+        self.api = api
+        self.config = config
+        self.is_leader = is_leader
+        self.policy = policies.Policy(config.policy, eps=config.eps, backend=config.backend)
+        self.round_no = 0
+        self.histories: dict[str, rounds_state.History] = {}
+        self.pending: dict[model.JobKey, list[_PendingBind]] = {}
+        self.ledger: dict[model.JobKey, tuple[str, int]] = {}  # pod -> (node, gpus) we bound
+        self.events_posted: dict[str, tuple[str, str]] = {}
+        self.last_report: RoundReport | None = None
+        self.last_solution: policies.Solution | None = None
+        self._wake = asyncio.Event()
+        self._poked = False
+        self._bind_poked = False
+        self.rounds_done = 0
+
+    # ------------------------------------------------------------------ triggers
+
+    def poke(self) -> None:
+        """A job arrived or finished: run an incremental round soon."""
+        self._poked = True
+        self._wake.set()
+
+    def poke_binds(self) -> None:
+        """A pod went away: pending binds may fit now."""
+        if self.pending:
+            self._bind_poked = True
+            self._wake.set()
+
+    # ------------------------------------------------------------------ main loop
+
+    async def run(self, stop: asyncio.Event) -> None:
+        loop = asyncio.get_running_loop()
+        next_full = loop.time()
+        self.round_no = self._initial_round()
+        while not stop.is_set():
+            timeout = max(0.0, next_full - loop.time())
+            if self.pending:
+                timeout = min(timeout, 0.25)
+            if not (self._poked or self._bind_poked):
+                waiter = asyncio.ensure_future(self._wake.wait())
+                stopper = asyncio.ensure_future(stop.wait())
+                await asyncio.wait(
+                    {waiter, stopper}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                )
+                waiter.cancel()
+                stopper.cancel()
+            self._wake.clear()
+            if stop.is_set():
+                break
+            if not self.is_leader():
+                self._poked = self._bind_poked = False
+                self.pending.clear()
+                next_full = loop.time() + min(self.config.round_seconds, 1.0)
+                continue
+            full_due = loop.time() >= next_full
+            if self._poked and not full_due:
+                await asyncio.sleep(self.config.debounce)  # let a burst of arrivals settle
+                full_due = loop.time() >= next_full
+            if full_due or self._poked:
+                self._poked = False
+                await self.run_round(incremental=not full_due)
+                if full_due:
+                    next_full = loop.time() + self.config.round_seconds
+            self._bind_poked = False
+            if self.pending:
+                await self.bind_pending()
+
+    def _initial_round(self) -> int:
+        """Above every round any existing pod or job status used (no pod name is reused)."""
+        highest = 0
+        for pod in self.store.pods.values():
+            highest = max(highest, pod.round)
+        for job in self.store.jobs.values():
+            try:
+                highest = max(highest, int(job.status.get("round") or 0))
+            except (TypeError, ValueError):
+                continue
+        return highest
+
+    # ------------------------------------------------------------------ one round
+
+    async def run_round(self, *, incremental: bool = False) -> RoundReport:
+        """One round; never raises (a failure is logged and the next round retries)."""
+        self.round_no += 1
+        report = RoundReport(round=self.round_no, incremental=incremental)
+        t0 = time.perf_counter()
+        try:
+            await self._round(report, incremental, t0)
+        except Exception:
+            report.errors += 1
+            logger.exception("round %d failed; retrying next round", self.round_no)
+        report.total = time.perf_counter() - t0
+        self._observe(report)
+        self.last_report = report
+        self.rounds_done += 1
+        logger.info("round %s", json.dumps(dataclasses.asdict(report), sort_keys=True))
+        return report
+
+    def _history(self, job: model.JobSpec) -> rounds_state.History:
+        hist = self.histories.get(job.uid)
+        if hist is None:
+            hist = rounds_state.History.from_status(job.status, {})
+            if hist.running_group:
+                hist.running_rate = self._rate(job, hist.running_group)
+            self.histories[job.uid] = hist
+        return hist
+
+    def _rate(self, job: model.JobSpec, group: str) -> float:
+        """Work per second of a job in a group (group = GPU type, or a node under PS-DSF)."""
+        if group in job.throughput:
+            return job.throughput[group]
+        node = self.store.nodes.get(group)
+        if node is None:
+            return 0.0
+        pool = snapshot.node_pool(node, sorted(self.store.pools.values(), key=lambda p: p.name))
+        return job.throughput.get(pool.gpu_type, 0.0) if pool is not None else 0.0
+
+    async def _round(self, report: RoundReport, incremental: bool, t0: float) -> None:
+        now = time.time()
+        snap = self.store.freeze(now)
+        view = snapshot.cluster_view(snap)
+        report.nodes = len(view.nodes)
+        active = snap.active_jobs
+        report.jobs = len(active)
+        hists = {}
+        for job in active:
+            hist = self._history(job)
+            hist.advance(now)
+            hists[job.key] = hist
+        live_uids = {j.uid for j in snap.jobs}
+        for uid in [u for u in self.histories if u not in live_uids]:
+            del self.histories[uid]
+
+        finished = self._completions(snap, hists)
+        if finished:
+            jobs = tuple(
+                dataclasses.replace(j, status={**j.status, "phase": finished[j.key][0]})
+                if j.key in finished
+                else j
+                for j in snap.jobs
+            )
+            snap = dataclasses.replace(snap, jobs=jobs)
+        report.snapshot = time.perf_counter() - t0
+
+        t1 = time.perf_counter()
+        sol = await asyncio.to_thread(self.policy.solve, snap, view)
+        report.solve = time.perf_counter() - t1
+        report.iterations, report.gap = sol.iterations, sol.gap
+        report.prices = {t: round(p, 6) for t, p in sol.prices.items()}
+        self.last_solution = sol
+
+        t2 = time.perf_counter()
+        plan = realise.realise(sol, snap, view, hists, self.round_no, incremental=incremental)
+        for job in sol.jobs:
+            jr = plan.jobs[job.key]
+            hists[job.key].run_in(jr.group, self._rate(job, jr.group) if jr.group else 0.0, now)
+        solved = {j.key for j in sol.jobs}
+        for job in active:
+            if job.key not in solved:
+                hists[job.key].run_in("", 0.0, now)
+        report.realise = time.perf_counter() - t2
+
+        t3 = time.perf_counter()
+        await self._act(plan, report)
+        await self._statuses(snap, view, sol, plan, finished, hists, report, now)
+        report.writes = time.perf_counter() - t3
+
+    # ------------------------------------------------------------------ completion
+
+    def _completions(
+        self, snap: snapshot.Snapshot, hists: Mapping[model.JobKey, rounds_state.History]
+    ) -> dict[model.JobKey, tuple[str, str, str]]:
+        """Jobs that finished since the last round: (phase, reason, message)."""
+        out: dict[model.JobKey, tuple[str, str, str]] = {}
+        pods_by_job = snap.pods_by_job()
+        for job in snap.active_jobs:
+            pods = [p for p in pods_by_job.get(job.key, []) if not p.terminating]
+            failed = [p for p in pods if p.phase == crd.PHASE_FAILED]
+            done = [p for p in pods if p.phase == crd.PHASE_SUCCEEDED]
+            hist = hists[job.key]
+            if failed:
+                out[job.key] = (
+                    crd.PHASE_FAILED,
+                    cond.POD_FAILED,
+                    f"pod {failed[0].name} failed on {failed[0].node or 'no node'}",
+                )
+            elif len(done) >= job.replicas and len(done) == len(pods):
+                out[job.key] = (
+                    crd.PHASE_SUCCEEDED,
+                    cond.COMPLETED,
+                    f"all {job.replicas} pods succeeded",
+                )
+            elif job.total_work is not None and hist.work_done >= job.total_work:
+                out[job.key] = (
+                    crd.PHASE_SUCCEEDED,
+                    cond.WORK_DONE,
+                    f"work done {cond.fmt(hist.work_done)} >= totalWork {cond.fmt(job.total_work)}",
+                )
+        return out
+
+    # ------------------------------------------------------------------ writes
+
+    async def _act(self, plan: realise.Realisation, report: RoundReport) -> None:
+        if plan.deletes:
+            results = await kubeapi.gather_limited(
+                self.api.delete_pod(d.pod.namespace, d.pod.name) for d in plan.deletes
+            )
+            report.deletes += sum(r.ok for r in results)
+            report.errors += sum(not r.ok and r.outcome != kubeapi.Outcome.GONE for r in results)
+            preempted = sum(
+                r.ok and d.reason == "SliceEnded"
+                for d, r in zip(plan.deletes, results, strict=True)
+            )
+            metrics.PREEMPTIONS.inc(preempted)
+            for d in plan.deletes:
+                self.pending.pop(d.pod.job_key, None)
+        by_job: dict[model.JobKey, list[realise.PodCreate]] = {}
+        for c in plan.creates:
+            by_job.setdefault(c.job.key, []).append(c)
+        if plan.creates:
+            results = await kubeapi.gather_limited(
+                self.api.create_pod(c.job.namespace, c.manifest) for c in plan.creates
+            )
+            report.creates += sum(r.outcome == kubeapi.Outcome.OK for r in results)
+            for c, r in zip(plan.creates, results, strict=True):
+                if not r.ok:
+                    report.errors += 1
+                    logger.warning("create pod %s/%s: %s", c.job.namespace, c.name, r.message)
+        # Queue the gangs: every pod of a job that the store shows unbound, plus the new ones.
+        self.pending = {}
+        deleted = {d.pod.key for d in plan.deletes}
+        for pod in self.store.pods.values():
+            if (
+                not pod.node
+                and pod.planned_node
+                and not pod.terminating
+                and pod.key not in deleted
+                and pod.job_key not in by_job
+            ):
+                gpus = int(
+                    max(
+                        (v for r, v in pod.requests.items() if r not in ("cpu", "memory")),
+                        default=1,
+                    )
+                )
+                self.pending.setdefault(pod.job_key, []).append(
+                    _PendingBind(pod.namespace, pod.name, pod.planned_node, gpus)
+                )
+        for key, creates in by_job.items():
+            self.pending[key] = [_PendingBind(key[0], c.name, c.node, c.gpus) for c in creates]
+        await self.bind_pending(report)
+
+    def _node_usage(self) -> dict[str, int]:
+        """GPUs in use per node: pods on it (being deleted included) and binds in flight."""
+        usage: dict[str, int] = {}
+        pools = sorted(self.store.pools.values(), key=lambda p: p.name)
+        resource: dict[str, str] = {}
+        for name, node in self.store.nodes.items():
+            pool = snapshot.node_pool(node, pools)
+            resource[name] = pool.resource_name if pool else crd.DEFAULT_RESOURCE_NAME
+        for key in list(self.ledger):
+            pod = self.store.pods.get(key)
+            if pod is not None and pod.node:
+                del self.ledger[key]
+        for pod in (*self.store.pods.values(), *self.store.foreign.values()):
+            if pod.node and not pod.finished:
+                gpus = pod.requests.get(resource.get(pod.node, crd.DEFAULT_RESOURCE_NAME), 0.0)
+                usage[pod.node] = usage.get(pod.node, 0) + int(gpus)
+        for node_name, gpus_bound in self.ledger.values():
+            usage[node_name] = usage.get(node_name, 0) + gpus_bound
+        return usage
+
+    def _capacity(self, node_name: str) -> int:
+        node = self.store.nodes.get(node_name)
+        if node is None:
+            return -1
+        pool = snapshot.node_pool(node, sorted(self.store.pools.values(), key=lambda p: p.name))
+        return int(node.resource(pool.resource_name if pool else crd.DEFAULT_RESOURCE_NAME))
+
+    async def bind_pending(self, report: RoundReport | None = None) -> None:
+        """Bind every queued gang whose pods all fit on their nodes now."""
+        if not self.pending or not self.is_leader():
+            return
+        usage = self._node_usage()
+        ready: list[_PendingBind] = []
+        for key in sorted(self.pending):
+            gang = self.pending[key]
+            if any(self._capacity(b.node) < 0 for b in gang):
+                del self.pending[key]  # its node is gone; the next round re-plans the job
+                continue
+            need: dict[str, int] = {}
+            for b in gang:
+                need[b.node] = need.get(b.node, 0) + b.gpus
+            if all(usage.get(n, 0) + g <= self._capacity(n) for n, g in need.items()):
+                for n, g in need.items():
+                    usage[n] = usage.get(n, 0) + g
+                ready.extend(gang)
+                del self.pending[key]
+        if not ready:
+            return
+        results = await kubeapi.gather_limited(
+            self.api.bind_pod(b.namespace, b.name, b.node) for b in ready
+        )
+        bound = 0
+        for b, r in zip(ready, results, strict=True):
+            if r.outcome == kubeapi.Outcome.OK:
+                bound += 1
+                self.ledger[(b.namespace, b.name)] = (b.node, b.gpus)
+            elif r.outcome == kubeapi.Outcome.ERROR:
+                logger.warning("bind %s/%s to %s: %s", b.namespace, b.name, b.node, r.message)
+                if report is not None:
+                    report.errors += 1
+        metrics.BINDINGS.inc(bound)
+        if report is not None:
+            report.binds += bound
+
+    # ------------------------------------------------------------------ status
+
+    async def _statuses(
+        self,
+        snap: snapshot.Snapshot,
+        view: snapshot.ClusterView,
+        sol: policies.Solution,
+        plan: realise.Realisation,
+        finished: Mapping[model.JobKey, tuple[str, str, str]],
+        hists: Mapping[model.JobKey, rounds_state.History],
+        report: RoundReport,
+        now: float,
+    ) -> None:
+        stamp = model.format_time(now)
+        patches: list[tuple[str, str, dict[str, Any]]] = []
+        events: list[tuple[model.JobSpec | model.JobDefect, str, str, str, str]] = []
+        pending_reasons: dict[str, int] = {}
+        by_key = {j.key: j for j in snap.jobs}
+
+        def add(job: model.JobSpec | model.JobDefect, core: dict[str, Any], force: bool) -> None:
+            old = job.status
+            if not force and not status.changed(core, old):
+                return
+            full = dict(core)
+            full["conditions"] = cond.merge_times(
+                core["conditions"], old.get("conditions") or [], stamp
+            )
+            full["round"] = self.round_no
+            hist = hists.get(job.key)
+            if hist is not None:
+                full.update(hist.status_fields())
+            patches.append((job.namespace, job.name, full))
+
+        for r, job in enumerate(sol.jobs):
+            jr = plan.jobs[job.key]
+            hist = hists[job.key]
+            core = status.solved_job_status(
+                job, r, sol, jr, view, has_run=sum(hist.received.values()) > 0
+            )
+            if core["phase"] == crd.PHASE_PENDING:
+                reason = next(
+                    c["reason"] for c in core["conditions"] if c["type"] == cond.ALLOCATED
+                )
+                pending_reasons[reason] = pending_reasons.get(reason, 0) + 1
+            add(job, core, force=False)
+        for issue in sol.issues:
+            job = by_key[issue.key]
+            core = status.issue_status(job, job.tenant, issue.field, issue.reason, issue.message)
+            pending_reasons[issue.reason] = pending_reasons.get(issue.reason, 0) + 1
+            add(job, core, force=False)
+            events.append(
+                (
+                    job,
+                    job.uid,
+                    "Warning",
+                    issue.reason,
+                    cond.issue_message(issue.field, issue.message),
+                )
+            )
+        for defect in snap.defects:
+            if defect.status.get("phase") in crd.TERMINAL_PHASES:
+                continue
+            core = status.issue_status(
+                defect, defect.tenant, defect.field, defect.reason, defect.message
+            )
+            pending_reasons[defect.reason] = pending_reasons.get(defect.reason, 0) + 1
+            add(defect, core, force=False)
+            events.append(
+                (
+                    defect,
+                    defect.uid,
+                    "Warning",
+                    defect.reason,
+                    cond.issue_message(defect.field, defect.message),
+                )
+            )
+        for key, (phase, reason, message) in finished.items():
+            job = by_key[key]
+            add(job, status.finished_status(job, phase, reason, message), force=True)
+            events.append(
+                (
+                    job,
+                    job.uid,
+                    "Normal" if phase == crd.PHASE_SUCCEEDED else "Warning",
+                    reason,
+                    message,
+                )
+            )
+
+        gpus = {j.key: int(sol.gpus_per_pod[r]) for r, j in enumerate(sol.jobs)}
+        pool_cores = status.pool_statuses(snap, view, sol, plan.jobs, gpus)
+        pool_patches: list[tuple[str, dict[str, Any]]] = []
+        for pool in snap.pools:
+            core = pool_cores[pool.name]
+            if status.changed(core, pool.status):
+                full = dict(core)
+                full["conditions"] = cond.merge_times(
+                    core["conditions"], pool.status.get("conditions") or [], stamp
+                )
+                full["round"] = self.round_no
+                pool_patches.append((pool.name, full))
+            metrics.ALLOCATED_SHARE.labels(pool=pool.name).set(core["utilisation"])
+
+        new_events = []
+        for obj, uid, etype, reason, message in events:
+            ref = f"{obj.namespace}/{obj.name}"
+            if self.events_posted.get(ref) == (reason, message):
+                continue
+            self.events_posted[ref] = (reason, message)
+            new_events.append((obj, uid, etype, reason, message))
+
+        results = await kubeapi.gather_limited(
+            [
+                *(self.api.patch_job_status(ns, name, body) for ns, name, body in patches),
+                *(self.api.patch_pool_status(name, body) for name, body in pool_patches),
+                *(
+                    self.api.post_event(
+                        obj, uid=uid, event_type=etype, reason=reason, message=message, now=stamp
+                    )
+                    for obj, uid, etype, reason, message in new_events
+                ),
+            ]
+        )
+        report.status_patches = len(patches) + len(pool_patches)
+        report.events = len(new_events)
+        report.errors += sum(r.outcome == kubeapi.Outcome.ERROR for r in results)
+        metrics.PENDING_JOBS.clear()
+        for reason, count in pending_reasons.items():
+            metrics.PENDING_JOBS.labels(reason=reason).set(count)
+
+    # ------------------------------------------------------------------ metrics
+
+    def _observe(self, report: RoundReport) -> None:
+        for phase in ("snapshot", "solve", "realise", "writes", "total"):
+            metrics.ROUND_SECONDS.labels(phase=phase).observe(getattr(report, phase))
+        metrics.SOLVE_SECONDS.labels(policy=self.config.policy).observe(report.solve)
+        metrics.SOLVER_ITERATIONS.labels(policy=self.config.policy).set(report.iterations)
+        if self.config.policy == "price-discovery":
+            metrics.DUALITY_GAP.set(report.gap)
+        for gpu_type, price in report.prices.items():
+            metrics.PRICE.labels(gpu_type=gpu_type).set(price)
+        metrics.ROUNDS.inc()

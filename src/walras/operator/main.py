@@ -1,0 +1,205 @@
+"""Start the operator: kopf watchers, the round loop, leader election, health and metrics.
+
+Called by ``walras operator`` (``walras.cli.operator_cmd``). kopf runs programmatically and
+standalone (no peering: one active controller is chosen by the Lease of
+``walras.operator.leader.LeaderElector``, and the round loop writes only while it leads; with
+``leader_elect=False`` it always writes). kopf's own posting of events and resource scanning are
+off: the operator posts its own deduplicated Events, and the CRDs are installed before it starts.
+
+Shutdown: SIGTERM/SIGINT stop kopf, which stops the round loop and releases the Lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+import kopf
+
+from walras.operator import handlers, kubeapi, loop, snapshot
+
+logger = logging.getLogger("walras.operator")
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """The ``walras operator`` flags."""
+
+    policy: str = "price-discovery"
+    round_seconds: float = 360.0
+    eps: float = 1e-3
+    backend: str = "auto"
+    kubeconfig: str | None = None
+    metrics_port: int = 8080
+    health_port: int = 8081
+    leader_elect: bool = True
+    lease_namespace: str = "walras-system"
+    lease_name: str = "walras-controller"
+    identity: str | None = None
+    log_format: str = "text"
+    stale_after: float = 30.0
+    debounce: float = 0.3
+
+
+def configure_logging(log_format: str) -> None:
+    """Text or JSON logs on stderr (kopf's loggers included)."""
+    kopf.configure(
+        verbose=False,
+        log_format=kopf.LogFormat.JSON if log_format == "json" else kopf.LogFormat.PLAIN,
+        log_prefix=False,
+    )
+    logging.getLogger().setLevel(logging.INFO)
+    # kopf reports every handled event at INFO; that is noise at our volume.
+    logging.getLogger("kopf").setLevel(logging.WARNING)
+
+
+def api_client(kubeconfig: str | None) -> Any:
+    """A ``kubernetes`` ApiClient: the kubeconfig, else in-cluster, else $KUBECONFIG."""
+    from kubernetes import client, config
+
+    configuration = client.Configuration()
+    if kubeconfig:
+        config.load_kube_config(  # type: ignore[no-untyped-call]  # untyped library
+            config_file=kubeconfig, client_configuration=configuration
+        )
+    else:
+        try:
+            config.load_incluster_config(  # type: ignore[no-untyped-call]  # untyped library
+                client_configuration=configuration
+            )
+        except config.ConfigException:
+            config.load_kube_config(  # type: ignore[no-untyped-call]  # untyped library
+                client_configuration=configuration
+            )
+    # Many writes of one round run in parallel threads; give each a pooled connection.
+    configuration.connection_pool_maxsize = 32
+    return client.ApiClient(configuration)
+
+
+def kopf_settings() -> kopf.OperatorSettings:
+    settings = kopf.OperatorSettings()
+    settings.posting.enabled = False
+    settings.scanning.disabled = True
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    return settings
+
+
+async def _serve(options: Options, ready: Any) -> list[Any]:
+    """Health/readiness/metrics endpoints (``walras.operator.health``), when available."""
+    servers: list[Any] = []
+    if options.health_port < 0 and options.metrics_port < 0:
+        return servers
+    try:
+        from walras.operator import health
+    except ImportError as exc:  # pragma: no cover - health.py ships with the package
+        logger.warning("health endpoints unavailable: %s", exc)
+        return servers
+    ports = {p for p in (options.health_port, options.metrics_port) if p >= 0}
+    for port in sorted(ports):
+        servers.append(await health.serve(port, ready=ready))
+    return servers
+
+
+async def run(options: Options) -> None:
+    """Run until SIGTERM/SIGINT (or kopf stops)."""
+    if options.kubeconfig:
+        # kopf's own login (login_via_client) reads $KUBECONFIG.
+        os.environ["KUBECONFIG"] = options.kubeconfig
+    client = api_client(options.kubeconfig)
+    api = kubeapi.Api(client)
+    store = snapshot.Store()
+    identity = options.identity or f"{socket.gethostname()}-{os.getpid()}"
+    elector: Any = None
+    if options.leader_elect:
+        from walras.operator import leader
+
+        elector = leader.LeaderElector(
+            client,
+            namespace=options.lease_namespace,
+            name=options.lease_name,
+            identity=identity,
+        )
+
+    def is_leader() -> bool:
+        return True if elector is None else bool(elector.is_leader)
+
+    rounds = loop.RoundLoop(
+        store,
+        api,
+        loop.LoopConfig(
+            policy=options.policy,
+            round_seconds=options.round_seconds,
+            eps=options.eps,
+            backend=options.backend,
+            debounce=options.debounce,
+        ),
+        is_leader=is_leader,
+    )
+    expected: dict[str, set[tuple[str, str]]] = {}
+    for kind, (path, selector) in handlers.kinds_paths().items():
+        expected[kind] = await asyncio.to_thread(
+            kubeapi.list_keys, client, path, label_selector=selector
+        )
+    readiness = handlers.Readiness(expected)
+    registry = kopf.OperatorRegistry()
+    watcher = handlers.Watcher(store, rounds, readiness)
+    handlers.register(registry, watcher)
+
+    @kopf.on.login(registry=registry)
+    def login(**kwargs: Any) -> Any:
+        return kopf.login_via_client(**kwargs)
+
+    stop = asyncio.Event()
+    servers = await _serve(options, lambda: readiness.ready() and is_leader())
+    kopf_stop: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    kopf_task = asyncio.create_task(
+        kopf.operator(
+            registry=registry,
+            settings=kopf_settings(),
+            standalone=True,
+            clusterwide=True,
+            stop_flag=kopf_stop,
+        ),
+        name="kopf",
+    )
+    tasks = [kopf_task]
+    if elector is not None:
+        tasks.append(asyncio.create_task(elector.run(stop), name="leader"))
+
+    async def rounds_when_ready() -> None:
+        await readiness.wait()
+        logger.info(
+            "indexes complete: %d jobs, %d pools, %d nodes, %d pods; policy %s, rounds of %.1f s",
+            len(store.jobs),
+            len(store.pools),
+            len(store.nodes),
+            len(store.pods),
+            options.policy,
+            options.round_seconds,
+        )
+        await rounds.run(stop)
+
+    round_task = asyncio.create_task(rounds_when_ready(), name="rounds")
+    tasks.append(round_task)
+    try:
+        done, _ = await asyncio.wait({kopf_task, round_task}, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            if task.exception() is not None:
+                logger.error("%s stopped: %r", task.get_name(), task.exception())
+    finally:
+        stop.set()
+        if not kopf_stop.done():
+            kopf_stop.set_result(None)
+        for task in tasks:
+            with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(task, timeout=10)
+        for server in servers:
+            with contextlib.suppress(Exception):
+                await server.close()
+        api.close()

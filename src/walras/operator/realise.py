@@ -1,0 +1,278 @@
+"""Realise: a policy's target fractions → this round's pods to create, bind and delete.
+
+Called by the round loop after the solve. It builds the inputs of
+``walras.allocator.rounds.plan_round`` from the snapshot (history, replicas, GPUs per pod, node
+groups, free GPUs per node, where each job's pods are now), then diffs the plan against the
+existing Walras pods:
+
+- a job kept on its nodes: nothing to do (no API write);
+- a job placed afresh (new, moved, or coming back after its slice ended): delete its old pods,
+  create ``replicas`` pods named ``<job>-r<round>-<replica>`` from its template;
+- a job not placed (its slice ended): delete its pods (preemption; the workload checkpoints);
+- pods of jobs that are finished, deleted (no garbage collector is assumed), impossible, or on a
+  node that is gone or cordoned: delete.
+
+An *incremental* round (a job arrived or finished between round boundaries) keeps every running
+gang as it is and only fills free GPUs, so that arrivals start at once without cutting anyone's
+slice short. Pod names carry the round number, which the operator keeps above every round it ever
+used, so a restarted operator never re-creates a name that still exists.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from walras.allocator import rounds
+from walras.operator import crd, model, policies, rounds_state, snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class PodCreate:
+    job: model.JobSpec
+    name: str
+    replica: int
+    node: str
+    gpus: int
+    manifest: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class PodDelete:
+    pod: model.PodInfo
+    reason: str  # SliceEnded | Rescheduled | JobFinished | JobGone | NotSchedulable | NodeGone
+
+
+@dataclass(frozen=True, slots=True)
+class JobRound:
+    """What this round does with one solved job."""
+
+    key: model.JobKey
+    group: str  # "" when not running this round
+    gpu_type: str
+    node_pods: tuple[tuple[str, int], ...]  # (node, replicas on it)
+    kept: bool
+    preempted: bool  # it had pods that this round deletes because its slice ended
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return tuple(n for n, _ in self.node_pods)
+
+
+@dataclass(frozen=True, slots=True)
+class Realisation:
+    creates: tuple[PodCreate, ...]
+    deletes: tuple[PodDelete, ...]
+    jobs: Mapping[model.JobKey, JobRound]
+
+
+def pod_name(job: str, round_no: int, replica: int) -> str:
+    """Deterministic pod name ``<job>-r<round>-<replica>`` (hashed down to 253 characters)."""
+    suffix = f"-r{round_no}-{replica}"
+    if len(job) + len(suffix) <= 253:
+        return job + suffix
+    digest = hashlib.sha256(job.encode()).hexdigest()[:10]
+    return job[: 253 - len(suffix) - 11] + "-" + digest + suffix
+
+
+def pod_manifest(
+    job: model.JobSpec,
+    *,
+    name: str,
+    replica: int,
+    node: str,
+    group: str,
+    gpu_type: str,
+    resource_name: str,
+    gpus: int,
+    round_no: int,
+    fraction: float,
+    price: float,
+) -> dict[str, Any]:
+    """The pod of one replica: the job's template plus Walras's scheduler, labels, annotations."""
+    template = copy.deepcopy(dict(job.template))
+    meta = dict(template.get("metadata") or {})
+    labels = dict(meta.get("labels") or {})
+    labels.update({crd.LABEL_JOB: job.name, crd.LABEL_REPLICA: str(replica)})
+    annotations = dict(meta.get("annotations") or {})
+    annotations.update(
+        {
+            crd.ANN_ROUND: str(round_no),
+            crd.ANN_GPU_TYPE: gpu_type,
+            crd.ANN_TIME_SLICE: f"{fraction:.3f}",
+            crd.ANN_PRICE: f"{price:.4g}",
+            crd.ANN_NODE: node,
+            crd.ANN_GROUP: group,
+        }
+    )
+    spec = dict(template.get("spec") or {})
+    spec["schedulerName"] = crd.SCHEDULER_NAME
+    # No token controller in minimal control planes, and training pods rarely need the API.
+    spec.setdefault("automountServiceAccountToken", False)
+    spec.pop("nodeName", None)
+    containers = [dict(c) for c in spec.get("containers") or []]
+    if containers:
+        first = containers[0]
+        resources = dict(first.get("resources") or {})
+        limits = dict(resources.get("limits") or {})
+        # Make the GPU request explicit, so capacity accounting sees it on the pod itself.
+        limits.setdefault(resource_name, str(gpus))
+        resources["limits"] = limits
+        first["resources"] = resources
+        spec["containers"] = containers
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": job.namespace,
+            "labels": labels,
+            "annotations": annotations,
+            "ownerReferences": [
+                {
+                    "apiVersion": crd.API_VERSION,
+                    "kind": crd.JOB_KIND,
+                    "name": job.name,
+                    "uid": job.uid,
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": spec,
+    }
+
+
+def _alive(pod: model.PodInfo) -> bool:
+    """Counts as the job's pod now: not being deleted and not failed (Succeeded still counts)."""
+    return not pod.terminating and pod.phase != crd.PHASE_FAILED
+
+
+def realise(
+    sol: policies.Solution,
+    snap: snapshot.Snapshot,
+    view: snapshot.ClusterView,
+    histories: Mapping[model.JobKey, rounds_state.History],
+    round_no: int,
+    *,
+    incremental: bool = False,
+) -> Realisation:
+    """Plan this round and diff it against the existing pods (see the module docstring)."""
+    node_index = view.node_index
+    pods_by_job = snap.pods_by_job()
+    J, G = sol.targets.shape
+    K = len(view.nodes)
+    replicas = np.array([j.replicas for j in sol.jobs], dtype=np.int64)
+    current = np.zeros((J, K), dtype=np.int64)
+    for r, job in enumerate(sol.jobs):
+        for pod in pods_by_job.get(job.key, []):
+            k = node_index.get(pod.where)
+            if _alive(pod) and k is not None:
+                current[r, k] += 1
+    received = np.zeros((J, G))
+    elapsed = np.zeros(J)
+    for r, job in enumerate(sol.jobs):
+        hist = histories.get(job.key)
+        if hist is not None:
+            received[r] = [hist.received.get(g, 0.0) for g in sol.groups]
+            elapsed[r] = hist.elapsed
+    node_free = np.maximum(view.node_gpus - view.node_foreign, 0).astype(np.int64)
+    targets = sol.targets.copy()
+    running = current.sum(axis=1) == replicas
+    frozen: list[rounds.JobPlacement] = []
+    if incremental and J:
+        for r in np.flatnonzero(running).tolist():
+            ks = np.flatnonzero(current[r])
+            groups = np.unique(sol.node_group[ks])
+            if groups.shape[0] != 1:
+                continue
+            node_free[ks] -= current[r, ks] * sol.gpus_per_pod[r]
+            nodes = tuple((int(k), int(current[r, k])) for k in ks)
+            frozen.append(rounds.JobPlacement(job=r, group=int(groups[0]), nodes=nodes, kept=True))
+            targets[r] = 0.0
+        node_free = np.maximum(node_free, 0)
+    plan_current = current.copy()
+    for fixed in frozen:
+        plan_current[fixed.job] = 0
+    if J and K:
+        plan = rounds.plan_round(
+            targets=np.clip(targets, 0.0, None),
+            received=received,
+            elapsed=elapsed,
+            replicas=replicas,
+            gpus_per_pod=sol.gpus_per_pod,
+            node_group=sol.node_group,
+            node_free=node_free,
+            current=plan_current,
+        )
+        placements = {p.job: p for p in (*plan.placements, *frozen)}
+    else:
+        placements = {}
+
+    creates: list[PodCreate] = []
+    deletes: list[PodDelete] = []
+    jobs: dict[model.JobKey, JobRound] = {}
+    solved = {job.key for job in sol.jobs}
+    for r, job in enumerate(sol.jobs):
+        pods = [p for p in pods_by_job.get(job.key, []) if not p.terminating]
+        pl = placements.get(r)
+        if pl is None:
+            preempted = any(p.phase != crd.PHASE_SUCCEEDED for p in pods)
+            deletes.extend(PodDelete(p, "SliceEnded") for p in pods)
+            jobs[job.key] = JobRound(job.key, "", "", (), False, preempted)
+            continue
+        group = sol.groups[pl.group]
+        gpu_type = sol.group_type[pl.group]
+        node_pods = tuple((view.nodes[k].name, int(n)) for k, n in pl.nodes)
+        node_names = tuple(n for n, _ in node_pods)
+        if pl.kept:
+            keep_nodes = set(node_names)
+            deletes.extend(
+                PodDelete(p, "Rescheduled")
+                for p in pods
+                if not _alive(p) or p.where not in keep_nodes
+            )
+        else:
+            deletes.extend(PodDelete(p, "Rescheduled") for p in pods)
+            replica = 0
+            for k, count in pl.nodes:
+                pool = view.node_pool[k]
+                gpus = int(sol.gpus_per_pod[r])
+                for _ in range(count):
+                    name = pod_name(job.name, round_no, replica)
+                    manifest = pod_manifest(
+                        job,
+                        name=name,
+                        replica=replica,
+                        node=view.nodes[k].name,
+                        group=group,
+                        gpu_type=gpu_type,
+                        resource_name=pool.resource_name,
+                        gpus=gpus,
+                        round_no=round_no,
+                        fraction=float(sol.targets[r, pl.group]),
+                        price=float(sol.prices.get(gpu_type, 0.0)),
+                    )
+                    creates.append(
+                        PodCreate(job, name, replica, view.nodes[k].name, gpus, manifest)
+                    )
+                    replica += 1
+        jobs[job.key] = JobRound(job.key, group, gpu_type, node_pods, pl.kept, False)
+    live_jobs = {j.key for j in snap.jobs if not j.finished}
+    finished = {j.key for j in snap.jobs if j.finished}
+    defects = {d.key for d in snap.defects}
+    for key, pods in pods_by_job.items():
+        if key in solved:
+            continue
+        if key in finished:
+            reason = "JobFinished"
+        elif key in live_jobs or key in defects:
+            reason = "NotSchedulable"
+        else:
+            reason = "JobGone"
+        deletes.extend(PodDelete(p, reason) for p in pods if not p.terminating)
+    return Realisation(creates=tuple(creates), deletes=tuple(deletes), jobs=jobs)

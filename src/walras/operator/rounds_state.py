@@ -1,0 +1,101 @@
+"""Per-job schedule history: time run per placement group, time eligible, work done.
+
+The realiser's priority (``walras.allocator.rounds``) is ``target / (received / elapsed)``; it
+needs, per job, how long it has run in each group and how long it has been schedulable. Time is
+measured in seconds (the ratio is unit-free, and rounds triggered early by an arriving job are
+shorter than ``--round-seconds``).
+
+Persisting it costs nothing extra: the history is written into ``FungibleJob.status`` only along
+with a status change the operator makes anyway (a slice starting or ending changes the job's
+allocation). Between two such writes the job's running state is constant, so the values at any
+time follow from the persisted ones::
+
+    elapsed(t)     = status.elapsed + (t - status.accountedAt)
+    received_g(t)  = status.received[g] + (t - status.accountedAt)   if g == status.runningGroup
+    workDone(t)    = status.workDone + (t - status.accountedAt) · throughput(type of g)
+
+A restarted operator calls :meth:`History.from_status` and continues the schedule. The round loop
+calls :meth:`History.advance` at every round.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from walras.operator import model
+
+
+@dataclass(slots=True)
+class History:
+    """Mutable history of one job (owned by the round loop, keyed by job UID)."""
+
+    received: dict[str, float] = field(default_factory=dict)
+    elapsed: float = 0.0
+    work_done: float = 0.0
+    running_group: str = ""
+    running_rate: float = 0.0  # work units per second in the running group
+    running_since: float | None = None
+    accounted_at: float | None = None
+
+    @classmethod
+    def from_status(cls, status: Mapping[str, Any], rate_of: Mapping[str, float]) -> History:
+        """Rebuild from a persisted status (``rate_of``: throughput per group name)."""
+        received_raw = status.get("received") or {}
+        received = {str(k): float(v) for k, v in dict(received_raw).items()}
+        group = str(status.get("runningGroup") or "")
+        return cls(
+            received=received,
+            elapsed=float(status.get("elapsed") or 0.0),
+            work_done=float(status.get("workDone") or 0.0),
+            running_group=group,
+            running_rate=float(rate_of.get(group, 0.0)) if group else 0.0,
+            running_since=model.parse_time(status.get("runningSince")),
+            accounted_at=model.parse_time(status.get("accountedAt")),
+        )
+
+    def advance(self, now: float) -> None:
+        """Account the time since the last call: elapsed, and received/work if running."""
+        if self.accounted_at is None:
+            self.accounted_at = now
+            return
+        dt = max(0.0, now - self.accounted_at)
+        self.elapsed += dt
+        if self.running_group:
+            self.received[self.running_group] = self.received.get(self.running_group, 0.0) + dt
+            self.work_done += dt * self.running_rate
+        self.accounted_at = now
+
+    def run_in(self, group: str, rate: float, now: float) -> bool:
+        """Set the running group from ``now`` on ('' = not running); True if it changed."""
+        if group == self.running_group:
+            return False
+        self.running_group = group
+        self.running_rate = rate if group else 0.0
+        self.running_since = now if group else None
+        return True
+
+    def status_fields(self) -> dict[str, Any]:
+        """The persisted form (see the module docstring)."""
+        return {
+            "received": {k: round(v, 3) for k, v in sorted(self.received.items())},
+            "elapsed": round(self.elapsed, 3),
+            "workDone": round(self.work_done, 6),
+            "runningGroup": self.running_group,
+            "runningSince": (
+                model.format_time(self.running_since) if self.running_since is not None else ""
+            ),
+            "accountedAt": (
+                model.format_time(self.accounted_at) if self.accounted_at is not None else ""
+            ),
+        }
+
+
+def realised_share(status: Mapping[str, Any], now: float) -> dict[str, float]:
+    """Share of time a job has run per group, from its status alone (tests and ``explain``)."""
+    hist = History.from_status(status, {})
+    hist.advance(now) if hist.accounted_at is not None else None
+    if hist.elapsed <= 0:
+        return {}
+    return {g: v / hist.elapsed for g, v in hist.received.items()}
