@@ -1,0 +1,189 @@
+"""One round of the realiser: Gavel priorities, sticky keep, reservations, gang packing.
+
+The formula, tie-breaks and the stickiness/preemption rules are in the package docstring
+(:mod:`walras.allocator.rounds`). Called by the operator and the simulator each round.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from walras.allocator.errors import InvalidProblem
+from walras.allocator.rounds.packing import pack
+from walras.allocator.rounds.results import JobPlacement, RoundPlan
+from walras.allocator.rounds.validation import FloatArray, IntArray, Problem, validate
+
+
+def priorities(targets: object, received: object, elapsed: object) -> FloatArray:
+    """Gavel priority ``targets * elapsed / received`` per (job, group); ``+inf`` if none received.
+
+    Pairs with a zero target get priority 0 (they are never placed). Inputs are validated like
+    :func:`plan_round`'s.
+    """
+    t_raw = np.asarray(targets, dtype=np.float64)
+    if t_raw.ndim != 2:
+        raise InvalidProblem(
+            f"targets must be a (jobs, groups) matrix, got shape {t_raw.shape}", field="targets"
+        )
+    n_jobs = t_raw.shape[0]
+    p = validate(
+        t_raw, received, elapsed, np.ones(n_jobs), np.ones(n_jobs), np.zeros(0), np.zeros(0), None
+    )
+    prio = _priority(p.targets, p.elapsed[:, None], p.received)
+    return np.where(p.targets > 0, prio, 0.0)
+
+
+def _priority(t: FloatArray, e: FloatArray, r: FloatArray) -> FloatArray:
+    """Elementwise ``t * e / r`` (Gavel), ``+inf`` where nothing was received yet."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = t * e / r
+    return np.where(r > 0, ratio, np.inf)
+
+
+def plan_round(
+    targets: object,
+    received: object,
+    elapsed: object,
+    replicas: object,
+    gpus_per_pod: object,
+    node_group: object,
+    node_free: object,
+    current: object | None = None,
+) -> RoundPlan:
+    """Choose this round's gang placements from fractional targets and the rounds history.
+
+    Args:
+        targets: ``(J, G)`` long-run fraction of time job ``j`` should run in group ``g``; rows sum
+            to at most 1. A group is a GPU type (price discovery) or a single node (PS-DSF).
+        received: ``(J, G)`` rounds job ``j`` has run in group ``g`` so far.
+        elapsed: ``(J,)`` rounds job ``j`` has been eligible so far.
+        replicas: ``(J,)`` gang size (pods that must run together).
+        gpus_per_pod: ``(J,)`` GPUs each pod needs on its node.
+        node_group: ``(K,)`` group of each node, in ``[0, G)``.
+        node_free: ``(K,)`` GPUs on each node usable by Walras this round.
+        current: ``(J, K)`` replicas of job ``j`` running on node ``k`` now (sticky placement).
+
+    Returns:
+        The placements (sorted by job) and the jobs with a positive target left unplaced.
+
+    Raises:
+        InvalidProblem: naming the job or node whose input is malformed.
+    """
+    p = validate(targets, received, elapsed, replicas, gpus_per_pod, node_group, node_free, current)
+    n_jobs, n_groups = p.targets.shape
+    # Work on the positive pairs only: PS-DSF targets are (jobs x nodes) and sparse.
+    jj, gg = np.nonzero(p.targets > 0)
+    t_pair = p.targets[jj, gg]
+    r_pair = p.received[jj, gg]
+    e_pair = p.elapsed[jj]
+    prio = _priority(t_pair, e_pair, r_pair)
+    deficit = t_pair * e_pair - r_pair
+    # np.lexsort sorts by the last key first.
+    order = np.lexsort((gg, jj, -t_pair, -deficit, -prio))
+    pair_jobs: list[int] = jj[order].tolist()
+    pair_groups: list[int] = gg[order].tolist()
+
+    # Per-group working copies: a group's nodes in ascending order, their free and reserved GPUs.
+    by_group = np.argsort(p.node_group, kind="stable")
+    bounds = np.concatenate(([0], np.cumsum(np.bincount(p.node_group, minlength=n_groups))))
+    group_nodes = [by_group[bounds[g] : bounds[g + 1]] for g in range(n_groups)]
+    position = np.empty(p.node_group.shape[0], dtype=np.int64)
+    position[by_group] = np.arange(by_group.shape[0]) - bounds[p.node_group[by_group]]
+    pos_of: list[int] = position.tolist()
+    free = [p.node_free[nodes] for nodes in group_nodes]  # fancy indexing copies
+    group_free: list[int] = [int(f.sum()) for f in free]
+    gpus_of: list[int] = p.gpus_per_pod.tolist()
+    replicas_of: list[int] = p.replicas.tolist()
+    demand = [r * q for r, q in zip(replicas_of, gpus_of, strict=True)]
+
+    cur_group, cur_nodes, reserved_by_node = _current_placements(p)
+    reserved = [reserved_by_node[nodes] for nodes in group_nodes]
+    group_reserved: list[int] = [int(r.sum()) for r in reserved]
+    holds = [g >= 0 for g in cur_group]  # does job j still reserve its current GPUs?
+
+    def release(j: int) -> None:
+        g, gpus = cur_group[j], gpus_of[j]
+        for k, n in cur_nodes[j]:
+            reserved[g][pos_of[k]] -= n * gpus
+        group_reserved[g] -= demand[j]
+        holds[j] = False
+
+    placed: dict[int, JobPlacement] = {}
+    total_free = sum(group_free)
+    for j, g in zip(pair_jobs, pair_groups, strict=True):
+        if total_free <= 0:
+            break
+        if j in placed:
+            continue
+        if g == cur_group[j] and holds[j]:
+            release(j)  # its own pair: the reservation goes, whether it keeps its nodes or moves
+        if group_free[g] < demand[j]:
+            continue
+        gpus, f = gpus_of[j], free[g]
+        choice: list[tuple[int, int]] | None = None  # (position in group, pods)
+        kept = False
+        if g == cur_group[j]:
+            mine = [(pos_of[k], n) for k, n in cur_nodes[j]]
+            if all(f[i] >= n * gpus for i, n in mine):
+                choice, kept = mine, True
+        if choice is None:
+            if group_reserved[g] > 0:
+                choice = pack(np.maximum(f - reserved[g], 0), replicas_of[j], gpus)
+            if choice is None:
+                choice = pack(f, replicas_of[j], gpus)
+        if choice is None:
+            continue
+        for i, n in choice:
+            f[i] -= n * gpus
+        group_free[g] -= demand[j]
+        total_free -= demand[j]
+        if holds[j]:
+            release(j)  # placed in another group before its own pair came up
+        nodes = group_nodes[g]
+        where = tuple(sorted((int(nodes[i]), n) for i, n in choice))
+        placed[j] = JobPlacement(job=j, group=g, nodes=where, kept=kept)
+
+    wanted = np.flatnonzero(np.bincount(jj, minlength=n_jobs) > 0).tolist()
+    unplaced = tuple(j for j in wanted if j not in placed)
+    return RoundPlan(
+        placements=tuple(placed[j] for j in sorted(placed)),
+        unplaced=unplaced,
+    )
+
+
+def _current_placements(p: Problem) -> tuple[list[int], list[list[tuple[int, int]]], IntArray]:
+    """Per job, its current group (``-1`` if it cannot be kept) and nodes, and reserved GPUs.
+
+    A current placement can be kept only if it is the full gang, all in one group, with a positive
+    target there. Only those reserve their GPUs.
+    """
+    n_jobs = p.targets.shape[0]
+    cur_group = [-1] * n_jobs
+    cur_nodes: list[list[tuple[int, int]]] = [[] for _ in range(n_jobs)]
+    reserved = np.zeros(p.node_free.shape[0], dtype=np.int64)
+    if p.current is None:
+        return cur_group, cur_nodes, reserved
+    rows, cols = np.nonzero(p.current)  # row-major: grouped by job, nodes ascending
+    if rows.shape[0] == 0:
+        return cur_group, cur_nodes, reserved
+    counts = p.current[rows, cols]
+    groups = p.node_group[cols]
+    total = np.bincount(rows, weights=counts.astype(np.float64), minlength=n_jobs)
+    g_min = np.full(n_jobs, np.iinfo(np.int64).max)
+    g_max = np.full(n_jobs, -1)
+    np.minimum.at(g_min, rows, groups)
+    np.maximum.at(g_max, rows, groups)
+    one_group = g_min == g_max
+    g_safe = np.where(one_group, g_min, 0)
+    ok = (total == p.replicas) & one_group & (p.targets[np.arange(n_jobs), g_safe] > 0)
+    keep_entry = ok[rows]
+    np.add.at(reserved, cols[keep_entry], counts[keep_entry] * p.gpus_per_pod[rows[keep_entry]])
+    starts = np.searchsorted(rows, np.arange(n_jobs + 1))
+    cols_l: list[int] = cols.tolist()
+    counts_l: list[int] = counts.tolist()
+    bounds: list[int] = starts.tolist()
+    for j in np.flatnonzero(ok).tolist():
+        cur_group[j] = int(g_min[j])
+        a, b = bounds[j], bounds[j + 1]
+        cur_nodes[j] = list(zip(cols_l[a:b], counts_l[a:b], strict=True))
+    return cur_group, cur_nodes, reserved
