@@ -1,0 +1,82 @@
+"""A shortened ``make demo``: 6 jobs, 3 rounds of 1 s, on its own throw-away control plane.
+
+Runs ``python -m walras.demo`` exactly as ``make demo`` does (a subprocess), then checks the PNG,
+that every round printed the jobs and the three pools read back from the API, and that the
+tear-down really stopped the control plane (its API port no longer answers).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from walras import devcluster
+
+REPO = Path(__file__).resolve().parents[2]
+ROUNDS = 3
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
+    if not devcluster.binaries_available():
+        message = "control-plane binaries are not built: run `make tools`"
+        if os.environ.get("WALRAS_REQUIRE_APISERVER") == "1":
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    out = tmp_path_factory.mktemp("demo")
+    env = dict(os.environ, COLUMNS="160")
+    result = subprocess.run(
+        [sys.executable, "-m", "walras.demo", "--rounds", str(ROUNDS), "--jobs", "6"]
+        + ["--round-seconds", "1", "--out", str(out)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=540,
+    )
+    return result, out
+
+
+@pytest.mark.slow
+def test_demo_succeeds_and_writes_the_png(
+    demo: tuple[subprocess.CompletedProcess[str], Path],
+) -> None:
+    result, out = demo
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    png = (out / "demo.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+
+
+@pytest.mark.slow
+def test_every_round_prints_jobs_and_the_three_pools(
+    demo: tuple[subprocess.CompletedProcess[str], Path],
+) -> None:
+    result, _ = demo
+    text = result.stdout
+    assert len(re.findall(r"FungibleJobs after round \d+", text)) == ROUNDS
+    assert len(re.findall(r"ResourcePools after round \d+", text)) == ROUNDS
+    pool_rows = [line for line in text.splitlines() if re.match(r"│ (k80|p100|v100)\s+│", line)]
+    assert {row.split("│")[1].strip() for row in pool_rows} == {"k80", "p100", "v100"}
+    # Six jobs per round, each row naming its tenant.
+    job_rows = [line for line in text.splitlines() if re.search(r"│ team-[abc]\s+│", line)]
+    assert len(job_rows) == 6 * ROUNDS
+    assert "Gavel isolated throughputs" in text or "built-in table" in text
+
+
+@pytest.mark.slow
+def test_teardown_stopped_the_control_plane(
+    demo: tuple[subprocess.CompletedProcess[str], Path],
+) -> None:
+    result, _ = demo
+    match = re.search(r"kube-apiserver at https://127\.0\.0\.1:(\d+)", result.stdout)
+    assert match, result.stdout[:2000]
+    assert "8. tear down" in result.stdout
+    with socket.socket() as s:
+        s.settimeout(1.0)
+        assert s.connect_ex(("127.0.0.1", int(match.group(1)))) != 0
