@@ -31,9 +31,9 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Completed
         pytest.skip(message)
     out = tmp_path_factory.mktemp("demo")
     env = dict(os.environ, COLUMNS="160")
+    command = [sys.executable, "-m", "walras.demo", "--rounds", str(ROUNDS), "--jobs", "6"]
     result = subprocess.run(
-        [sys.executable, "-m", "walras.demo", "--rounds", str(ROUNDS), "--jobs", "6"]
-        + ["--round-seconds", "1", "--out", str(out)],
+        [*command, "--round-seconds", "1", "--out", str(out)],
         cwd=REPO,
         env=env,
         capture_output=True,
