@@ -12,13 +12,23 @@ plus one standby poll period. That is the protocol's guarantee, not a performanc
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
-from collections.abc import Awaitable, Callable
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
+from prometheus_client.parser import text_string_to_metric_families
 
+from walras import devcluster
 from walras.operator.leader import (
     KubernetesLeaseStore,
     LeaderElector,
@@ -26,6 +36,7 @@ from walras.operator.leader import (
     LeaseRecord,
 )
 
+REPO = Path(__file__).resolve().parents[2]
 LEASE, RENEW, RETRY = 3.0, 0.5, 0.2
 NAME = "walras-controller"
 
@@ -156,3 +167,174 @@ def test_stale_resource_version_is_a_conflict(kube: Any, namespace: str) -> None
     )
     # MicroTime round-trips with its microseconds.
     assert got.renew_time == now
+
+
+# ------------------------------------------------------------------ two operator processes
+
+OPERATOR_LEASE = 15.0  # LeaderElector's default, which `walras operator` uses
+OPERATOR_RETRY = 2.0
+
+
+def http_get(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+    except OSError:
+        return 0, ""
+
+
+def rounds_total(port: int) -> float:
+    status, body = http_get(port, "/metrics")
+    assert status == 200, body
+    for family in text_string_to_metric_families(body):
+        for sample in family.samples:
+            if sample.name == "walras_rounds_total":
+                return float(sample.value)
+    raise AssertionError("walras_rounds_total missing")
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    end = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.2)
+
+
+@dataclasses.dataclass
+class Operator:
+    identity: str
+    process: subprocess.Popen[bytes]
+    port: int
+    log: Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_operator(
+    cp: devcluster.ControlPlane, namespace: str, identity: str, log_dir: Path
+) -> Operator:
+    port = free_port()
+    log = log_dir / f"{identity}.log"
+    command = [
+        sys.executable,
+        "-c",
+        "from walras.cli import main; main()",
+        "operator",
+        "--leader-elect",
+        "--lease-namespace",
+        namespace,
+        "--identity",
+        identity,
+        "--round-seconds",
+        "1",
+        "--kubeconfig",
+        cp.admin_kubeconfig,
+        "--health-port",
+        str(port),
+        "--metrics-port",
+        str(port),
+    ]
+    with log.open("wb") as handle:
+        process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT)
+    wait_for(lambda: http_get(port, "/healthz")[0] == 200, 60, f"{identity} to serve /healthz")
+    return Operator(identity, process, port, log)
+
+
+@pytest.fixture
+def workload(kube: Any, namespace: str) -> Iterator[str]:
+    """One kwok GPU node, its pool and a FungibleJob, so that a leader has something to write."""
+    devcluster.install_crds(kube, sorted((REPO / "crds").glob("*.yaml")))
+    gpu_type = f"{namespace}-gpu"
+    devcluster.create_gpu_node(kube, f"{namespace}-node", gpu_type=gpu_type, gpus=4)
+    base = "/apis/walras.dev/v1alpha1"
+    pool = {
+        "apiVersion": "walras.dev/v1alpha1",
+        "kind": "ResourcePool",
+        "metadata": {"name": gpu_type},
+        "spec": {"gpuType": gpu_type, "nodeSelector": {"walras.dev/gpu-type": gpu_type}},
+    }
+    devcluster.request(kube, "POST", f"{base}/resourcepools", body=pool)
+    job = {
+        "apiVersion": "walras.dev/v1alpha1",
+        "kind": "FungibleJob",
+        "metadata": {"name": "train", "namespace": namespace},
+        "spec": {
+            "replicas": 2,
+            "throughput": {gpu_type: 1.0},
+            "template": {"spec": {"containers": [{"name": "c", "image": "x"}]}},
+        },
+    }
+    devcluster.request(kube, "POST", f"{base}/namespaces/{namespace}/fungiblejobs", body=job)
+    try:
+        yield gpu_type
+    finally:
+        devcluster.request(kube, "DELETE", f"{base}/resourcepools/{gpu_type}")
+        devcluster.delete_nodes(kube, [f"{namespace}-node"])
+
+
+@pytest.mark.slow
+def test_two_operators_one_writes_and_the_standby_takes_over_after_sigkill(
+    kube: Any,
+    control_plane: devcluster.ControlPlane,
+    namespace: str,
+    workload: str,
+    tmp_path: Path,
+) -> None:
+    started: list[Operator] = []
+    try:
+        a = start_operator(control_plane, namespace, "operator-a", tmp_path)
+        started.append(a)
+        wait_for(lambda: http_get(a.port, "/readyz")[0] == 200, 60, "operator-a to lead")
+        b = start_operator(control_plane, namespace, "operator-b", tmp_path)
+        started.append(b)
+        wait_for(lambda: rounds_total(a.port) >= 2, 30, "operator-a to run rounds")
+        time.sleep(3)  # several rounds with both replicas up
+        # Exactly one writes: a holds the Lease, runs rounds and is ready; b does none of these.
+        assert read_lease(kube, namespace).spec.holder_identity == "operator-a"
+        assert rounds_total(b.port) == 0
+        assert http_get(b.port, "/readyz")[0] == 503
+        assert http_get(a.port, "/readyz")[0] == 200
+        job_round = read_job_round(kube, namespace)
+        assert job_round >= 1
+        assert b.process.poll() is None
+
+        a.process.kill()  # SIGKILL: no release, the Lease has to expire
+        a.process.wait(timeout=10)
+        last_renew = read_lease(kube, namespace).spec.renew_time
+        wait_for(
+            lambda: read_lease(kube, namespace).spec.holder_identity == "operator-b",
+            OPERATOR_LEASE + OPERATOR_RETRY + 10,
+            "operator-b to take the Lease",
+        )
+        lease = read_lease(kube, namespace)
+        waited = (lease.spec.acquire_time - last_renew).total_seconds()
+        assert waited <= OPERATOR_LEASE + OPERATOR_RETRY + 0.5, waited
+        assert lease.spec.lease_transitions == 1
+        # And b now writes: it runs rounds and the job's status moves on.
+        wait_for(lambda: rounds_total(b.port) >= 1, 30, "operator-b to run rounds")
+        wait_for(lambda: read_job_round(kube, namespace) > job_round, 30, "a newer round")
+        assert http_get(b.port, "/readyz")[0] == 200
+    finally:
+        for op in started:
+            if op.process.poll() is None:
+                op.process.terminate()
+                try:
+                    op.process.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    op.process.kill()
+                    op.process.wait(timeout=10)
+    # A clean stop (SIGTERM) releases the Lease.
+    assert read_lease(kube, namespace).spec.holder_identity in (None, "")
+
+
+def read_job_round(kube: Any, namespace: str) -> int:
+    path = f"/apis/walras.dev/v1alpha1/namespaces/{namespace}/fungiblejobs/train"
+    job = devcluster.request(kube, "GET", path)
+    return int((job.get("status") or {}).get("round") or 0)
