@@ -653,3 +653,32 @@ def test_fuzzed_multi_round_with_churn(seed: int, n_rounds: int) -> None:
         check_invariants(this, p, current)
         received, elapsed = rounds.advance(received, elapsed, p, this.targets.sum(axis=1) > 0)
         current = rounds.as_current(p, inst.n_jobs, inst.n_nodes)
+
+
+@settings(max_examples=150, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_priority_order_and_tie_breaks_match_an_independent_sort(seed: int) -> None:
+    """1-GPU jobs on one group of C slots: the placed jobs are the first C in the documented order.
+
+    The order is recomputed here with plain Python: priority target*elapsed/received (inf when
+    nothing received), then deficit, then target (all descending), then job index. Small integer
+    histories make ties frequent.
+    """
+    rng = np.random.default_rng(seed)
+    n_jobs = int(rng.integers(1, 15))
+    slots = int(rng.integers(1, 8))
+    targets = rng.choice(np.array([0.0, 0.25, 0.5, 1.0]), size=(n_jobs, 1))
+    received = rng.integers(0, 3, size=(n_jobs, 1)).astype(float)
+    elapsed = received[:, 0] + rng.integers(0, 3, size=n_jobs)
+    ones = np.ones(n_jobs, dtype=np.int64)
+    inst = Instance(targets, ones, ones, np.zeros(1, dtype=np.int64), np.array([slots]))
+    p = plan(inst, received, elapsed)
+    check_invariants(inst, p)
+
+    def key(j: int) -> tuple[float, float, float, int]:
+        t, r, e = float(targets[j, 0]), float(received[j, 0]), float(elapsed[j])
+        prio = t * e / r if r > 0 else float("inf")
+        return (-prio, -(t * e - r), -t, j)
+
+    wanted = sorted((j for j in range(n_jobs) if targets[j, 0] > 0), key=key)
+    assert [pl.job for pl in p.placements] == sorted(wanted[:slots])
