@@ -153,16 +153,15 @@ def test_every_object_is_labelled_and_namespaced(rendering: tuple[Path, list[Man
 # that is missing here fails the integration test (tests/integration/test_chart_install.py); a rule
 # granted beyond this table fails here.
 CONTROLLER_GRANTS: dict[tuple[str, str], set[str]] = {
-    ("", "pods"): {"get", "list", "watch", "create", "delete", "patch"},
+    ("", "pods"): {"get", "list", "watch", "create", "delete"},
     ("", "pods/binding"): {"create"},
     ("", "nodes"): {"get", "list", "watch"},
-    ("", "events"): {"create", "patch"},
-    ("walras.dev", "fungiblejobs"): {"get", "list", "watch", "patch"},
-    ("walras.dev", "fungiblejobs/status"): {"get", "patch"},
-    ("walras.dev", "resourcepools"): {"get", "list", "watch", "patch"},
-    ("walras.dev", "resourcepools/status"): {"get", "patch"},
+    ("", "events"): {"create"},
+    ("walras.dev", "fungiblejobs"): {"get", "list", "watch"},
+    ("walras.dev", "fungiblejobs/status"): {"patch"},
+    ("walras.dev", "resourcepools"): {"get", "list", "watch"},
+    ("walras.dev", "resourcepools/status"): {"patch"},
     ("walras.dev", "nodeallocations"): {"get", "list", "watch"},
-    ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
 }
 AGENT_GRANTS: dict[tuple[str, str], set[str]] = {
     ("", "nodes"): {"get"},
