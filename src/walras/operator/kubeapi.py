@@ -134,9 +134,13 @@ class Api:
         path = f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}/binding"
         return await self._run(self._request, "POST", path, body)
 
-    async def delete_pod(self, namespace: str, name: str) -> Result:
+    async def delete_pod(self, namespace: str, name: str, *, force: bool = False) -> Result:
+        """Delete a pod; ``force`` (grace period 0) for a pod whose node is gone, since no
+        kubelet will ever confirm its graceful deletion (the pod GC of kube-controller-manager
+        does the same)."""
         path = f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}"
-        return await self._run(self._request, "DELETE", path)
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0}
+        return await self._run(self._request, "DELETE", path, body if force else None)
 
     # ------------------------------------------------------------------ status
 

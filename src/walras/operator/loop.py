@@ -106,6 +106,9 @@ class RoundLoop:
         self._poked = False
         self._bind_poked = False
         self.rounds_done = 0
+        # The first round after start-up or after winning the Lease rewrites every status: the
+        # new leader takes over the persisted history and stamps its own round number.
+        self._refresh_all = True
 
     # ------------------------------------------------------------------ triggers
 
@@ -143,6 +146,7 @@ class RoundLoop:
                 break
             if not self.is_leader():
                 self._poked = self._bind_poked = False
+                self._refresh_all = True
                 self.pending.clear()
                 next_full = loop.time() + min(self.config.round_seconds, 1.0)
                 continue
@@ -297,7 +301,8 @@ class RoundLoop:
     async def _act(self, plan: realise.Realisation, report: RoundReport) -> None:
         if plan.deletes:
             results = await kubeapi.gather_limited(
-                self.api.delete_pod(d.pod.namespace, d.pod.name) for d in plan.deletes
+                self.api.delete_pod(d.pod.namespace, d.pod.name, force=d.reason == "NodeGone")
+                for d in plan.deletes
             )
             report.deletes += sum(r.ok for r in results)
             report.errors += sum(not r.ok and r.outcome != kubeapi.Outcome.GONE for r in results)
@@ -427,9 +432,12 @@ class RoundLoop:
         pending_reasons: dict[str, int] = {}
         by_key = {j.key: j for j in snap.jobs}
 
+        refresh = self._refresh_all
+        self._refresh_all = False
+
         def add(job: model.JobSpec | model.JobDefect, core: dict[str, Any], force: bool) -> None:
             old = job.status
-            if not force and not status.changed(core, old):
+            if not (force or refresh) and not status.changed(core, old):
                 return
             full = dict(core)
             full["conditions"] = cond.merge_times(
@@ -502,7 +510,7 @@ class RoundLoop:
         pool_patches: list[tuple[str, dict[str, Any]]] = []
         for pool in snap.pools:
             core = pool_cores[pool.name]
-            if status.changed(core, pool.status):
+            if refresh or status.changed(core, pool.status):
                 full = dict(core)
                 full["conditions"] = cond.merge_times(
                     core["conditions"], pool.status.get("conditions") or [], stamp

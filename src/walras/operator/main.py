@@ -141,6 +141,7 @@ async def run(options: Options) -> None:
         ),
         is_leader=is_leader,
     )
+    warm = asyncio.create_task(asyncio.to_thread(rounds.policy.warm_up), name="warm-up")
     expected: dict[str, set[tuple[str, str]]] = {}
     for kind, (path, selector) in handlers.kinds_paths().items():
         expected[kind] = await asyncio.to_thread(
@@ -173,6 +174,7 @@ async def run(options: Options) -> None:
         tasks.append(asyncio.create_task(elector.run(stop), name="leader"))
 
     async def rounds_when_ready() -> None:
+        await warm
         await readiness.wait()
         logger.info(
             "indexes complete: %d jobs, %d pools, %d nodes, %d pods; policy %s, rounds of %.1f s",

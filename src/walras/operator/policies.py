@@ -179,7 +179,7 @@ class Policy:
     """A configured policy with its warm-start state (prices of the previous round)."""
 
     def __init__(
-        self, name: str, *, eps: float = 1e-3, backend: str = "auto", max_iter: int = 200
+        self, name: str, *, eps: float = 1e-3, backend: str = "auto", max_iter: int = 100
     ) -> None:
         if name not in ("price-discovery", "psdsf", "psdsf-distributed"):
             raise ValueError(f"unknown policy {name!r}")
@@ -188,6 +188,19 @@ class Policy:
         self.backend = backend
         self.max_iter = max_iter
         self._warm: tuple[tuple[str, ...], FloatArray] | None = None
+
+    def warm_up(self) -> None:
+        """Import the solver and its backend (torch for ``auto``) before the first round, so the
+        first binding after start-up does not pay for it."""
+        if self.name != "price-discovery":
+            from walras.allocator import fairness
+
+            del fairness
+            return
+        from walras.allocator import pricing
+
+        problem = pricing.PricingProblem(throughput=[[1.0]], capacity=[1.0])
+        pricing.solve(problem, eps=self.eps, backend=self.backend)
 
     def solve(self, snap: snapshot.Snapshot, view: snapshot.ClusterView) -> Solution:
         """Target fractions for every schedulable active job of the snapshot."""

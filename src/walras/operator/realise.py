@@ -217,12 +217,19 @@ def realise(
     deletes: list[PodDelete] = []
     jobs: dict[model.JobKey, JobRound] = {}
     solved = {job.key for job in sol.jobs}
+    known_nodes = {n.name for n in snap.nodes}
+
+    def why(pod: model.PodInfo, reason: str) -> PodDelete:
+        # A pod bound to a node that no longer exists is never confirmed deleted by a kubelet.
+        gone = bool(pod.node) and pod.node not in known_nodes
+        return PodDelete(pod, "NodeGone" if gone else reason)
+
     for r, job in enumerate(sol.jobs):
         pods = [p for p in pods_by_job.get(job.key, []) if not p.terminating]
         pl = placements.get(r)
         if pl is None:
             preempted = any(p.phase != crd.PHASE_SUCCEEDED for p in pods)
-            deletes.extend(PodDelete(p, "SliceEnded") for p in pods)
+            deletes.extend(why(p, "SliceEnded") for p in pods)
             jobs[job.key] = JobRound(job.key, "", "", (), False, preempted)
             continue
         group = sol.groups[pl.group]
@@ -232,12 +239,10 @@ def realise(
         if pl.kept:
             keep_nodes = set(node_names)
             deletes.extend(
-                PodDelete(p, "Rescheduled")
-                for p in pods
-                if not _alive(p) or p.where not in keep_nodes
+                why(p, "Rescheduled") for p in pods if not _alive(p) or p.where not in keep_nodes
             )
         else:
-            deletes.extend(PodDelete(p, "Rescheduled") for p in pods)
+            deletes.extend(why(p, "Rescheduled") for p in pods)
             replica = 0
             for k, count in pl.nodes:
                 pool = view.node_pool[k]
@@ -274,5 +279,11 @@ def realise(
             reason = "NotSchedulable"
         else:
             reason = "JobGone"
-        deletes.extend(PodDelete(p, reason) for p in pods if not p.terminating)
+        deletes.extend(why(p, reason) for p in pods if not p.terminating)
+    # Pods stuck terminating on a node that is gone: only a forced delete removes them.
+    deletes.extend(
+        PodDelete(p, "NodeGone")
+        for p in snap.pods
+        if p.terminating and p.node and p.node not in known_nodes
+    )
     return Realisation(creates=tuple(creates), deletes=tuple(deletes), jobs=jobs)

@@ -9,7 +9,9 @@ namespace/name so that every array built from it has a stable order (Kueue's ``c
 
 - tenant ``n`` = ``spec.tenant`` or the namespace; resources ``M = [gpu, cpu cores, memory bytes]``;
 - ``d_n`` = elementwise max of the tenant's active jobs' per-pod requests;
-- ``φ_n`` = max ``utility.weight``; cap ``D_n`` = Σ replicas of its active jobs;
+- ``φ_n`` = max ``utility.weight``; cap ``D_n`` = Σ replicas of its active jobs, expressed in work
+  units as the GPU extension requires (``fairness.FairnessProblem.cap``): each replica counted at
+  its job's best throughput on an eligible node (Σ_j r_j · max_i a_{j,type(i)});
 - ``c_i`` = node ``i``'s allocatable ``[pool resourceName, cpu, memory]``;
 - ``δ_{n,i}`` = some job of ``n`` has throughput > 0 on ``i``'s GPU type and its template's
   ``nodeSelector`` matches ``i``;
@@ -269,7 +271,7 @@ def tenant_model(
         )
         demand[t] = [gpus, max(j.cpu for j in tjobs), max(j.memory for j in tjobs)]
         weight[t] = max(j.utility.weight for j in tjobs)
-        cap[t] = float(sum(j.replicas for j in tjobs))
+        best = {j.key: 0.0 for j in tjobs}
         for k, (node, pool) in enumerate(placed):
             rates = [j.throughput.get(pool.gpu_type, 0.0) for j in tjobs]
             throughput[t, k] = max(rates)
@@ -277,6 +279,10 @@ def tenant_model(
                 rate > 0 and all(node.labels.get(a) == b for a, b in j.node_selector.items())
                 for j, rate in zip(tjobs, rates, strict=True)
             )
+            for j, rate in zip(tjobs, rates, strict=True):
+                best[j.key] = max(best[j.key], rate)
+        # D_n: Σ replicas, in the work units of the GPU extension (each pod at its best rate).
+        cap[t] = float(sum(j.replicas * best[j.key] for j in tjobs))
     return TenantModel(
         tenants=tenants,
         node_names=tuple(n.name for n, _ in placed),
