@@ -14,9 +14,11 @@ ServiceAccount anything, so that the outcome is attributable to the chart.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import copy
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -246,8 +248,49 @@ def _job_pods(kube: Any, namespace: str, name: str) -> list[Any]:
     return list(pods.items)
 
 
+# The container's runtime conditions, emulated without Docker: a private mount namespace whose root
+# filesystem is read-only, a fresh tmpfs on /tmp (the chart's emptyDir), no capabilities at all,
+# no_new_privs and the image's environment (HOME and caches under /tmp, no bytecode writes).
+# Not emulated: the non-root uid (the test's Python lives under /root, readable only by root).
+_SANDBOX = """
+set -o errexit
+mount -o remount,bind,ro /
+mount -t tmpfs -o size=256m,mode=1777 tmpfs /tmp
+printf '%s' "$SANDBOX_KUBECONFIG" > /tmp/kubeconfig
+cd /tmp
+exec setpriv --inh-caps=-all --bounding-set=-all --no-new-privs env -i PATH="$SANDBOX_PATH" \
+    HOME=/tmp MPLCONFIGDIR=/tmp/matplotlib XDG_CACHE_HOME=/tmp/.cache \
+    PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 "$@"
+"""
+
+
+def _sandbox_available() -> bool:
+    probe = "mount -o remount,bind,ro / && mount -t tmpfs tmpfs /tmp && ! touch /etc/walras-probe"
+    try:
+        proc = subprocess.run(
+            ["unshare", "--mount", "--propagation", "private", "sh", "-c", probe],
+            capture_output=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return proc.returncode == 0 and shutil.which("setpriv") is not None
+
+
+def _self_contained(kubeconfig: str) -> str:
+    """The kubeconfig with its CA inlined: the sandbox's /tmp hides the CA file's directory."""
+    config = yaml.safe_load(Path(kubeconfig).read_text())
+    for cluster in config["clusters"]:
+        ca = cluster["cluster"].pop("certificate-authority", None)
+        if ca is not None:
+            data = base64.b64encode(Path(ca).read_bytes()).decode()
+            cluster["cluster"]["certificate-authority-data"] = data
+    return str(yaml.safe_dump(config))
+
+
 @contextlib.contextmanager
-def _operator(cp: Any, tmp_path: Path) -> Iterator[Path]:
+def _operator(cp: Any, tmp_path: Path, *, sandbox: bool = False) -> Iterator[Path]:
     """`walras operator` as a subprocess with only the chart ServiceAccount's token."""
     from walras import devcluster
 
@@ -256,12 +299,12 @@ def _operator(cp: Any, tmp_path: Path) -> Iterator[Path]:
     )
     log_path = tmp_path / "operator.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("WALRAS_")}
-    env.update({"KUBECONFIG": str(kubeconfig), "HOME": str(tmp_path), "PYTHONUNBUFFERED": "1"})
-    cmd = [
-        str(Path(sys.executable).with_name("walras")), "operator",
+    env.pop("KUBECONFIG", None)
+    env.update({"HOME": str(tmp_path), "PYTHONUNBUFFERED": "1"})
+    walras = str(Path(sys.executable).with_name("walras"))
+    flags = [
         "--policy", "price-discovery",
         "--round-seconds", "1",
-        "--kubeconfig", str(kubeconfig),
         "--metrics-port", str(_free_port()),
         "--health-port", str(_free_port()),
         "--leader-elect",
@@ -269,6 +312,13 @@ def _operator(cp: Any, tmp_path: Path) -> Iterator[Path]:
         "--lease-name", "walras-controller",
         "--identity", "chart-install-test",
     ]  # fmt: skip
+    if sandbox:
+        env["SANDBOX_KUBECONFIG"] = _self_contained(kubeconfig)
+        env["SANDBOX_PATH"] = f"{Path(walras).parent}:/usr/bin:/bin"
+        unshare = ["unshare", "--mount", "--propagation", "private", "sh", "-c", _SANDBOX, "sh"]
+        cmd = [*unshare, walras, "operator", "--kubeconfig", "/tmp/kubeconfig", *flags]
+    else:
+        cmd = [walras, "operator", "--kubeconfig", str(kubeconfig), *flags]
     with log_path.open("w") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp_path)
     try:
@@ -309,25 +359,38 @@ def test_chart_installs_the_expected_objects(kube: Any, release: str) -> None:
     assert not _allowed(kube, "delete", "fungiblejobs", group="walras.dev")
 
 
-def test_operator_with_the_chart_token_schedules_a_job(
-    control_plane: Any, kube: Any, release: str, namespace: str, pool: str, tmp_path: Path
-) -> None:
+def _schedules_a_job(cp: Any, kube: Any, namespace: str, tmp_path: Path, *, sandbox: bool) -> None:
     assert _foreign_bindings(kube) == [], "another binding grants the ServiceAccount rights"
     _submit_job(kube, namespace, "chart-job")
-    with _operator(control_plane, tmp_path) as log:
+    with _operator(cp, tmp_path, sandbox=sandbox) as log:
         bound = _wait(
             lambda: [p for p in _job_pods(kube, namespace, "chart-job") if p.spec.node_name],
             DEADLINE_S,
             "a bound pod of chart-job",
         )
         assert bound[0].spec.node_name == "chart-gpu-0", _log(log)
-        status = _wait(
+        allocation = _wait(
             lambda: _job(kube, namespace, "chart-job").get("status", {}).get("allocation"),
             DEADLINE_S,
             "an allocation in chart-job's status",
         )
-        assert [a["gpuType"] for a in status] == [GPU_TYPE], _log(log)
-        assert "403" not in _log(log) and "Forbidden" not in _log(log), _log(log)
+        assert [a["gpuType"] for a in allocation] == [GPU_TYPE], _log(log)
+        assert "forbidden" not in _log(log).lower(), _log(log)
+
+
+def test_operator_with_the_chart_token_schedules_a_job(
+    control_plane: Any, kube: Any, release: str, namespace: str, pool: str, tmp_path: Path
+) -> None:
+    _schedules_a_job(control_plane, kube, namespace, tmp_path, sandbox=False)
+
+
+def test_operator_schedules_under_the_container_security_context(
+    control_plane: Any, kube: Any, release: str, namespace: str, pool: str, tmp_path: Path
+) -> None:
+    """Read-only root filesystem, writable /tmp only, no capabilities: as in the chart's pod."""
+    if not _sandbox_available():
+        pytest.skip("cannot create a private read-only mount namespace here (unshare/mount)")
+    _schedules_a_job(control_plane, kube, namespace, tmp_path, sandbox=True)
 
 
 @pytest.fixture
@@ -341,7 +404,7 @@ def without_pod_binding(kube: Any, release: str) -> Iterator[None]:
     kept = [r for r in role.rules if "pods/binding" not in (r.resources or [])]
     assert len(kept) == len(original) - 1
     rbac.patch_cluster_role(
-        CLUSTER_ROLE, {"rules": [client.ApiClient().sanitize_for_serialization(r) for r in kept]}
+        CLUSTER_ROLE, {"rules": [kube.sanitize_for_serialization(r) for r in kept]}
     )
     _wait(
         lambda: not _allowed(kube, "create", "pods", sub="binding"), 30, "RBAC to drop pods/binding"
@@ -351,7 +414,7 @@ def without_pod_binding(kube: Any, release: str) -> Iterator[None]:
     finally:
         rbac.patch_cluster_role(
             CLUSTER_ROLE,
-            {"rules": [client.ApiClient().sanitize_for_serialization(r) for r in original]},
+            {"rules": [kube.sanitize_for_serialization(r) for r in original]},
         )
         _wait(lambda: _allowed(kube, "create", "pods", sub="binding"), 30, "RBAC to restore")
 
