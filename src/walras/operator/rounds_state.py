@@ -95,7 +95,8 @@ class History:
 def realised_share(status: Mapping[str, Any], now: float) -> dict[str, float]:
     """Share of time a job has run per group, from its status alone (tests and ``explain``)."""
     hist = History.from_status(status, {})
-    hist.advance(now) if hist.accounted_at is not None else None
+    if hist.accounted_at is not None:
+        hist.advance(now)
     if hist.elapsed <= 0:
         return {}
     return {g: v / hist.elapsed for g, v in hist.received.items()}
