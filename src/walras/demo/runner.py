@@ -16,12 +16,14 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
+from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 
 from walras.cli import inspect_cmd
@@ -104,18 +106,39 @@ def log_tail(path: Path, lines: int = 30) -> str:
     return "(no operator log)"
 
 
+def rounds_done(metrics_port: int) -> int:
+    """``walras_rounds_total`` of the operator (0 while it is not serving yet)."""
+    try:
+        url = f"http://127.0.0.1:{metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=2) as answer:
+            body = answer.read().decode()
+    except OSError:
+        return 0
+    for family in text_string_to_metric_families(body):
+        for sample in family.samples:
+            if sample.name == "walras_rounds_total":
+                return int(sample.value)
+    return 0
+
+
 def watch_rounds(
     console: Console,
     api: Any,
     options: Options,
     operator: subprocess.Popen[bytes],
     operator_log: Path,
+    metrics_port: int,
 ) -> list[report.RoundRecord]:
-    """Print the tables each time the API shows a new round; stop after ``options.rounds``."""
+    """Print the tables after each round the operator completes; stop after ``options.rounds``.
+
+    The round clock is the operator's ``walras_rounds_total``: statuses are patched only when
+    they change, so ``status.round`` alone would stand still once the allocation settles. The
+    operator bumps the counter after the round's status writes, so the API is current by then.
+    """
     history: list[report.RoundRecord] = []
     seen = 0
-    # First round needs the operator to start and sync; later ones come every round_seconds.
-    deadline = time.monotonic() + 60 + 3 * options.round_seconds
+    # The first round needs the operator to start and sync; later ones come every round_seconds.
+    deadline = time.monotonic() + 90 + 3 * options.round_seconds
     while len(history) < options.rounds:
         if operator.poll() is not None:
             raise DemoError(
@@ -123,15 +146,12 @@ def watch_rounds(
             )
         if time.monotonic() > deadline:
             raise DemoError(f"no new round after round {seen}:\n{log_tail(operator_log)}")
-        jobs, pools = inspect_cmd.list_jobs(api), inspect_cmd.list_pools(api)
-        current = report.round_of(pools, jobs)
+        current = rounds_done(metrics_port)
         if current <= seen:
-            time.sleep(0.25)
+            time.sleep(0.2)
             continue
-        # Give the operator a moment to finish this round's status writes before reading them.
-        time.sleep(min(0.5, options.round_seconds / 4))
+        seen = current
         jobs, pools = inspect_cmd.list_jobs(api), inspect_cmd.list_pools(api)
-        seen = max(current, report.round_of(pools, jobs))
         rec = report.record(seen, jobs, pools)
         history.append(rec)
         console.rule(f"[bold]round {seen}[/bold] ({len(history)}/{options.rounds})")
@@ -183,8 +203,9 @@ def run(options: Options, console: Console | None = None) -> Path:
             console.print(f"{len(load.jobs)} jobs across tenants {', '.join(workload.TENANTS)}")
 
             console.rule("[bold]5. walras operator")
+            metrics_port = free_port()
             command = operator_command(
-                str(control_plane.admin_kubeconfig), options, free_port(), free_port()
+                str(control_plane.admin_kubeconfig), options, metrics_port, free_port()
             )
             log_handle = operator_log.open("wb")
             operator = subprocess.Popen(
@@ -193,7 +214,7 @@ def run(options: Options, console: Console | None = None) -> Path:
             console.print(f"pid {operator.pid}, log {operator_log}")
 
             console.rule("[bold]6. rounds")
-            history = watch_rounds(console, api, options, operator, operator_log)
+            history = watch_rounds(console, api, options, operator, operator_log, metrics_port)
 
             console.rule("[bold]7. plot")
             png = report.plot(history, options.out / "demo.png")
