@@ -1,0 +1,208 @@
+"""Centralised PS-DSF: per-node DRF start, then Gauss–Seidel sweeps of the server procedure.
+
+Algorithm (paper 004 Algorithm I, ALGORITHMS.md §2):
+
+1. Start from DRF on every node alone (the water-fill with nothing elsewhere, ``b = 0``) — under
+   TDM this is the time-shared DRF, under RDM the classic progressive-filling DRF.
+2. Sweep nodes ``i = 0..K-1`` in order; each runs the exact water-fill of ``fairness.waterfill``
+   against the tenants' current tasks elsewhere ``b_n = x_n − x_{n,i}`` and writes its column
+   back at once (Gauss–Seidel).
+3. Stop when no time share ``x_{n,i}/γ_{n,i}`` changed by more than ``tol`` in a sweep.
+4. Certify the result with Theorem 1 (RDM) / Theorem 2 (TDM) (``fairness.certificates``).
+
+Under TDM each step exactly maximises the Eisenberg–Gale objective ``Σ φ_n log x_n`` over one
+node's block, the blocks' constraint sets are independent and each block maximiser is unique, so
+the sweeps are block-coordinate ascent and converge to PS-DSF. Under RDM the paper leaves
+convergence open; the certificate reports how close the result is.
+
+Called by the operator's centralised ``psdsf`` policy, ``walras fairshare`` and the benchmarks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from walras.allocator.errors import InvalidProblem
+from walras.allocator.fairness.certificates import certificate, node_levels
+from walras.allocator.fairness.problem import (
+    BoolArray,
+    FairnessProblem,
+    FloatArray,
+    IntArray,
+    dominant_resources,
+    monopoly_tasks,
+    screen,
+)
+from walras.allocator.fairness.waterfill import rdm_fill, tdm_fill
+
+Mode = Literal["tdm", "rdm"]
+
+
+@dataclass(frozen=True, eq=False)
+class FairnessResult:
+    """Outcome of :func:`solve` (immutable; arrays are read-only).
+
+    Attributes:
+        tasks: ``(N, K)`` tasks ``x_{n,i}`` (work units with throughput).
+        totals: ``(N,)`` ``x_n = Σ_i x_{n,i}``.
+        vds: ``(N, K)`` virtual dominant shares ``x_n / (φ_n γ_{n,i})``; ``inf`` where ineligible.
+        levels: ``(K,)`` VDS level of each node: the smallest VDS among its eligible tenants that
+            are below their cap (``1/λ_i``, the inverse Eisenberg–Gale price, under TDM); ``inf``
+            if it has none.
+        dominant: ``(N, K)`` dominant resource index; ``-1`` where ineligible.
+        sweeps: Gauss–Seidel sweeps run after the DRF start.
+        certificate_violation: largest Theorem 1 (RDM) / Theorem 2 (TDM) or feasibility violation.
+        converged: the last sweep changed no time share by more than ``tol``.
+        ineligible: ``(tenant index, reason)`` for tenants given 0 instead of an error.
+        mode: ``"tdm"`` or ``"rdm"``.
+    """
+
+    tasks: FloatArray
+    totals: FloatArray
+    vds: FloatArray
+    levels: FloatArray
+    dominant: IntArray
+    sweeps: int
+    certificate_violation: float
+    converged: bool
+    ineligible: tuple[tuple[int, str], ...]
+    mode: str = "tdm"
+
+
+@dataclass
+class _NodeBlocks:
+    """Per-node views of the eligible, active tenants (the solver's working layout).
+
+    Columns are kept as one short array per node so that a node step touches only ``U_i``
+    entries; a dense ``(N, K)`` matrix is assembled once at the end.
+    """
+
+    idx: list[np.ndarray]
+    gamma: list[FloatArray]
+    phi: list[FloatArray]
+    cap: list[FloatArray]
+    demand: list[FloatArray]
+
+
+def _blocks(problem: FairnessProblem, gamma: FloatArray, active: BoolArray) -> _NodeBlocks:
+    eligible = (gamma > 0) & active[:, None]
+    blocks = _NodeBlocks([], [], [], [], [])
+    for i in range(problem.shape[1]):
+        idx = np.flatnonzero(eligible[:, i])
+        blocks.idx.append(idx)
+        blocks.gamma.append(np.ascontiguousarray(gamma[idx, i]))
+        blocks.phi.append(problem.phi[idx])
+        blocks.cap.append(problem.caps[idx])
+        blocks.demand.append(problem.demand[idx])
+    return blocks
+
+
+def _step(
+    problem: FairnessProblem,
+    blocks: _NodeBlocks,
+    i: int,
+    b: FloatArray,
+    mode: Mode,
+) -> FloatArray:
+    upper = np.maximum(blocks.cap[i] - b, 0.0)
+    if mode == "tdm":
+        x, _ = tdm_fill(blocks.gamma[i], blocks.phi[i], b, upper)
+    else:
+        x, _ = rdm_fill(
+            blocks.gamma[i], blocks.phi[i], b, upper, blocks.demand[i], problem.capacity[i]
+        )
+    return x
+
+
+def solve(
+    problem: FairnessProblem,
+    *,
+    mode: Mode = "tdm",
+    tol: float = 1e-9,
+    max_sweeps: int = 10_000,
+    strict: bool = True,
+) -> FairnessResult:
+    """PS-DSF allocation of ``problem`` under ``mode`` (``"tdm"`` or ``"rdm"``).
+
+    Args:
+        tol: stop when no time share ``x_{n,i}/γ_{n,i}`` moves by more than this in a sweep.
+        max_sweeps: give up (``converged=False``) after this many sweeps.
+        strict: raise ``InvalidProblem`` for a tenant with no eligible node or a demand on a
+            resource no node has; with ``False`` such tenants get 0 and appear in
+            ``ineligible``. Tenants with cap 0 are always just ineligible.
+    """
+    if mode not in ("tdm", "rdm"):
+        raise InvalidProblem(f"mode must be 'tdm' or 'rdm', got {mode!r}", field="mode")
+    if not (tol > 0) or max_sweeps < 0:
+        raise InvalidProblem("tol must be > 0 and max_sweeps >= 0", field="tol")
+    N, K, _ = problem.shape
+    gamma = monopoly_tasks(problem)
+    ineligible, active = screen(problem, gamma, strict=strict)
+    blocks = _blocks(problem, gamma, active)
+
+    # DRF on each node alone: nothing elsewhere.
+    cols = [_step(problem, blocks, i, np.zeros(len(blocks.idx[i])), mode) for i in range(K)]
+    flat_idx = np.concatenate(blocks.idx) if K else np.zeros(0, dtype=np.int64)
+    totals = np.bincount(flat_idx, weights=np.concatenate(cols) if K else None, minlength=N)
+
+    sweeps = 0
+    converged = False
+    while sweeps < max_sweeps:
+        sweeps += 1
+        change = 0.0
+        for i in range(K):
+            idx = blocks.idx[i]
+            if len(idx) == 0:
+                continue
+            old = cols[i]
+            b = np.maximum(totals[idx] - old, 0.0)
+            new = _step(problem, blocks, i, b, mode)
+            totals[idx] = b + new
+            cols[i] = new
+            change = max(change, float(np.max(np.abs(new - old) / blocks.gamma[i])))
+        # Re-add from the columns so rounding in the running totals cannot drift.
+        totals = np.bincount(flat_idx, weights=np.concatenate(cols), minlength=N)
+        if change <= tol:
+            converged = True
+            break
+    if max_sweeps == 0:
+        converged = False
+
+    tasks = np.zeros((N, K))
+    for i in range(K):
+        tasks[blocks.idx[i], i] = cols[i]
+    return _result(problem, gamma, tasks, mode, sweeps, converged, ineligible)
+
+
+def _result(
+    problem: FairnessProblem,
+    gamma: FloatArray,
+    tasks: FloatArray,
+    mode: Mode,
+    sweeps: int,
+    converged: bool,
+    ineligible: tuple[tuple[int, str], ...],
+) -> FairnessResult:
+    totals = tasks.sum(axis=1)
+    with np.errstate(divide="ignore"):
+        vds = np.where(gamma > 0, totals[:, None] / (problem.phi[:, None] * gamma), np.inf)
+    levels = node_levels(problem, tasks, gamma=gamma)
+    violation = certificate(problem, tasks, mode)
+    dominant = dominant_resources(problem)
+    for arr in (tasks, totals, vds, levels, dominant):
+        arr.setflags(write=False)
+    return FairnessResult(
+        tasks=tasks,
+        totals=totals,
+        vds=vds,
+        levels=levels,
+        dominant=dominant,
+        sweeps=sweeps,
+        certificate_violation=violation,
+        converged=converged,
+        ineligible=ineligible,
+        mode=mode,
+    )

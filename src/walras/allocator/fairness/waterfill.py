@@ -1,0 +1,151 @@
+"""The PS-DSF server procedure on one node, as an exact water-fill (ALGORITHMS.md §2).
+
+Fix node ``i``. For each tenant ``n`` eligible there, let ``b_n ≥ 0`` be its tasks on *other*
+nodes, ``γ_n`` its monopoly tasks here, ``φ_n`` its weight and ``u_n = max(0, D_n − b_n)`` the
+room left under its demand cap. Raising a level ``ℓ ≥ 0`` gives
+
+    x_n(ℓ) = clip(ℓ φ_n γ_n − b_n, 0, u_n),     so that the VDS  (b_n + x_n) / (φ_n γ_n) = ℓ
+
+for every tenant strictly inside its range.
+
+- **TDM** (node time-shared): stop at the largest ``ℓ`` with ``Σ_n x_n(ℓ)/γ_n ≤ 1``. The
+  used time is piecewise linear in ``ℓ`` with break points ``b_n/(φ_nγ_n)`` (slope ``+φ_n``) and
+  ``(b_n+u_n)/(φ_nγ_n)`` (slope ``−φ_n``), so one sort and one cumulative sum find ``ℓ`` exactly
+  (no bisection). This is the exact maximiser of ``Σ φ_n log(b_n + x_n)`` over the node's block,
+  so repeating it node by node is block-coordinate ascent on the Eisenberg–Gale program.
+- **RDM** (resources divisible): progressive filling. Resource ``r``'s use
+  ``Σ_n d_{n,r} x_n(ℓ)`` is piecewise linear with the same break points; the first resource to
+  reach capacity freezes every unfrozen tenant that demands it (that resource is their
+  bottleneck); filling continues for the others. At most ``M`` rounds of one sort each.
+
+Worked example (TDM): one node, two tenants with ``γ = (10, 20)``, ``φ = (1, 1)``, ``b = (0, 0)``:
+used time ``= ℓ + ℓ = 1`` at ``ℓ = 1/2``, so ``x = (5, 10)`` and each gets half the node's time.
+
+Called by ``fairness.solver`` (every Gauss–Seidel step) and ``fairness.distributed.node_update``
+(one node agent's step). Both work on the node's eligible tenants only (arrays of length ``U``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from walras.allocator.fairness.problem import FloatArray
+
+
+def _breakpoints(
+    gamma: FloatArray, phi: FloatArray, b: FloatArray, upper: FloatArray
+) -> tuple[FloatArray, FloatArray]:
+    """Levels where each tenant starts (``lo``) and stops at its cap (``hi``, may be inf)."""
+    rate = phi * gamma
+    lo = b / rate
+    with np.errstate(invalid="ignore"):
+        hi = (b + upper) / rate  # inf + finite is inf: uncapped tenants never stop
+    return lo, hi
+
+
+def _first_crossing(
+    pos: FloatArray, delta: FloatArray, base: float, target: FloatArray
+) -> FloatArray:
+    """Smallest ``ℓ`` where ``base + Σ slope·length`` reaches each column's ``target``.
+
+    ``pos`` (E,) are sorted, finite event levels, ``delta`` (E, C) the slope change at each
+    event for each of ``C`` columns (the curve is ``base`` below ``pos[0]``). Returns ``(C,)`` levels, ``inf``
+    where a column never reaches its target.
+    """
+    slope = np.cumsum(delta, axis=0)  # slope just after each event
+    # Value of each curve at each event: `base` at the first, then accumulate slope × gap.
+    value = np.empty_like(slope)
+    value[0] = base
+    if len(pos) > 1:
+        value[1:] = base + np.cumsum(slope[:-1] * np.diff(pos)[:, None], axis=0)
+    need = target[None, :] - value
+    reached = need <= 0
+    cols = np.arange(delta.shape[1])
+    hit = reached.any(axis=0)
+    k = np.where(hit, np.argmax(reached, axis=0), len(pos))
+    # Before the first event the curve is flat at `base`; after event k-1 it rises with
+    # slope[k-1] > 0 (it rose to reach the target) until event k.
+    prev = np.maximum(k - 1, 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = pos[prev] + need[prev, cols] / slope[prev, cols]
+    out = np.where(k == 0, pos[0], out)
+    out = np.where(~hit & ~(slope[-1] > 0), np.inf, out)
+    return out
+
+
+def tdm_fill(
+    gamma: FloatArray, phi: FloatArray, b: FloatArray, upper: FloatArray
+) -> tuple[FloatArray, float]:
+    """TDM water-fill on one node. Returns ``(x, level)``; ``level`` is inf if all caps fit.
+
+    Args:
+        gamma: ``(U,)`` monopoly tasks, all ``> 0``.
+        phi: ``(U,)`` weights ``> 0``.
+        b: ``(U,)`` tasks elsewhere, ``≥ 0``.
+        upper: ``(U,)`` room under the cap, ``≥ 0`` (``inf`` if uncapped).
+    """
+    x = np.zeros_like(gamma)
+    live = upper > 0
+    if not live.any():
+        return x, float("inf")
+    if np.sum(upper[live] / gamma[live]) <= 1.0:
+        x[live] = upper[live]
+        return x, float("inf")
+    g, p, bb, u = gamma[live], phi[live], b[live], upper[live]
+    lo, hi = _breakpoints(g, p, bb, u)
+    capped = np.isfinite(hi)
+    pos = np.concatenate([lo, hi[capped]])
+    delta = np.concatenate([p, -p[capped]])
+    order = np.argsort(pos, kind="stable")
+    level = float(_first_crossing(pos[order], delta[order, None], 0.0, np.ones(1))[0])
+    x[live] = np.clip(level * p * g - bb, 0.0, u)
+    return x, level
+
+
+def rdm_fill(
+    gamma: FloatArray,
+    phi: FloatArray,
+    b: FloatArray,
+    upper: FloatArray,
+    demand: FloatArray,
+    capacity: FloatArray,
+) -> tuple[FloatArray, float]:
+    """RDM progressive filling on one node. Returns ``(x, level)`` (level of the last freeze).
+
+    Args:
+        gamma, phi, b, upper: as in :func:`tdm_fill`.
+        demand: ``(U, M)`` per-task demand of the node's eligible tenants.
+        capacity: ``(M,)`` the node's capacity.
+    """
+    U, M = demand.shape
+    x = np.zeros(U)
+    frozen = ~(upper > 0)
+    used = np.zeros(M)
+    level = 0.0
+    lo_all, hi_all = _breakpoints(gamma, phi, b, upper)
+    while not frozen.all():
+        act = np.flatnonzero(~frozen)
+        lo, hi = lo_all[act], hi_all[act]
+        rate = phi[act] * gamma[act]
+        d = demand[act]
+        wanted = (d > 0).any(axis=0)
+        cols = np.flatnonzero(wanted)
+        capped = np.isfinite(hi)
+        pos = np.concatenate([lo, hi[capped]])
+        slope_change = np.concatenate(
+            [rate[:, None] * d[:, cols], -(rate[capped, None] * d[capped][:, cols])]
+        )
+        order = np.argsort(pos, kind="stable")
+        # Each resource's curve is used[r] + Σ d x(ℓ); solve for the level where it hits c_r.
+        cross = _first_crossing(pos[order], slope_change[order], 0.0, capacity[cols] - used[cols])
+        star = float(cross.min()) if len(cross) else float("inf")
+        if not np.isfinite(star):
+            x[act] = upper[act]
+            break
+        level = star
+        x[act] = np.clip(star * rate - b[act], 0.0, upper[act])
+        saturated = cols[cross <= star * (1.0 + 1e-12)]
+        hit = (d[:, saturated] > 0).any(axis=1) | (x[act] >= upper[act])
+        frozen[act[hit]] = True
+        used = demand[frozen].T @ x[frozen]
+    return x, level
