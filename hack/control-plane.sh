@@ -347,6 +347,11 @@ cmd_start() {
 	# - no ServiceAccount/token controllers: namespaces get no `default` ServiceAccount. The
 	#   ServiceAccount admission plugin stays on (as in a real cluster), so a pod must name an
 	#   existing ServiceAccount (the `namespace` fixture creates `default`); see devcluster.py.
+	# - no node lifecycle controller: it is what removes the node.kubernetes.io/not-ready taint
+	#   that the TaintNodesByCondition admission plugin puts on every new node, so that plugin is
+	#   off (kwok nodes would stay tainted forever otherwise);
+	# - the `kubernetes` Service gets no endpoints (--endpoint-reconciler-type=none): endpoints may
+	#   not be loopback addresses, and nothing here needs them.
 	"$APISERVER_BIN" \
 		--etcd-servers="$etcd_url" \
 		--bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$api_port" \
@@ -363,6 +368,8 @@ cmd_start() {
 		--profiling=false \
 		--cert-dir="$dir/pki/generated" \
 		--event-ttl=1h \
+		--endpoint-reconciler-type=none \
+		--disable-admission-plugins=TaintNodesByCondition \
 		--v="${WALRAS_APISERVER_VERBOSITY:-1}" \
 		</dev/null >"$dir/logs/kube-apiserver.log" 2>&1 &
 	echo $! >"$dir/kube-apiserver.pid"
