@@ -98,7 +98,10 @@ class RoundLoop:
         self.round_no = 0
         self.histories: dict[str, rounds_state.History] = {}
         self.pending: dict[model.JobKey, list[_PendingBind]] = {}
-        self.ledger: dict[model.JobKey, tuple[str, int]] = {}  # pod -> (node, gpus) we bound
+        # Pods we bound that the watch has not shown bound yet: pod -> (node, gpus, when).
+        self.ledger: dict[model.JobKey, tuple[str, int, float]] = {}
+        # Jobs finished by this process; their status patch may not have come back yet.
+        self.finished_uids: dict[str, str] = {}
         self.events_posted: dict[str, tuple[str, str]] = {}
         self.last_report: RoundReport | None = None
         self.last_solution: policies.Solution | None = None
@@ -216,6 +219,18 @@ class RoundLoop:
     async def _round(self, report: RoundReport, incremental: bool, t0: float) -> None:
         now = time.time()
         snap = self.store.freeze(now)
+        if self.finished_uids:
+            live = {j.uid for j in snap.jobs}
+            self.finished_uids = {u: p for u, p in self.finished_uids.items() if u in live}
+            snap = dataclasses.replace(
+                snap,
+                jobs=tuple(
+                    dataclasses.replace(j, status={**j.status, "phase": self.finished_uids[j.uid]})
+                    if j.uid in self.finished_uids and not j.finished
+                    else j
+                    for j in snap.jobs
+                ),
+            )
         view = snapshot.cluster_view(snap)
         report.nodes = len(view.nodes)
         active = snap.active_jobs
@@ -230,6 +245,8 @@ class RoundLoop:
             del self.histories[uid]
 
         finished = self._completions(snap, hists)
+        for key, (phase, _, _) in finished.items():
+            self.finished_uids[next(j.uid for j in active if j.key == key)] = phase
         if finished:
             jobs = tuple(
                 dataclasses.replace(j, status={**j.status, "phase": finished[j.key][0]})
@@ -357,15 +374,16 @@ class RoundLoop:
         for name, node in self.store.nodes.items():
             pool = snapshot.node_pool(node, pools)
             resource[name] = pool.resource_name if pool else crd.DEFAULT_RESOURCE_NAME
-        for key in list(self.ledger):
+        now = time.monotonic()
+        for key, (_, _, since) in list(self.ledger.items()):
             pod = self.store.pods.get(key)
-            if pod is not None and pod.node:
+            if (pod is not None and pod.node) or (pod is None and now - since > 10.0):
                 del self.ledger[key]
         for pod in (*self.store.pods.values(), *self.store.foreign.values()):
             if pod.node and not pod.finished:
                 gpus = pod.requests.get(resource.get(pod.node, crd.DEFAULT_RESOURCE_NAME), 0.0)
                 usage[pod.node] = usage.get(pod.node, 0) + int(gpus)
-        for node_name, gpus_bound in self.ledger.values():
+        for node_name, gpus_bound, _ in self.ledger.values():
             usage[node_name] = usage.get(node_name, 0) + gpus_bound
         return usage
 
@@ -404,7 +422,7 @@ class RoundLoop:
         for b, r in zip(ready, results, strict=True):
             if r.outcome == kubeapi.Outcome.OK:
                 bound += 1
-                self.ledger[(b.namespace, b.name)] = (b.node, b.gpus)
+                self.ledger[(b.namespace, b.name)] = (b.node, b.gpus, time.monotonic())
             elif r.outcome == kubeapi.Outcome.ERROR:
                 logger.warning("bind %s/%s to %s: %s", b.namespace, b.name, b.node, r.message)
                 if report is not None:

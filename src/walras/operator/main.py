@@ -50,7 +50,7 @@ def configure_logging(log_format: str) -> None:
     """Text or JSON logs on stderr (kopf's loggers included)."""
     kopf.configure(
         verbose=False,
-        log_format=kopf.LogFormat.JSON if log_format == "json" else kopf.LogFormat.PLAIN,
+        log_format=kopf.LogFormat.JSON if log_format == "json" else kopf.LogFormat.FULL,
         log_prefix=False,
     )
     logging.getLogger().setLevel(logging.INFO)

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from walras.allocator.errors import InvalidProblem
 from walras.operator import model, snapshot
 
 FloatArray = npt.NDArray[np.float64]
@@ -269,17 +270,31 @@ class Policy:
         )
         if not solved or m == 0:
             return self._empty(snap, view, solved, issues, gpp)
-        problem = make(A, D, keep)
         warm = None
         if self._warm is not None and self._warm[0] == types:
             warm = self._warm[1]
-        result = pricing.solve(
-            problem,
-            eps=self.eps,
-            max_iter=self.max_iter,
-            backend=self.backend,
-            warm_prices=warm,
-            strict=False,
+        while True:
+            try:
+                result = pricing.solve(
+                    make(A, D, keep),
+                    eps=self.eps,
+                    max_iter=self.max_iter,
+                    backend=self.backend,
+                    warm_prices=warm,
+                    strict=False,
+                )
+                break
+            except InvalidProblem as exc:
+                # A job the screening missed: drop it with the solver's reason, solve the rest.
+                if exc.index is None or not 0 <= exc.index < len(keep) or len(keep) == 1:
+                    raise
+                job = rows[keep[exc.index]]
+                issues.append(JobIssue(job.key, exc.field or "spec", "Unsolvable", str(exc)))
+                del keep[exc.index]
+        solved = [rows[i] for i in keep]
+        gpp = np.array(
+            [max(j.gpus_per_pod(r) for r in resource_of_type) if m else 1 for j in solved],
+            dtype=np.int64,
         )
         prices = np.asarray(result.prices, dtype=np.float64)
         self._warm = (types, prices.copy())

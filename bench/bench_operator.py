@@ -1,0 +1,255 @@
+"""Benchmark of the operator on the real local control plane (walras.devcluster).
+
+Prints one JSON line per case:
+
+* ``first_binding``: an idle cluster (4 nodes, operator running, no jobs); one FungibleJob is
+  created and we time until its pod is bound (``spec.nodeName`` set), polling every 10 ms.
+  Target: <= 2 s. Repeated ``FIRST_BINDING_TRIES`` times; median and max.
+* ``round_<jobs>x<nodes>``: ``jobs`` FungibleJobs (1-2 replicas of 1 GPU, throughputs on four GPU
+  types) exist before the operator starts on ``nodes`` kwok nodes of 8 GPUs. The operator's own
+  per-round report (one JSON log line per round, ``walras.operator.loop.RoundReport``) gives the
+  round latency split into snapshot, solve, realise, writes and total. Two rounds are reported:
+  ``cold`` (the first round: every pod created and bound) and ``steady`` (the next timer round:
+  sticky placements, only the time-slice changes). ``bindings_per_s`` = binds / writes seconds of
+  the cold round. Pod start-up (kwok making pods Running) is not part of a round.
+  Target: steady round total <= 2 s at 1,000 jobs / 200 nodes.
+
+Without built control-plane binaries it prints one ``skipped`` line and exits 0. The 5,000 /
+1,000 case is skipped with a reason when ``WALRAS_BENCH_QUICK=1``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from walras import devcluster
+
+REPO = Path(__file__).resolve().parents[1]
+CRDS = sorted((REPO / "crds").glob("*.yaml"))
+BASE = "/apis/walras.dev/v1alpha1"
+TYPES = ("a100", "v100", "p100", "k80")
+FIRST_BINDING_TRIES = 5
+ROUND_LINE = re.compile(r"round (\{.*\})\s*$")
+
+
+def emit(case: str, **values: Any) -> None:
+    print(json.dumps({"bench": "operator", "case": case, **values}), flush=True)
+
+
+def job(name: str, rates: dict[str, float], replicas: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "walras.dev/v1alpha1",
+        "kind": "FungibleJob",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "throughput": rates,
+            "template": {"spec": {"containers": [{"name": "c", "image": "example.invalid/x:1"}]}},
+        },
+    }
+
+
+def parallel(fn: Any, items: list[Any], workers: int = 8) -> None:
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        list(pool.map(fn, items))
+
+
+def setup_cluster(kube: Any, nodes: int) -> None:
+    devcluster.reset(kube)
+    devcluster.install_crds(kube, CRDS)
+    names = [f"{TYPES[i % len(TYPES)]}-{i:04d}" for i in range(nodes)]
+    parallel(
+        lambda n: devcluster.create_gpu_node(kube, n, gpu_type=n.split("-")[0], gpus=8, wait=False),
+        names,
+    )
+    devcluster.wait_nodes_ready(kube, names, timeout=600)
+    for t in TYPES:
+        pool = {
+            "apiVersion": "walras.dev/v1alpha1",
+            "kind": "ResourcePool",
+            "metadata": {"name": t},
+            "spec": {"gpuType": t, "nodeSelector": {devcluster.GPU_TYPE_LABEL: t}},
+        }
+        devcluster.request(kube, "POST", f"{BASE}/resourcepools", body=pool)
+
+
+def create_jobs(kube: Any, namespace: str, count: int, seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
+    low = np.array([2.0, 1.0, 0.6, 0.2])
+    high = np.array([4.0, 2.0, 1.2, 0.5])
+    manifests = [
+        job(
+            f"job-{i:05d}",
+            {t: float(v) for t, v in zip(TYPES, rng.uniform(low, high), strict=True)},
+            int(rng.integers(1, 3)),
+        )
+        for i in range(count)
+    ]
+    path = f"{BASE}/namespaces/{namespace}/fungiblejobs"
+    parallel(lambda m: devcluster.request(kube, "POST", path, body=m), manifests)
+
+
+def start_operator(cp: devcluster.ControlPlane, log: Path, round_seconds: float) -> Any:
+    command = [
+        sys.executable,
+        "-c",
+        "from walras.cli import main; main()",
+        "operator",
+        "--no-leader-elect",
+        "--backend",
+        "numpy",
+        "--round-seconds",
+        str(round_seconds),
+        "--kubeconfig",
+        cp.admin_kubeconfig,
+        "--health-port",
+        "-1",
+        "--metrics-port",
+        "-1",
+    ]
+    handle = log.open("wb")
+    return subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT)
+
+
+def rounds(log: Path) -> list[dict[str, Any]]:
+    out = []
+    for line in log.read_text(errors="replace").splitlines():
+        match = ROUND_LINE.search(line)
+        if match:
+            out.append(json.loads(match.group(1)))
+    return out
+
+
+def wait_rounds(log: Path, count: int, timeout: float, proc: Any) -> list[dict[str, Any]]:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        found = rounds(log)
+        if len(found) >= count:
+            return found
+        if proc.poll() is not None:
+            raise RuntimeError(f"operator exited:\n{log.read_text()[-3000:]}")
+        time.sleep(0.2)
+    raise TimeoutError(f"{count} rounds not reached in {timeout} s:\n{log.read_text()[-3000:]}")
+
+
+def stop(proc: Any) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def case_first_binding(cp: devcluster.ControlPlane, kube: Any, workdir: Path) -> None:
+    setup_cluster(kube, 4)
+    namespace = "bench-first"
+    devcluster.create_namespace(kube, namespace)
+    log = workdir / "first.log"
+    proc = start_operator(cp, log, round_seconds=60.0)
+    try:
+        wait_rounds(log, 1, 120, proc)  # started, indexes complete, first (empty) round done
+        latencies = []
+        for i in range(FIRST_BINDING_TRIES):
+            name = f"first-{i}"
+            t0 = time.perf_counter()
+            devcluster.request(
+                kube,
+                "POST",
+                f"{BASE}/namespaces/{namespace}/fungiblejobs",
+                body=job(name, {"v100": 1.0, "k80": 0.3}, 1),
+            )
+            while True:
+                pods = devcluster.request(
+                    kube,
+                    "GET",
+                    f"/api/v1/namespaces/{namespace}/pods",
+                    query={"labelSelector": f"walras.dev/job={name}"},
+                )["items"]
+                if pods and all(p["spec"].get("nodeName") for p in pods):
+                    break
+                if time.perf_counter() - t0 > 60:
+                    raise TimeoutError(f"job {name} not bound in 60 s")
+                time.sleep(0.01)
+            latencies.append(time.perf_counter() - t0)
+        emit(
+            "first_binding",
+            tries=FIRST_BINDING_TRIES,
+            median_s=round(float(np.median(latencies)), 3),
+            max_s=round(max(latencies), 3),
+            target_s=2.0,
+        )
+    finally:
+        stop(proc)
+
+
+def case_round(
+    cp: devcluster.ControlPlane, kube: Any, workdir: Path, jobs: int, nodes: int
+) -> None:
+    t_setup = time.perf_counter()
+    setup_cluster(kube, nodes)
+    namespace = f"bench-{jobs}"
+    devcluster.create_namespace(kube, namespace)
+    create_jobs(kube, namespace, jobs)
+    setup_s = time.perf_counter() - t_setup
+    log = workdir / f"round-{jobs}.log"
+    round_seconds = 30.0
+    proc = start_operator(cp, log, round_seconds=round_seconds)
+    try:
+        found = wait_rounds(log, 2, 900, proc)
+        cold, steady = found[0], found[1]
+        keys = ("snapshot", "solve", "realise", "writes", "total")
+        for label, rep in (("cold", cold), ("steady", steady)):
+            emit(
+                f"round_{jobs}x{nodes}",
+                round=label,
+                jobs=rep["jobs"],
+                nodes=rep["nodes"],
+                **{f"{k}_s": round(rep[k], 3) for k in keys},
+                creates=rep["creates"],
+                binds=rep["binds"],
+                deletes=rep["deletes"],
+                status_patches=rep["status_patches"],
+                iterations=rep["iterations"],
+                errors=rep["errors"],
+                bindings_per_s=round(rep["binds"] / rep["writes"], 1) if rep["writes"] else None,
+                setup_s=round(setup_s, 1),
+                target_total_s=2.0 if (jobs, nodes) == (1000, 200) else None,
+            )
+    finally:
+        stop(proc)
+
+
+def main() -> int:
+    if not devcluster.binaries_available():
+        emit("skipped", reason="control-plane binaries not built (make tools)")
+        return 0
+    cp = devcluster.start()
+    kube = devcluster.new_client(cp.admin_kubeconfig)
+    workdir = Path(tempfile.mkdtemp(prefix="walras-bench-operator-"))
+    try:
+        case_first_binding(cp, kube, workdir)
+        case_round(cp, kube, workdir, 1000, 200)
+        if os.environ.get("WALRAS_BENCH_QUICK") == "1":
+            emit("round_5000x1000", skipped="WALRAS_BENCH_QUICK=1")
+        else:
+            case_round(cp, kube, workdir, 5000, 1000)
+    finally:
+        kube.close()
+        devcluster.stop(cp)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
