@@ -1,1 +1,147 @@
-"""CLI command module 'agent_cmd' (being written; registers its commands on walras.cli.app.app)."""
+"""``walras agent``: the per-node PS-DSF agent, or (``--aggregate``) the tenant-totals publisher.
+
+``walras agent --node-name NODE`` runs one node's agent (the chart's DaemonSet passes the node
+name through ``WALRAS_NODE_NAME`` from the downward API); repeating ``--node-name`` runs several
+agents as threads of one process (tests and benchmarks). ``walras agent --aggregate`` runs the
+aggregator that publishes ``NodeAllocation/walras-tenant-totals``. Every flag also reads
+``WALRAS_<FLAG_UPPER_SNAKE>``. See ``walras.agent.runner`` and ``walras.agent.aggregator``.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from enum import StrEnum
+from typing import Annotated, Any
+
+import typer
+
+from walras.cli.app import app
+
+
+class Mode(StrEnum):
+    tdm = "tdm"
+    rdm = "rdm"
+
+
+def _api_client(kubeconfig: str | None) -> Any:
+    from kubernetes import client, config
+
+    configuration = client.Configuration()
+    if kubeconfig:
+        config.load_kube_config(  # type: ignore[no-untyped-call]  # untyped library
+            config_file=kubeconfig, client_configuration=configuration
+        )
+    else:
+        try:
+            config.load_incluster_config(  # type: ignore[no-untyped-call]  # untyped library
+                client_configuration=configuration
+            )
+        except config.ConfigException:
+            config.load_kube_config(  # type: ignore[no-untyped-call]  # untyped library
+                client_configuration=configuration
+            )
+    configuration.connection_pool_maxsize = 16
+    return client.ApiClient(configuration)
+
+
+@app.command("agent")
+def agent_command(
+    node_name: Annotated[
+        list[str] | None,
+        typer.Option(
+            envvar="WALRAS_NODE_NAME",
+            help="Node this agent runs for (repeat to run several agents in one process).",
+        ),
+    ] = None,
+    aggregate: Annotated[
+        bool,
+        typer.Option(
+            "--aggregate",
+            envvar="WALRAS_AGGREGATE",
+            help="Run the tenant-totals aggregator instead of a node agent.",
+        ),
+    ] = False,
+    tau: Annotated[
+        float, typer.Option(envvar="WALRAS_TAU", min=0.01, help="Seconds between agent steps.")
+    ] = 1.0,
+    jitter: Annotated[
+        float,
+        typer.Option(
+            envvar="WALRAS_JITTER", min=0.0, max=0.9, help="Each period is tau*(1+U(-j,j))."
+        ),
+    ] = 0.2,
+    damping: Annotated[
+        float,
+        typer.Option(
+            envvar="WALRAS_DAMPING",
+            min=0.01,
+            max=2.0,
+            help="Base damping theta0; the step uses min(1, theta0 / concurrency).",
+        ),
+    ] = 0.5,
+    mode: Annotated[Mode, typer.Option(envvar="WALRAS_MODE", help="PS-DSF feasibility.")] = (
+        Mode.tdm
+    ),
+    kubeconfig: Annotated[
+        str | None,
+        typer.Option(envvar="WALRAS_KUBECONFIG", help="Kubeconfig (default: in-cluster)."),
+    ] = None,
+    stale_after: Annotated[
+        float,
+        typer.Option(
+            envvar="WALRAS_STALE_AFTER",
+            min=0.1,
+            help="Seconds after which a NodeAllocation counts as stale.",
+        ),
+    ] = 30.0,
+    aggregate_period: Annotated[
+        float,
+        typer.Option(
+            envvar="WALRAS_AGGREGATE_PERIOD", min=0.01, help="--aggregate: seconds per publish."
+        ),
+    ] = 0.1,
+) -> None:
+    """Run a node agent (distributed PS-DSF) or the tenant-totals aggregator."""
+    from walras.agent import aggregator, runner
+    from walras.agent.kube import Kube
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    stop = threading.Event()
+
+    def _stop(signum: int, frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    kube = Kube(_api_client(kubeconfig))
+    if aggregate:
+        aggregator.run(kube, stop=stop, stale_after=stale_after, period=aggregate_period)
+        return
+    if not node_name:
+        raise typer.BadParameter("--node-name is required (or --aggregate)")
+    configs = [
+        runner.AgentConfig(
+            node_name=name,
+            tau=tau,
+            jitter=jitter,
+            damping=damping,
+            mode=mode.value,
+            stale_after=stale_after,
+        )
+        for name in node_name
+    ]
+    reads = runner.SharedReads(kube, ttl=tau)
+    threads = [
+        threading.Thread(
+            target=runner.Agent(kube, cfg, reads).run, args=(stop,), name=cfg.node_name
+        )
+        for cfg in configs
+    ]
+    for thread in threads:
+        thread.start()
+    while any(t.is_alive() for t in threads):
+        stop.wait(0.5)
+        for thread in threads:
+            thread.join(timeout=0.01)

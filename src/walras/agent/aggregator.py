@@ -1,0 +1,136 @@
+"""Tenant totals for the node agents: ``walras agent --aggregate``.
+
+Every ``period`` seconds (default 0.1) :func:`aggregate_once` lists the NodeAllocations and the
+Node names, deletes allocations that are stale (older than ``stale_after`` or whose node is gone),
+sums the fresh ones (``walras.agent.totals``) and publishes the result in ONE object, the
+cluster-scoped ``NodeAllocation/walras-tenant-totals`` (label ``walras.dev/role=tenant-totals``):
+
+- ``status.tasks``: tenant → x_n; ``status.nodes``: tenant → fresh nodes where it is eligible;
+- ``status.nodeCount``, ``status.period`` (seconds since the previous publish),
+  ``status.sourceResourceVersion`` (resourceVersion of the list it summed), ``status.iteration``,
+  ``status.timestamp``, ``status.residual`` (largest relative change of x_n).
+
+Why a NodeAllocation and not a ConfigMap: agents and operator already have RBAC on
+``nodeallocations`` and ``nodeallocations/status``; a ConfigMap would need ConfigMap rights and a
+namespace. Agents GET this one object per step, so their cost does not grow with the number of
+nodes; the aggregator's cost is one LIST per period, O(nodes), in one process.
+
+:func:`distributed_tasks` is what the operator's ``psdsf-distributed`` policy calls to read the
+converged x_{n,i} as a matrix.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+import time
+
+import numpy as np
+from kubernetes import client
+
+from walras.agent import totals as totals_mod
+from walras.agent.kube import ALLOCATIONS, Kube, NotFoundError
+from walras.agent.totals import (
+    ROLE_LABEL,
+    TOTALS_NAME,
+    TOTALS_ROLE,
+    Totals,
+    format_time,
+    parse_time,
+)
+
+log = logging.getLogger("walras.agent.aggregator")
+
+
+def aggregate_once(
+    api_client: client.ApiClient | Kube,
+    *,
+    stale_after: float,
+    now: dt.datetime | None = None,
+) -> Totals:
+    """List, clean up, sum and publish once; returns what was published."""
+    kube = api_client if isinstance(api_client, Kube) else Kube(api_client)
+    items, rv = kube.list_custom(ALLOCATIONS)
+    names = kube.node_names()
+    when = now if now is not None else dt.datetime.now(dt.UTC)
+    prior = next((i for i in items if totals_mod.is_totals(i)), None)
+    prior_status = (prior or {}).get("status") or {}
+    prior_time = parse_time(prior_status.get("timestamp"))
+    period = 0.0 if prior_time is None else min(60.0, max(0.0, (when - prior_time).total_seconds()))
+    result = totals_mod.sum_allocations(
+        items,
+        names,
+        now=when,
+        stale_after=stale_after,
+        iteration=int(prior_status.get("iteration") or 0) + 1,
+        source_version=rv,
+        period=period,
+    )
+    for name in result.stale:
+        log.info("deleting stale NodeAllocation %s", name)
+        kube.delete_allocation(name)
+    old = {str(k): float(v) for k, v in (prior_status.get("tasks") or {}).items()}
+    scale = max([*result.tasks.values(), *old.values(), 1e-12])
+    residual = max(
+        (abs(result.tasks.get(t, 0.0) - old.get(t, 0.0)) for t in set(old) | set(result.tasks)),
+        default=0.0,
+    )
+    status = {
+        "tasks": {**{t: None for t in old if t not in result.tasks}, **result.tasks},
+        "nodes": {
+            **{t: None for t in (prior_status.get("nodes") or {}) if t not in result.nodes},
+            **result.nodes,
+        },
+        "nodeCount": len(result.node_names),
+        "period": period,
+        "sourceResourceVersion": rv,
+        "iteration": result.iteration,
+        "timestamp": format_time(when),
+        "residual": residual / scale,
+    }
+    if prior is None:
+        kube.create_allocation(TOTALS_NAME, labels={ROLE_LABEL: TOTALS_ROLE})
+    try:
+        kube.patch_allocation_status(TOTALS_NAME, status)
+    except NotFoundError:
+        kube.create_allocation(TOTALS_NAME, labels={ROLE_LABEL: TOTALS_ROLE})
+        kube.patch_allocation_status(TOTALS_NAME, status)
+    return result
+
+
+def run(
+    api_client: client.ApiClient | Kube,
+    *,
+    stop: threading.Event,
+    stale_after: float = 30.0,
+    period: float = 0.1,
+) -> None:
+    """Aggregate every ``period`` seconds until ``stop`` is set; errors are logged and retried."""
+    kube = api_client if isinstance(api_client, Kube) else Kube(api_client)
+    while not stop.is_set():
+        started = time.monotonic()
+        try:
+            aggregate_once(kube, stale_after=stale_after)
+        except Exception:  # keep publishing through API hiccups
+            log.exception("aggregation failed")
+        stop.wait(max(0.0, period - (time.monotonic() - started)))
+
+
+def distributed_tasks(
+    api_client: client.ApiClient, *, stale_after: float
+) -> tuple[np.ndarray, list[str], list[str]]:
+    """Converged x_{n,i} of the node agents: ``(tasks (N, K), tenant_names, node_names)``.
+
+    Only fresh allocations count (node exists, written within ``stale_after`` seconds); tenants
+    and nodes are sorted by name. ``tasks`` is in the PS-DSF model's units, like
+    ``fairness.FairnessResult.tasks``: work units when the jobs carry throughput tables (pods =
+    tasks / throughput_{n,i}; each NodeAllocation also carries ``status.pods``).
+    """
+    kube = Kube(api_client)
+    items, _ = kube.list_custom(ALLOCATIONS)
+    names = kube.node_names()
+    matrix, tenants, nodes = totals_mod.task_matrix(
+        items, names, now=dt.datetime.now(dt.UTC), stale_after=stale_after
+    )
+    return matrix, list(tenants), list(nodes)

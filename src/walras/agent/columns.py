@@ -1,0 +1,71 @@
+"""One node's column of the PS-DSF tenant model, built from plain API dicts (pure).
+
+Called by the node agent (``walras.agent.runner``) each step with its own Node, every FungibleJob
+and every ResourcePool; it never sees another node. It reuses the operator's tenant model
+(``walras.operator.snapshot.tenant_model``, the one ``psdsf_problem`` builds for the centralised
+``psdsf`` policy) restricted to this one node, so that the agents converge to exactly what the
+centralised policy computes. The one quantity of that model that depends on other nodes is the
+cap ``D_n = Σ_j r_j · max_i a_{j,type(i)}`` (replicas counted in work units at the job's best rate
+in the cluster); the agent takes that maximum over the GPU types of the ResourcePools instead
+(skipping pools whose status reports 0 nodes), which needs no node data and agrees whenever every
+pool has a usable node.
+
+Tenants appear in sorted order; every tenant with an active job is in every column (eligible or
+not), so all agents agree on names. A node that is not ready, unschedulable or in no pool gets a
+column where nobody is eligible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from walras.agent.steps import Column
+from walras.operator import model, snapshot
+
+Obj = Mapping[str, Any]
+
+
+def _pool_types(pools: Sequence[model.PoolSpec]) -> set[str]:
+    """GPU types of pools that may have nodes (status.nodes absent or > 0)."""
+    out: set[str] = set()
+    for pool in pools:
+        count = pool.status.get("nodes") if isinstance(pool.status, Mapping) else None
+        if isinstance(count, int) and not isinstance(count, bool) and count <= 0:
+            continue
+        out.add(pool.gpu_type)
+    return out
+
+
+def node_column(node: Obj, jobs: Sequence[Obj], pools: Sequence[Obj]) -> Column:
+    """Node ``node``'s column of the contract's PS-DSF tenant model."""
+    parsed = [model.parse_job(j) for j in jobs]
+    specs = [j for j in parsed if isinstance(j, model.JobSpec)]
+    pool_specs = [model.parse_pool(p) for p in pools]
+    info = model.parse_node(node)
+    tm = snapshot.tenant_model(specs, [info], pool_specs)
+    n = len(tm.tenants)
+    # Cap in work units at each job's best rate over the cluster's GPU types (see docstring).
+    types = _pool_types(pool_specs)
+    by_tenant: dict[str, float] = {}
+    for job in specs:
+        if job.finished:
+            continue
+        best = max((job.throughput.get(t, 0.0) for t in types), default=0.0)
+        by_tenant[job.tenant] = by_tenant.get(job.tenant, 0.0) + job.replicas * best
+    cap = np.array([by_tenant.get(t, 0.0) for t in tm.tenants])
+    placed = len(tm.node_names) == 1
+    pool = snapshot.node_pool(info, sorted(pool_specs, key=lambda p: p.name))
+    return Column(
+        node_name=info.name,
+        tenant_names=tuple(tm.tenants),
+        capacity=tm.capacity[0] if placed else np.zeros(3),
+        demand=tm.demand,
+        weight=tm.weight,
+        eligible=tm.eligible[:, 0] if placed else np.zeros(n, dtype=bool),
+        cap=cap,
+        throughput=tm.throughput[:, 0] if placed else np.zeros(n),
+        gpu_type=pool.gpu_type if (pool is not None and placed) else None,
+    )

@@ -1,0 +1,282 @@
+"""The node agent loop: ``walras agent --node-name NODE`` (one per node, the chart's DaemonSet).
+
+Every ``τ · (1 + U(−jitter, jitter))`` seconds the agent
+
+1. reads its own Node (capacity, labels, readiness) — never another node;
+2. reads FungibleJobs and ResourcePools (through :class:`SharedReads`, a time-to-live cache one
+   process may share between several agents) and builds its column of the tenant model
+   (``walras.agent.columns``);
+3. reads the published tenant totals ``x_n`` (the one ``walras-tenant-totals`` object) and waits
+   until they include its own last write (resourceVersion check, see ``walras.agent.steps``);
+4. runs the damped one-node PS-DSF update (``walras.agent.steps.agent_step``);
+5. merge-patches ``NodeAllocation/<node>`` status: ``tasks``, ``pods``, ``eligible``,
+   ``iteration``, ``timestamp``, ``residual``, ``damping``; and sets ``walras_agent_residual``.
+
+API requests per step: 1 node GET, 1 totals GET, at most 1 status PATCH, plus a share of the
+job/pool LISTs (one per TTL per process). None of it grows with the number of nodes. A step whose
+allocation changed by less than ``write_threshold`` (relative) writes nothing unless the last
+write is older than ``heartbeat`` (default ``stale_after / 3``), which keeps the allocation fresh
+for the aggregator without rewriting a converged state every τ.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import random
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from walras.agent import columns, steps
+from walras.agent.kube import JOBS, POOLS, Kube, NotFoundError
+from walras.agent.totals import TOTALS_NAME, format_time, parse_time
+from walras.operator import metrics
+
+log = logging.getLogger("walras.agent")
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """Settings of one agent (CLI flags of ``walras agent``)."""
+
+    node_name: str
+    tau: float = 1.0
+    jitter: float = steps.DEFAULT_JITTER
+    damping: float = steps.DEFAULT_DAMPING
+    mode: str = "tdm"
+    stale_after: float = 30.0
+    heartbeat: float | None = None
+    write_threshold: float = 1e-9
+    seed: int | None = None
+
+    @property
+    def heartbeat_seconds(self) -> float:
+        return self.heartbeat if self.heartbeat is not None else self.stale_after / 3.0
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    """What one step did (for logs, tests and the benchmark)."""
+
+    wrote: bool
+    residual: float
+    damping: float
+    skipped: str | None
+    iteration: int
+
+
+def _version(value: object) -> int | None:
+    """A resourceVersion as an integer (etcd revision); None when it is not one."""
+    try:
+        return int(str(value))
+    except (TypeError, ValueError):
+        return None
+
+
+def parse_totals(obj: Mapping[str, Any] | None) -> steps.PublishedTotals | None:
+    """The totals object's status as :class:`steps.PublishedTotals`; None before the first one."""
+    if obj is None:
+        return None
+    status = obj.get("status") or {}
+    if "tasks" not in status and "iteration" not in status:
+        return None
+    return steps.PublishedTotals(
+        tasks={str(k): float(v) for k, v in (status.get("tasks") or {}).items()},
+        nodes={str(k): int(v) for k, v in (status.get("nodes") or {}).items()},
+        period=float(status.get("period") or 0.0),
+        source_version=_version(status.get("sourceResourceVersion")),
+        iteration=int(status.get("iteration") or 0),
+    )
+
+
+class SharedReads:
+    """Cached cluster-wide reads (jobs, pools, totals), shareable by agents of one process.
+
+    ``ttl`` bounds the age of the job/pool lists; ``totals_ttl`` that of the totals (0: a GET per
+    call). A caller that needs totals newer than a version forces one refresh.
+    """
+
+    def __init__(self, kube: Kube, *, ttl: float = 1.0, totals_ttl: float = 0.0) -> None:
+        self.kube = kube
+        self.ttl = ttl
+        self.totals_ttl = totals_ttl
+        self._lock = threading.Lock()
+        self._objects: tuple[list[dict[str, Any]], list[dict[str, Any]]] = ([], [])
+        self._objects_at = -1e18
+        self._totals: steps.PublishedTotals | None = None
+        self._totals_at = -1e18
+
+    def jobs_and_pools(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        with self._lock:
+            if time.monotonic() - self._objects_at > self.ttl:
+                jobs, _ = self.kube.list_custom(JOBS)
+                pools, _ = self.kube.list_custom(POOLS)
+                self._objects = (jobs, pools)
+                self._objects_at = time.monotonic()
+            return self._objects
+
+    def totals(self, newer_than: int | None = None) -> steps.PublishedTotals | None:
+        with self._lock:
+            cached = self._totals
+            behind = (
+                newer_than is not None
+                and cached is not None
+                and cached.source_version is not None
+                and cached.source_version < newer_than
+            )
+            if cached is None or behind or time.monotonic() - self._totals_at > self.totals_ttl:
+                self._totals = parse_totals(self.kube.get_allocation(TOTALS_NAME))
+                self._totals_at = time.monotonic()
+            return self._totals
+
+
+class Agent:
+    """One node's agent; :meth:`step` is one iteration, :meth:`run` the loop."""
+
+    def __init__(self, kube: Kube, config: AgentConfig, reads: SharedReads | None = None) -> None:
+        self.kube = kube
+        self.config = config
+        self.reads = reads if reads is not None else SharedReads(kube, ttl=config.tau)
+        self.rng = random.Random(config.seed if config.seed is not None else config.node_name)
+        self.previous: dict[str, float] = {}
+        self.eligible: tuple[str, ...] = ()
+        self.version: int | None = None
+        self.iteration = 0
+        self.first = True
+        self.last_write = -1e18
+        self.started = False
+
+    # ----------------------------------------------------------------- state
+
+    def _resume(self) -> None:
+        """Pick up this node's own fresh allocation after a restart; create one otherwise."""
+        existing = self.kube.get_allocation(self.config.node_name)
+        status = (existing or {}).get("status") or {}
+        when = parse_time(status.get("timestamp"))
+        now = dt.datetime.now(dt.UTC)
+        if existing and when and (now - when).total_seconds() <= self.config.stale_after:
+            self.previous = {str(k): float(v) for k, v in (status.get("tasks") or {}).items()}
+            self.eligible = tuple(status.get("eligible") or ())
+            self.version = _version(existing["metadata"].get("resourceVersion"))
+            self.iteration = int(status.get("iteration") or 0)
+            self.first = False
+        else:
+            self._create()
+        self.started = True
+
+    def _create(self, node: Mapping[str, Any] | None = None) -> None:
+        owner = None
+        if node is not None:
+            meta = node.get("metadata") or {}
+            owner = {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "name": str(meta.get("name")),
+                "uid": str(meta.get("uid")),
+            }
+        created = self.kube.create_allocation(self.config.node_name, owner=owner)
+        self.version = _version((created.get("metadata") or {}).get("resourceVersion"))
+        self.previous, self.eligible, self.first = {}, (), True
+
+    # ------------------------------------------------------------------ step
+
+    def step(self) -> StepOutcome:
+        """One agent iteration (see the module docstring)."""
+        cfg = self.config
+        try:
+            node = self.kube.read_node(cfg.node_name)
+        except NotFoundError:
+            return StepOutcome(False, 0.0, 0.0, "node not found", self.iteration)
+        if not self.started:
+            self._resume()
+        jobs, pools = self.reads.jobs_and_pools()
+        column = columns.node_column(node, jobs, pools)
+        totals = self.reads.totals(None if self.first else self.version)
+        if totals is None:
+            totals = steps.PublishedTotals({}, {}, 0.0, None, 0)
+            if not self.first:
+                return StepOutcome(False, 0.0, 0.0, "no totals published yet", self.iteration)
+        elif (
+            not self.first
+            and self.version is not None
+            and totals.source_version is not None
+            and totals.source_version < self.version
+        ):
+            return StepOutcome(False, 0.0, 0.0, "totals older than own write", self.iteration)
+        result = steps.agent_step(
+            column,
+            totals,
+            self.previous,
+            tau=cfg.tau,
+            base_damping=cfg.damping,
+            mode=cfg.mode,
+            first=self.first,
+        )
+        metrics.AGENT_RESIDUAL.labels(node=cfg.node_name).set(result.residual)
+        now_mono = time.monotonic()
+        unchanged = (
+            result.residual < cfg.write_threshold
+            and result.eligible == self.eligible
+            and set(result.tasks) == set(self.previous)
+            and not self.first
+        )
+        if unchanged and now_mono - self.last_write < cfg.heartbeat_seconds:
+            return StepOutcome(False, result.residual, result.damping, None, self.iteration)
+        status: dict[str, Any] = {
+            "tasks": dict(result.tasks),
+            "pods": dict(result.pods),
+            "eligible": list(result.eligible),
+            "iteration": self.iteration + 1,
+            "timestamp": format_time(dt.datetime.now(dt.UTC)),
+            "residual": result.residual,
+            "damping": result.damping,
+        }
+        # Merge patch: tenants that left must be removed explicitly.
+        for gone in set(self.previous) - set(result.tasks):
+            status["tasks"][gone] = None
+            status["pods"][gone] = None
+        try:
+            rv = self.kube.patch_allocation_status(cfg.node_name, status)
+        except NotFoundError:
+            # The aggregator deleted our allocation as stale: start afresh (not in the totals).
+            self._create(node)
+            for gone in [k for k, v in status["tasks"].items() if v is None]:
+                del status["tasks"][gone]
+                del status["pods"][gone]
+            rv = self.kube.patch_allocation_status(cfg.node_name, status)
+        self.version = _version(rv)
+        self.previous = dict(result.tasks)
+        self.eligible = result.eligible
+        self.iteration += 1
+        self.first = False
+        self.last_write = now_mono
+        return StepOutcome(True, result.residual, result.damping, None, self.iteration)
+
+    def next_delay(self) -> float:
+        """τ · (1 + U(−jitter, jitter)), at least 10 ms."""
+        j = self.config.jitter
+        return max(0.01, self.config.tau * (1.0 + self.rng.uniform(-j, j)))
+
+    def run(self, stop: threading.Event) -> None:
+        """Step until ``stop`` is set; API errors are logged and retried next period."""
+        # A random first delay spreads agents that start together.
+        stop.wait(self.rng.uniform(0.0, self.config.tau))
+        while not stop.is_set():
+            started = time.monotonic()
+            try:
+                outcome = self.step()
+                log.debug(
+                    "node=%s iteration=%d wrote=%s residual=%.3g damping=%.3g skipped=%s",
+                    self.config.node_name,
+                    outcome.iteration,
+                    outcome.wrote,
+                    outcome.residual,
+                    outcome.damping,
+                    outcome.skipped,
+                )
+            except Exception:  # the loop must survive API hiccups; the next step retries
+                log.exception("agent step failed on node %s", self.config.node_name)
+            stop.wait(max(0.0, self.next_delay() - (time.monotonic() - started)))

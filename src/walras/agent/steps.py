@@ -1,0 +1,242 @@
+"""One agent step of distributed, asynchronous PS-DSF (paper 004 §III-D; ALGORITHMS.md §2).
+
+Called by the node agent (``walras.agent.runner``) every τ seconds and by the simulator
+(``walras.agent.simulate``). Pure: numpy plus the allocator's ``fairness.node_update``.
+
+Node ``i`` knows its own column of the tenant model (capacity ``c_i``, demands ``d_n``, weights
+``φ_n``, eligibility ``δ_{n,i}``, caps ``D_n``, throughputs), the published tenant totals ``x_n``
+and its own previous allocation ``x_{·,i}``. With ``b_n = x_n − x_{n,i}`` (the tenant's tasks on
+other nodes) the server procedure returns the best response ``x̂_{·,i}`` (a water-fill). The agent
+then moves part of the way::
+
+    x_{·,i} ← x_{·,i} + θ (x̂_{·,i} − x_{·,i})                         (damping)
+    x_{·,i} ← min(s · x_{·,i}, max(x_{·,i}^{old}, x̂_{·,i}))            (refill, s ≥ 1)
+
+**Why damping, and how much.** Nodes that update on the same published totals each see a starved
+tenant as starved and all raise it: a Jacobi step on ``c`` concurrent nodes multiplies a tenant's
+deviation from its fair share by ``1 − c θ`` (for two tenants sharing ``K`` equal nodes the
+undamped gain is ``−(K − 1)``), so a fixed θ oscillates once ``c θ > 2``. The concurrency is
+estimated from data every agent already reads, at a cost independent of the number of nodes: the
+aggregator publishes, per tenant, how many nodes it is eligible on (``K_n``) and its own publish
+period ``T``; agents step once per τ, so about ``c = max_n K_n · min(1, T / τ)`` of them act on
+one snapshot. The effective damping is ``θ = min(1, θ₀ / c)`` with the base ``θ₀`` (``--damping``,
+default 0.5): the split between tenants then contracts by about ``1 − θ₀`` per aggregation.
+
+**Why the refill.** Damping also slows the part of the update that never overshoots: filling a
+node's idle capacity (after a tenant leaves, a cap is lifted or the node is new). The refill scales
+the damped point up by the largest ``s ≥ 1`` that keeps it feasible on this node (TDM: time shares
+``Σ_n x_{n,i}/γ_{n,i}`` no more than those of ``x̂``; RDM: every resource within capacity), capping
+each tenant at the larger of its old value and its best response so no tenant is pushed past what
+the server procedure offered. Scaling keeps the split between tenants, so it does not undo the
+damping of the split.
+
+A step is skipped (nothing written) when the published totals do not yet include this node's own
+last write: ``b_n`` would otherwise count the node's old allocation as "elsewhere". The check
+compares the resourceVersion of the NodeAllocation list the totals were summed from with the
+resourceVersion of the agent's last write (ALGORITHMS.md's "per-user version checks").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+
+#: Default base damping θ₀ (per aggregation window); see the module docstring and
+#: ``tests/unit/test_agent_dynamics.py`` for the settings that oscillate.
+DEFAULT_DAMPING = 0.5
+#: Default jitter: each period is τ · (1 + U(−j, j)).
+DEFAULT_JITTER = 0.2
+
+NodeUpdate = Callable[..., FloatArray]
+
+
+@dataclass(frozen=True)
+class Column:
+    """Node ``i``'s column of the PS-DSF tenant model (tenants in a stable, sorted order).
+
+    ``throughput`` (per tenant, on this node's GPU type) is None when no job carries a throughput
+    table; then tasks are counted in pods.
+    """
+
+    node_name: str
+    tenant_names: tuple[str, ...]
+    capacity: FloatArray  # (M,)
+    demand: FloatArray  # (N, M)
+    weight: FloatArray  # (N,)
+    eligible: BoolArray  # (N,)
+    cap: FloatArray | None  # (N,)
+    throughput: FloatArray | None  # (N,)
+    gpu_type: str | None = None
+
+    def gamma(self) -> FloatArray:
+        """Monopoly tasks γ_{n,i} = δ_{n,i} · min_{r: d_{n,r}>0} c_r / d_{n,r} (× throughput)."""
+        n = len(self.tenant_names)
+        out = np.zeros(n)
+        for k in range(n):
+            positive = self.demand[k] > 0
+            if not self.eligible[k] or not positive.any():
+                continue
+            out[k] = float(np.min(self.capacity[positive] / self.demand[k, positive]))
+            if self.throughput is not None:
+                out[k] *= float(self.throughput[k])
+        return out
+
+
+@dataclass(frozen=True)
+class PublishedTotals:
+    """What the aggregator publishes (one object): x_n, eligible-node counts and its period."""
+
+    tasks: Mapping[str, float]
+    nodes: Mapping[str, int]
+    period: float
+    source_version: int | None
+    iteration: int
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """The agent's new allocation on its node; ``tasks`` holds every eligible tenant (0 allowed)."""
+
+    tasks: dict[str, float]
+    pods: dict[str, float]
+    eligible: tuple[str, ...]
+    residual: float
+    damping: float
+    skipped: str | None = None  # reason when the step was not taken; nothing should be written
+
+
+def concurrency(column: Column, totals: PublishedTotals, tau: float) -> float:
+    """Expected number of agents acting on one totals snapshot, for the tenants of this node."""
+    share = min(1.0, totals.period / tau) if tau > 0 and totals.period > 0 else 1.0
+    counts = [
+        max(1, totals.nodes.get(name, 1))
+        for name, ok in zip(column.tenant_names, column.eligible, strict=True)
+        if ok
+    ]
+    return max(1.0, max(counts, default=1) * share)
+
+
+def effective_damping(base: float, column: Column, totals: PublishedTotals, tau: float) -> float:
+    """θ = min(1, θ₀ / c) with c from :func:`concurrency`."""
+    return min(1.0, base / concurrency(column, totals, tau))
+
+
+def _refill(
+    column: Column, damped: FloatArray, best: FloatArray, old: FloatArray, mode: str
+) -> FloatArray:
+    """Scale ``damped`` up (s ≥ 1) into idle capacity; see the module docstring."""
+    ceiling = np.maximum(old, best)
+    gamma = column.gamma()
+    if mode == "tdm":
+        used = gamma > 0
+        share_damped = float(np.sum(damped[used] / gamma[used]))
+        share_best = float(np.sum(best[used] / gamma[used]))
+        if share_damped <= 0.0 or share_best <= share_damped:
+            return damped
+        scale = share_best / share_damped
+    else:
+        # RDM: pods × demand per resource; throughput turns work units back into pods.
+        per_work = column.demand.copy()
+        if column.throughput is not None:
+            safe = np.where(column.throughput > 0, column.throughput, 1.0)
+            per_work = per_work / safe[:, None]
+        usage = damped @ per_work
+        room = [
+            column.capacity[r] / usage[r]
+            for r in range(len(column.capacity))
+            if usage[r] > 0 and column.capacity[r] > 0
+        ]
+        if not room:
+            return damped
+        scale = min(room)
+        if scale <= 1.0:
+            return damped
+    return np.minimum(damped * scale, ceiling)
+
+
+def agent_step(
+    column: Column,
+    totals: PublishedTotals,
+    previous: Mapping[str, float],
+    *,
+    tau: float,
+    base_damping: float = DEFAULT_DAMPING,
+    mode: str = "tdm",
+    first: bool = False,
+    refill: bool = True,
+    adaptive: bool = True,
+    node_update: NodeUpdate | None = None,
+) -> StepResult:
+    """Run the server procedure for ``column`` against ``totals`` and damp it.
+
+    ``previous`` is this node's last written allocation (tenant → x_{n,i}); tenants missing from
+    the column (their jobs are gone) drop to zero at once. ``first`` marks an agent without a
+    previous allocation: its first step is undamped (it starts from DRF on its own server, as the
+    centralised algorithm does). ``adaptive=False`` uses θ₀ itself (kept to show that a fixed θ
+    oscillates). ``node_update`` defaults to ``fairness.node_update``.
+    """
+    if node_update is None:
+        from walras.allocator import fairness
+
+        update: NodeUpdate = fairness.node_update
+    else:
+        update = node_update
+    names = column.tenant_names
+    old = np.array([float(previous.get(name, 0.0)) for name in names])
+    # The published totals include this node's old allocation (the caller checked the version),
+    # so x_n ≥ x_{n,i}; clamp against rounding in the JSON round trip.
+    published = np.array([float(totals.tasks.get(name, 0.0)) for name in names])
+    published = np.maximum(published, old)
+    if len(names) == 0:
+        best = old
+    else:
+        best = np.asarray(
+            update(
+                column.capacity,
+                column.demand,
+                column.weight,
+                column.eligible,
+                published,
+                old,
+                cap=column.cap,
+                throughput_i=column.throughput,
+                mode=mode,
+                damping=1.0,
+            ),
+            dtype=np.float64,
+        )
+    if first:
+        theta = 1.0
+    elif adaptive:
+        theta = effective_damping(base_damping, column, totals, tau)
+    else:
+        theta = min(1.0, base_damping)
+    new = old + theta * (best - old)
+    if refill and theta < 1.0 and len(names) > 0:
+        new = _refill(column, new, best, old, mode)
+    new = np.where(column.eligible, np.maximum(new, 0.0), 0.0)
+    dropped = [v for k, v in previous.items() if k not in set(names)]
+    scale = max(float(np.max(new, initial=0.0)), float(np.max(old, initial=0.0)), 1e-12)
+    change = float(np.max(np.abs(new - old), initial=0.0))
+    change = max(change, max(dropped, default=0.0))
+    tasks = {name: float(v) for name, v, ok in zip(names, new, column.eligible, strict=True) if ok}
+    pods: dict[str, float] = {}
+    for k, name in enumerate(names):
+        if not column.eligible[k]:
+            continue
+        rate = 1.0 if column.throughput is None else float(column.throughput[k])
+        pods[name] = float(new[k] / rate) if rate > 0 else 0.0
+    eligible = tuple(name for name, ok in zip(names, column.eligible, strict=True) if ok)
+    return StepResult(
+        tasks=tasks,
+        pods=pods,
+        eligible=eligible,
+        residual=change / scale,
+        damping=theta,
+    )
