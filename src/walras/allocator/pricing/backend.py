@@ -11,6 +11,8 @@ temporaries stay in cache, everything at once on CUDA.
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,6 +88,13 @@ def get_backend(name: str = "auto", device: str | None = None) -> Backend:
     if name not in ("auto", "numpy", "torch"):
         raise InvalidProblem(f"unknown backend {name!r} (expected auto, numpy or torch)")
     if name == "auto":
+        # Importing torch takes seconds; skip it when no NVIDIA device can be there anyway.
+        if (
+            device in (None, "cpu")
+            and "torch" not in sys.modules
+            and not os.path.exists("/dev/nvidiactl")
+        ):
+            return Backend("numpy", "cpu", np, chunk=16_384)
         torch = _torch()
         use_torch = torch is not None and (
             (device is not None and device != "cpu") or bool(torch.cuda.is_available())

@@ -107,7 +107,9 @@ class PricingProblem:
 
         kinds = [self.kind] * n if isinstance(self.kind, str) else list(self.kind)
         if len(kinds) != n:
-            raise InvalidProblem(f"kind must name one utility or {n}, got {len(kinds)}", field="kind")
+            raise InvalidProblem(
+                f"kind must name one utility or {n}, got {len(kinds)}", field="kind"
+            )
         codes = np.empty(n, dtype=np.int8)
         for i, k in enumerate(kinds):
             if k not in KINDS:
@@ -206,39 +208,65 @@ def screen_jobs(problem: PricingProblem) -> tuple[JobIssue, ...]:
     usable type (its utility would be −∞).
     """
     A = np.asarray(problem.throughput)
-    D = problem.demand_matrix()
+    R = np.asarray(problem.capacity)
+    D = np.asarray(problem.demand)
+    D2 = D[:, None] if D.ndim == 1 else D
+    n = problem.n
     issues: list[JobIssue] = []
+    none = np.zeros(n, dtype=bool)
     with np.errstate(invalid="ignore"):
-        bad_a = ~np.isfinite(A).all(axis=1)
-        issues += [JobIssue(i, "throughput", "throughput contains NaN or inf") for i in
-                   _first_bad(bad_a)]
-        neg_a = ~bad_a & (A < 0).any(axis=1)
+        # Whole-array checks first: per-row work only when something is wrong (fast at n = 1e7).
+        bad_a = none if np.isfinite(A).all() else ~np.isfinite(A).all(axis=1)
+        neg_a = none if (A >= 0).all() else ~bad_a & (A < 0).any(axis=1)
+        good_d = np.isfinite(D2) & (D2 > 0)
+        bad_d = none if good_d.all() else ~good_d.all(axis=1)
+        issues += [
+            JobIssue(i, "throughput", "throughput contains NaN or inf") for i in _first_bad(bad_a)
+        ]
         issues += [JobIssue(i, "throughput", "throughput is negative") for i in _first_bad(neg_a)]
-        bad_d = ~(np.isfinite(D) & (D > 0)).all(axis=1)
-        issues += [JobIssue(i, "demand", "demand must be finite and > 0") for i in
-                   _first_bad(bad_d)]
+        issues += [
+            JobIssue(i, "demand", "demand must be finite and > 0") for i in _first_bad(bad_d)
+        ]
         w = np.asarray(problem.weight)
-        issues += [JobIssue(i, "weight", "weight must be finite and > 0") for i in
-                   _first_bad(~(np.isfinite(w) & (w > 0)))]
+        issues += [
+            JobIssue(i, "weight", "weight must be finite and > 0")
+            for i in _first_bad(~(np.isfinite(w) & (w > 0)))
+        ]
         codes = np.asarray(problem.kind_codes)
         tgt = np.asarray(problem.target)
         is_target = codes == KINDS.index("target")
-        issues += [JobIssue(i, "target", "target must be finite and ≥ 0") for i in
-                   _first_bad(is_target & ~(np.isfinite(tgt) & (tgt >= 0)))]
+        issues += [
+            JobIssue(i, "target", "target must be finite and ≥ 0")
+            for i in _first_bad(is_target & ~(np.isfinite(tgt) & (tgt >= 0)))
+        ]
         al = np.asarray(problem.alpha)
         is_alpha = codes == KINDS.index("alpha")
-        issues += [JobIssue(i, "alpha", "alpha must be finite, > 0 and ≠ 1 (use kind='log')")
-                   for i in _first_bad(is_alpha & ~(np.isfinite(al) & (al > 0) & (al != 1)))]
+        issues += [
+            JobIssue(i, "alpha", "alpha must be finite, > 0 and ≠ 1 (use kind='log')")
+            for i in _first_bad(is_alpha & ~(np.isfinite(al) & (al > 0) & (al != 1)))
+        ]
         clean = ~(bad_a | neg_a | bad_d)
-        has_a = (A > 0).any(axis=1)
-        ok = usable(problem, strict=False) & clean[:, None]
-        fits = ok.any(axis=1)
-        issues += [JobIssue(i, "demand", "demand exceeds the capacity of every type the job has "
-                            "throughput on") for i in _first_bad(clean & has_a & ~fits)]
+        has_a = A.max(axis=1) > 0
+        if (np.where(np.isfinite(D2), D2, 0.0).max(axis=0) > R).any():
+            fits = (usable(problem, strict=False) & clean[:, None]).any(axis=1)
+            issues += [
+                JobIssue(
+                    i,
+                    "demand",
+                    "demand exceeds the capacity of every type the job has throughput on",
+                )
+                for i in _first_bad(clean & has_a & ~fits)
+            ]
         needs_t = (codes == KINDS.index("log")) | (is_alpha & (al >= 1))
-        issues += [JobIssue(i, "throughput", "zero throughput on every type; log/α-fair (α ≥ 1) "
-                            "utility needs positive throughput") for i in
-                   _first_bad(clean & needs_t & ~has_a)]
+        issues += [
+            JobIssue(
+                i,
+                "throughput",
+                "zero throughput on every type; log/α-fair (α ≥ 1) "
+                "utility needs positive throughput",
+            )
+            for i in _first_bad(clean & needs_t & ~has_a)
+        ]
     issues.sort(key=lambda x: (x.index, x.field))
     return tuple(issues)
 

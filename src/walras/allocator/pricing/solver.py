@@ -40,6 +40,8 @@ from walras.allocator.pricing.utilities import UTILITIES, Params
 
 COARSE_MIN_JOBS = 200_000
 COARSE_SAMPLE = 50_000
+# Up to this many jobs, each iteration also recovers from a running average of the responses.
+AVERAGE_MAX_JOBS = 200_000
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -100,7 +102,9 @@ def _prepare(
     starts = [0, *bounds.tolist()]
     stops = [*bounds.tolist(), len(codes)]
     for s, e in zip(starts, stops, strict=True):
-        par = Params(b.asarray(weight[s:e]), b.asarray(target[s:e]), b.asarray(alpha[s:e]))
+        w = weight[s:e]
+        common = float(w[0]) if np.all(w == w[0]) else None
+        par = Params(b.asarray(w), b.asarray(target[s:e]), b.asarray(alpha[s:e]), common)
         util = UTILITIES[KINDS[int(codes[s])]]
         groups.append(subproblem.prepare(b, util, s, A[s:e], D[s:e], par))
     return _Prepared(
@@ -166,7 +170,7 @@ def _evaluate(prep: _Prepared, p_np: FloatArray, it: _Iterate) -> tuple[float, F
             it.x_hi[o:f] = res.x_hi
             it.y_lo[o:f] = res.y_lo
             it.y_hi[o:f] = res.y_hi
-            value += b.total(res.value)
+            value += res.value
             cnt = b.bincount(res.type_lo + 1, res.dx_lo, m + 1) + b.bincount(
                 res.type_hi + 1, res.dx_hi, m + 1
             )
@@ -191,7 +195,7 @@ def _recovered_t(prep: _Prepared, it: _Iterate, scale: FloatArray) -> Any:
 def _utility(prep: _Prepared, t: Any) -> float:
     total = 0.0
     for g in prep.groups:
-        total += prep.b.total(g.util.value(prep.b, t[g.start : g.stop], g.par))
+        total += g.util.total(prep.b, t[g.start : g.stop], g.par)
     return total
 
 
@@ -229,6 +233,8 @@ class _Run:
     last_grad: FloatArray | None = None
     t_sub: float = 0.0
     t_rec: float = 0.0
+    average: FloatArray | None = None  # running average of the responses (small problems)
+    best_alloc: FloatArray | None = None  # the best feasible allocation (small problems)
 
     @property
     def gap(self) -> float:
@@ -244,7 +250,11 @@ class _Run:
         t0 = time.perf_counter()
         g, r = _evaluate(self.prep, p, self.it)
         t1 = time.perf_counter()
-        primal = _utility(self.prep, _recovered_t(self.prep, self.it, _scales(self.prep.R, r)))
+        scale = _scales(self.prep.R, r)
+        primal = _utility(self.prep, _recovered_t(self.prep, self.it, scale))
+        alloc = None
+        if self.prep.n <= AVERAGE_MAX_JOBS:
+            primal, alloc = self._averaged(primal, scale)
         self.t_sub += t1 - t0
         self.t_rec += time.perf_counter() - t1
         self.history.append((g, primal))
@@ -253,12 +263,77 @@ class _Run:
         if primal > self.best_primal:
             self.best_primal, self.best_primal_p = primal, p.copy()
             self.best_primal_k = len(self.history) - 1
+            self.best_alloc = alloc
         grad = self.prep.R - r
         self.last_grad = grad
         return g, grad
 
+    def _averaged(self, primal: float, scale: FloatArray) -> tuple[float, FloatArray]:
+        """The better of the scaled response and the scaled running average of responses.
 
-class _Stop(Exception):
+        With few jobs, g is far from smooth: near p* whole jobs flip between types, so the
+        response overshoots some type and column scaling wastes capacity. Averaging the
+        responses of successive iterates (weights ½, ¼, …, recent first) splits those jobs, as
+        in ergodic primal recovery for dual subgradient methods. Both candidates are feasible.
+        """
+        prep = self.prep
+        X = _dense(prep.b, self.it, prep.n, prep.m)
+        self.average = X if self.average is None else 0.5 * (self.average + X)
+        D = prep.D[:, None] if prep.D.ndim == 1 else prep.D
+        best, best_X = primal, X * scale[None, :]
+        for Y in (best_X, self.average):
+            Y = _fill(prep, D, Y * _scales(prep.R, (D * Y).sum(axis=0))[None, :])
+            value = _utility(prep, prep.b.asarray((prep.A * Y).sum(axis=1)))
+            if value > best:
+                best, best_X = value, Y
+        return best, best_X
+
+
+def _fill(prep: _Prepared, D: FloatArray, X: FloatArray) -> FloatArray:
+    """Give capacity left after scaling to jobs with idle time (utilities never decrease).
+
+    Near p* jobs that are indifferent between types all pile onto one of them; scaling cuts
+    that type while another keeps spare capacity. Type by type (cheapest first), each job
+    with idle time σ_i and throughput there gets σ_i·f of it, f = min(1, spare / demand).
+    """
+    X = X.copy()
+    use = (D * X).sum(axis=0)
+    idle = np.maximum(1.0 - X.sum(axis=1), 0.0)
+    for j in range(prep.m):
+        spare = prep.R[j] - use[j]
+        if spare <= 1e-12 * prep.R[j]:
+            continue
+        want = np.where(prep.A[:, j] > 0, idle, 0.0)
+        need = float((D[:, j % D.shape[1]] * want).sum())
+        if need <= 0:
+            continue
+        give = want * min(1.0, spare / need) * (1 - 1e-12)
+        X[:, j] += give
+        idle -= give
+        use[j] += float((D[:, j % D.shape[1]] * give).sum())
+    return X
+
+
+def _dense(b: Backend, it: _Iterate, n: int, m: int) -> FloatArray:
+    """The (n, m) allocation of the responses in ``it`` (solver order, unscaled)."""
+    X = np.zeros((n, m))
+    flat = X.reshape(-1)
+    base = np.arange(n) * m
+    for types, x in ((it.type_lo, it.x_lo), (it.type_hi, it.x_hi)):
+        ty = b.to_numpy(types)
+        used = ty >= 0
+        flat[base[used] + ty[used]] = b.to_numpy(x)[used]
+    return X
+
+
+def _known(p: FloatArray | None) -> FloatArray:
+    """``p``, which the caller knows is set (at least one iteration ran)."""
+    if p is None:  # pragma: no cover - internal invariant
+        raise RuntimeError("no iteration ran")
+    return p
+
+
+class _DoneError(Exception):
     """Raised inside the L-BFGS-B objective once the gap or the budget is reached."""
 
 
@@ -268,10 +343,10 @@ def _iterate(run: _Run, p0: FloatArray) -> None:
 
     def fun(p: FloatArray) -> tuple[float, FloatArray]:
         if run.done:
-            raise _Stop
+            raise _DoneError
         g, grad = run.step(p)
         if run.done:
-            raise _Stop
+            raise _DoneError
         return g / n, grad / n
 
     try:
@@ -281,15 +356,19 @@ def _iterate(run: _Run, p0: FloatArray) -> None:
             jac=True,
             method="L-BFGS-B",
             bounds=[(0.0, None)] * run.prep.m,
-            options={"maxcor": 10, "maxiter": run.max_iter, "maxfun": run.max_iter,
-                     "ftol": 0.0, "gtol": 0.0},
+            options={
+                "maxcor": 10,
+                "maxiter": run.max_iter,
+                "maxfun": run.max_iter,
+                "ftol": 0.0,
+                "gtol": 0.0,
+            },
         )
-    except _Stop:
+    except _DoneError:
         return
     # Fallback: projected subgradient from the best prices, Polyak step with the best lower
     # bound standing in for the unknown optimum (so the step never undershoots to zero).
-    assert run.best_dual_p is not None  # noqa: S101  (internal invariant: one step ran)
-    p = run.best_dual_p
+    p = _known(run.best_dual_p)
     while not run.done:
         g, grad = run.step(p)
         norm2 = float(grad @ grad)
@@ -307,12 +386,16 @@ def _check_options(eps: float, max_iter: int, warm: Any, m: int) -> FloatArray |
         return None
     w = np.array(warm, dtype=np.float64)
     if w.shape != (m,):
-        raise InvalidProblem(f"warm_prices must have shape ({m},), got {w.shape}",
-                             field="warm_prices")
+        raise InvalidProblem(
+            f"warm_prices must have shape ({m},), got {w.shape}", field="warm_prices"
+        )
     for j in range(m):
         if not (math.isfinite(w[j]) and w[j] >= 0):
-            raise InvalidProblem(f"warm price of type {j} must be finite and ≥ 0, got {w[j]!r}",
-                                 field="warm_prices", index=j)
+            raise InvalidProblem(
+                f"warm price of type {j} must be finite and ≥ 0, got {w[j]!r}",
+                field="warm_prices",
+                index=j,
+            )
     return w
 
 
@@ -345,8 +428,7 @@ def _coarse_prices(prep: _Prepared, eps: float, max_iter: int) -> tuple[FloatArr
     )
     run = _Run(sub, _new_iterate(prep.b, sub.n), eps * sub.n, max_iter)
     _iterate(run, _start_prices(sub))
-    assert run.best_dual_p is not None  # noqa: S101  (internal invariant: one step ran)
-    return run.best_dual_p, len(run.history)
+    return _known(run.best_dual_p), len(run.history)
 
 
 def solve(
@@ -395,37 +477,29 @@ def solve(
         "total": t_end - t_start,
         "coarse_iterations": float(coarse_iters),
     }
-    return PricingResult(**{**result, "timings": timings})  # type: ignore[arg-type]  # dict of fields
+    return PricingResult(**{**result, "timings": timings})
 
 
 def _finish(run: _Run, problem: PricingProblem, coarse_iters: int) -> dict[str, Any]:
     prep = run.prep
     b = prep.b
-    assert run.best_primal_p is not None and run.best_dual_p is not None  # noqa: S101
-    if run.best_primal_k != len(run.history) - 1:
-        # The best lower bound came from an earlier iterate: recompute its responses.
-        _evaluate(prep, run.best_primal_p, run.it)
-    _, r = _evaluate_r(run)
-    scale = _scales(prep.R, r)
-    it = run.it
-    n, m = prep.n, prep.m
-    X = np.zeros((n, m))
-    rows = np.arange(n)
-    for types, x in ((it.type_lo, it.x_lo), (it.type_hi, it.x_hi)):
-        ty = b.to_numpy(types)
-        xv = b.to_numpy(x)
-        used = ty >= 0
-        X[rows[used], ty[used]] = xv[used] * scale[ty[used]]
+    if run.best_alloc is not None:
+        X = run.best_alloc
+    else:
+        if run.best_primal_k != len(run.history) - 1:
+            # The best lower bound came from an earlier iterate: recompute its responses.
+            _evaluate(prep, _known(run.best_primal_p), run.it)
+        _, r = _evaluate_r(run)
+        X = _dense(b, run.it, prep.n, prep.m) * _scales(prep.R, r)[None, :]
     if prep.job_order is not None:
         out = np.empty_like(X)
         out[prep.job_order] = X
         X = out
     X.setflags(write=False)
-    t = np.einsum("ij,ij->i", X, np.asarray(problem.throughput, dtype=np.float64),
-                  optimize=False)
+    t = np.einsum("ij,ij->i", X, np.asarray(problem.throughput, dtype=np.float64), optimize=False)
     t = np.where(np.isfinite(t), t, 0.0)
     t.setflags(write=False)
-    prices = run.best_dual_p.copy()
+    prices = _known(run.best_dual_p).copy()
     prices.setflags(write=False)
     return {
         "allocation": X,
@@ -467,8 +541,7 @@ def best_response(problem: PricingProblem, prices: Any) -> FloatArray:
 
     Types whose demand exceeds their capacity are masked (as with ``strict=False``).
     """
-    p = _check_options(1e-3, 1, prices, problem.m)
-    assert p is not None  # noqa: S101  (prices is not None here)
+    p = _known(_check_options(1e-3, 1, prices, problem.m))
     b = get_backend("numpy")
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         prep = _from_problem(problem, b, strict=False)

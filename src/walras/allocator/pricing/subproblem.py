@@ -57,6 +57,7 @@ class Group:
     d: Any
     par: Params
     ties: dict[tuple[int, int], Any]
+    odd: Any  # job index is odd (tie-break between identical types)
 
 
 def prepare(
@@ -93,6 +94,7 @@ def prepare(
         d=d,
         par=par,
         ties=ties,
+        odd=b.asarray((np.arange(A.shape[0]) + start) % 2 == 1, integer=True) == 1,
     )
 
 
@@ -101,11 +103,11 @@ class Response:
     """Best responses of a chunk of jobs: x on at most two types ("lo" and "hi" end points).
 
     ``type_*`` is the original type index or −1 (idle); ``y_*`` = a·x and ``dx_*`` = d·x on it;
-    ``value`` = u(t) − π^T x is the job's term in the dual function g(p).
+    ``value`` = Σ_i [u(t_i) − π_i^T x_i], the chunk's part of the dual function g(p).
     """
 
     t: Any
-    value: Any
+    value: float
     type_lo: Any
     type_hi: Any
     x_lo: Any
@@ -118,6 +120,12 @@ class Response:
 
 def respond(b: Backend, g: Group, p: Any, s: int, e: int) -> Response:
     """Best responses of the group's jobs [s, e) (group-relative) at prices p (backend, (m,))."""
+    # Slopes to equal-throughput points divide by zero before the tie masks replace them.
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        return _respond(b, g, p, s, e)
+
+
+def _respond(b: Backend, g: Group, p: Any, s: int, e: int) -> Response:
     xp = b.xp
     m = g.As.shape[0]
     A = [g.As[j, s:e] for j in range(m)]
@@ -140,8 +148,12 @@ def respond(b: Backend, g: Group, p: Any, s: int, e: int) -> Response:
             base = P[i]
         tie = g.ties.get((i, j))
         if tie is not None:
+            # Equal throughput: only the cheaper point can be on the hull. Between identical
+            # points (same price too) odd jobs keep the later one, even jobs the earlier one,
+            # so that identical GPU types at equal prices share the demand.
             tie = tie[s:e]
-            sl = xp.where(tie, xp.where(P[j] >= base, INF, -INF), sl)
+            later = (P[j] < base) | ((P[j] == base) & g.odd[s:e] & (i >= 0))
+            sl = xp.where(tie, xp.where(later, -INF, INF), sl)
         return sl
 
     # Left (max over earlier points) and right (min over later points) slopes of every point.
@@ -152,11 +164,11 @@ def respond(b: Backend, g: Group, p: Any, s: int, e: int) -> Response:
         lj = None
         for i in range(-1, j):
             sij = slope(i, j)
-            lj = sij if lj is None else xp.maximum(lj, sij)
+            lj = sij if lj is None else xp.fmax(lj, sij)
             if i < 0:
-                right_origin = sij if right_origin is None else xp.minimum(right_origin, sij)
+                right_origin = sij if right_origin is None else xp.fmin(right_origin, sij)
             else:
-                right[i] = sij if right[i] is None else xp.minimum(right[i], sij)
+                right[i] = sij if right[i] is None else xp.fmin(right[i], sij)
         left.append(lj)
     right[m - 1] = zero + INF
     vertex = [left[j] < right[j] if j < m - 1 else left[j] < INF for j in range(m)]
@@ -198,12 +210,12 @@ def respond(b: Backend, g: Group, p: Any, s: int, e: int) -> Response:
         e_hi_d = _demand_at(b, g, e_hi_t, s, e)
 
     span = e_hi_a - e_lo_a
-    x_hi = xp.where(e_hi_t >= 0, xp.clip((t - e_lo_a) / span, 0.0, 1.0), 0.0)
+    x_hi = xp.where(e_hi_t >= 0, xp.fmin(xp.fmax((t - e_lo_a) / span, zero), zero + 1.0), zero)
     x_lo = xp.where(e_lo_t >= 0, 1.0 - x_hi, 0.0)
     y_lo = e_lo_a * x_lo
     y_hi = e_hi_a * x_hi
     tt = y_lo + y_hi
-    value = g.util.value(b, tt, par) - (e_lo_p * x_lo + e_hi_p * x_hi)
+    value = g.util.total(b, tt, par) - b.total(e_lo_p * x_lo + e_hi_p * x_hi)
     return Response(tt, value, e_lo_t, e_hi_t, x_lo, x_hi, y_lo, y_hi, e_lo_d * x_lo, e_hi_d * x_hi)
 
 

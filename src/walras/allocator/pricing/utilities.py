@@ -34,10 +34,16 @@ class Params:
     weight: Any
     target: Any
     alpha: Any
+    common_weight: float | None = None  # the weight of every job, when they all share one
 
     def slice(self, start: int, stop: int) -> Params:
         """The parameters of jobs [start, stop)."""
-        return Params(self.weight[start:stop], self.target[start:stop], self.alpha[start:stop])
+        return Params(
+            self.weight[start:stop],
+            self.target[start:stop],
+            self.alpha[start:stop],
+            self.common_weight,
+        )
 
 
 class Utility:
@@ -56,6 +62,10 @@ class Utility:
     def best_t(self, b: Backend, slope: Any, lo: Any, hi: Any, par: Params) -> Any:
         """argmax over t in [lo, hi] of u(t) − slope·t, per job."""
         raise NotImplementedError
+
+    def total(self, b: Backend, t: Any, par: Params) -> float:
+        """Σ u(t) over the jobs (float64)."""
+        return b.total(self.value(b, t, par))
 
     def initial_price(self, b: Backend, A: Any, t0: Any, inv_d: Any, par: Params) -> Any:
         """Σ_i u_i'(t0_i) a_ij / d_ij over the group's jobs (paper eq. 17 before the 1/n).
@@ -89,7 +99,23 @@ class Log(Utility):
 
     def best_t(self, b: Backend, slope: Any, lo: Any, hi: Any, par: Params) -> Any:
         # slope = 0 gives w/0 = inf, clipped to hi (a free resource is used fully).
-        return b.xp.clip(par.weight / slope, lo, hi)
+        return b.xp.fmin(b.xp.fmax(par.weight / slope, lo), hi)
+
+    def total(self, b: Backend, t: Any, par: Params) -> float:
+        # log is the most expensive operation of an iteration (~15 ns per element in numpy on
+        # a CPU without SVML). With a common weight, Σ log t = Σ log(t_1 ⋯ t_8) over groups of
+        # 8 throughputs: 8× fewer logs. Falls back when a product under/overflows.
+        if par.common_weight is None or t.shape[0] < 64:
+            return b.total(self.value(b, t, par))
+        k = t.shape[0] // 8 * 8
+        prod = t[0:k:8]
+        for j in range(1, 8):
+            prod = prod * t[j:k:8]
+        lo, hi = float(prod.min()), float(prod.max())
+        if not (lo > 1e-290 and hi < 1e290):
+            return b.total(self.value(b, t, par))
+        rest = b.total(b.xp.log(t[k:])) if k < t.shape[0] else 0.0
+        return par.common_weight * (b.total(b.xp.log(prod)) + rest)
 
 
 class AlphaFair(Utility):
@@ -103,20 +129,20 @@ class AlphaFair(Utility):
         return par.weight * t ** (-par.alpha)
 
     def best_t(self, b: Backend, slope: Any, lo: Any, hi: Any, par: Params) -> Any:
-        return b.xp.clip((par.weight / slope) ** (1.0 / par.alpha), lo, hi)
+        return b.xp.fmin(b.xp.fmax((par.weight / slope) ** (1.0 / par.alpha), lo), hi)
 
 
 class TargetPriority(Utility):
     kind = "target"
 
     def value(self, b: Backend, t: Any, par: Params) -> Any:
-        return par.weight * b.xp.clip(t - par.target, None, 0.0)
+        return par.weight * b.xp.fmin(t - par.target, 0.0 * t)
 
     def derivative(self, b: Backend, t: Any, par: Params) -> Any:
         return b.xp.where(t < par.target, par.weight, 0.0 * t)
 
     def best_t(self, b: Backend, slope: Any, lo: Any, hi: Any, par: Params) -> Any:
-        return b.xp.where(slope < par.weight, b.xp.clip(par.target, lo, hi), lo)
+        return b.xp.where(slope < par.weight, b.xp.fmin(b.xp.fmax(par.target, lo), hi), lo)
 
 
 UTILITIES: dict[str, Utility] = {
