@@ -288,14 +288,28 @@ def test_psdsf_policy_targets_fit_every_node_in_time() -> None:
 def test_psdsf_distributed_without_agents_fails_clearly() -> None:
     snap = cluster(workload()[:2]).freeze()
     view = snapshot.cluster_view(snap)
-    pol = policies.Policy("psdsf-distributed")
-    if policies.DISTRIBUTED_TASKS_READER is None:
-        try:
-            policies._distributed_reader()
-        except policies.PolicyUnavailableError as exc:
-            assert "node agents" in str(exc)
-            with pytest.raises(policies.PolicyUnavailableError):
-                pol.solve(snap, view)
-            return
-    sol = pol.solve(snap, view)  # the agents' reader is installed
-    assert sol.targets.shape == (2, len(view.nodes))
+    with pytest.raises(policies.PolicyUnavailableError, match="node agents"):
+        policies.Policy("psdsf-distributed").solve(snap, view)
+
+
+def test_psdsf_distributed_aligns_agent_tasks_by_name() -> None:
+    """Agents that converged to the central solution give the central policy's targets, whatever
+    order they list tenants and nodes in (and extra stale names are ignored)."""
+    jobs = [*workload()[:4], job("t2", {"k80": 2.0}, replicas=2, tenant="t2")]
+    snap = cluster(jobs).freeze()
+    view = snapshot.cluster_view(snap)
+    central = policies.Policy("psdsf").solve(snap, view)
+    tm = snapshot.tenant_model(list(central.jobs), view.nodes, snap.pools)
+    tasks = np.asarray(fairness.solve(snapshot.fairness_problem(tm), mode="tdm").tasks)
+    tenants, nodes = list(tm.tenants)[::-1], [*list(tm.node_names)[::-1], "gone-node"]
+    shuffled = np.zeros((len(tenants), len(nodes)))
+    for n, tenant in enumerate(tenants):
+        for k, name in enumerate(nodes[:-1]):
+            shuffled[n, k] = tasks[tm.tenants.index(tenant), tm.node_names.index(name)]
+
+    def reader() -> tuple[np.ndarray, list[str], list[str]]:
+        return shuffled, tenants, nodes
+
+    dist = policies.Policy("psdsf-distributed", distributed_reader=reader).solve(snap, view)
+    np.testing.assert_allclose(dist.targets, central.targets, atol=1e-12)
+    assert dist.tenant_tasks == pytest.approx(central.tenant_tasks)

@@ -89,12 +89,18 @@ class RoundLoop:
         config: LoopConfig,
         *,
         is_leader: Callable[[], bool] = lambda: True,
+        distributed_reader: policies.DistributedReader | None = None,
     ) -> None:
         self.store = store
         self.api = api
         self.config = config
         self.is_leader = is_leader
-        self.policy = policies.Policy(config.policy, eps=config.eps, backend=config.backend)
+        self.policy = policies.Policy(
+            config.policy,
+            eps=config.eps,
+            backend=config.backend,
+            distributed_reader=distributed_reader,
+        )
         self.round_no = 0
         self.histories: dict[str, rounds_state.History] = {}
         self.pending: dict[model.JobKey, list[_PendingBind]] = {}
@@ -153,6 +159,10 @@ class RoundLoop:
                 self.pending.clear()
                 next_full = loop.time() + min(self.config.round_seconds, 1.0)
                 continue
+            if self._refresh_all:
+                # Just started or just won the Lease: the previous leader may have used rounds
+                # above ours meanwhile; stay above them so no pod name is ever reused.
+                self.round_no = max(self.round_no, self._initial_round())
             full_due = loop.time() >= next_full
             if self._poked and not full_due:
                 await asyncio.sleep(self.config.debounce)  # let a burst of arrivals settle

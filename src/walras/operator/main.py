@@ -129,6 +129,14 @@ async def run(options: Options) -> None:
     def is_leader() -> bool:
         return True if elector is None else bool(elector.is_leader)
 
+    reader = None
+    if options.policy == "psdsf-distributed":
+
+        def reader() -> tuple[Any, Any, Any]:
+            from walras import agent
+
+            return agent.distributed_tasks(client, stale_after=options.stale_after)
+
     rounds = loop.RoundLoop(
         store,
         api,
@@ -140,6 +148,7 @@ async def run(options: Options) -> None:
             debounce=options.debounce,
         ),
         is_leader=is_leader,
+        distributed_reader=reader,
     )
     warm = asyncio.create_task(asyncio.to_thread(rounds.policy.warm_up), name="warm-up")
     expected: dict[str, set[tuple[str, str]]] = {}

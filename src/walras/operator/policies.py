@@ -12,7 +12,7 @@ The round loop (``walras.operator.loop``) calls :meth:`Policy.solve` in a worker
   their gang sizes, so job ``j`` runs on ``i`` a fraction ``P_{n,i} / Σ_{j' fits i} r_{j'}`` of the
   time (rows scaled to sum ≤ 1). A gang must fit on one node (its placement group).
 - ``psdsf-distributed``: as ``psdsf``, but the tasks are the node agents' converged
-  NodeAllocations (``walras.agent``), read through :data:`DISTRIBUTED_TASKS_READER`.
+  NodeAllocations (``walras.agent.distributed_tasks``), aligned by tenant and node name.
 
 Jobs the allocator would reject never fail the solve: the operator's own checks (no pool offers a
 type with throughput > 0, gang larger than every pool, nodeSelector matching no node) and
@@ -21,7 +21,6 @@ type with throughput > 0, gang larger than every pool, nodeSelector matching no 
 
 from __future__ import annotations
 
-import importlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -88,33 +87,28 @@ class Solution:
     timings: Mapping[str, float] = field(default_factory=dict)
 
 
-# Integration point with the node agents (engineer E's walras.agent). The reader takes the tenant
-# model the operator built from its snapshot and returns the converged tasks (N, K) in the same
-# tenant/node order, read from the NodeAllocation objects. Until the agent package provides it,
-# psdsf-distributed fails with a clear PolicyUnavailableError instead of solving centrally.
-DistributedReader = Callable[[snapshot.TenantModel], FloatArray]
-DISTRIBUTED_TASKS_READER: DistributedReader | None = None
-_DISTRIBUTED_CANDIDATES = (
-    ("walras.agent.aggregate", "converged_tasks"),
-    ("walras.agent.allocations", "converged_tasks"),
-)
+# Integration point with the node agents (walras.agent): a reader returns the agents' converged
+# tasks as ``(tasks (N, K), tenant_names, node_names)``, e.g.
+# ``lambda: walras.agent.distributed_tasks(api_client, stale_after=30)``; the operator aligns them
+# with the tenant model of its own snapshot by name (missing tenants/nodes count as 0 tasks).
+DistributedReader = Callable[[], tuple[Any, Sequence[str], Sequence[str]]]
 
 
-def _distributed_reader() -> DistributedReader:
-    if DISTRIBUTED_TASKS_READER is not None:
-        return DISTRIBUTED_TASKS_READER
-    for module_name, attr in _DISTRIBUTED_CANDIDATES:
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError:
+def align_tasks(
+    tm: snapshot.TenantModel, tasks: Any, tenants: Sequence[str], nodes: Sequence[str]
+) -> FloatArray:
+    """The agents' ``tasks`` rearranged into ``tm``'s tenant/node order (absent ones: 0)."""
+    matrix = np.asarray(tasks, dtype=np.float64).reshape(len(tenants), len(nodes))
+    out = np.zeros((len(tm.tenants), len(tm.node_names)))
+    row = {t: n for n, t in enumerate(tenants)}
+    col = {name: k for k, name in enumerate(nodes)}
+    for n, tenant in enumerate(tm.tenants):
+        if tenant not in row:
             continue
-        reader = getattr(module, attr, None)
-        if callable(reader):
-            return reader  # type: ignore[no-any-return]  # checked callable; E's contract
-    raise PolicyUnavailableError(
-        "psdsf-distributed requires the node agents (walras.agent) to publish converged "
-        "NodeAllocations; no reader for them is installed in this build"
-    )
+        for k, node in enumerate(tm.node_names):
+            if node in col:
+                out[n, k] = matrix[row[tenant], col[node]]
+    return out
 
 
 def _types_text(types: Sequence[str]) -> str:
@@ -180,7 +174,13 @@ class Policy:
     """A configured policy with its warm-start state (prices of the previous round)."""
 
     def __init__(
-        self, name: str, *, eps: float = 1e-3, backend: str = "auto", max_iter: int = 100
+        self,
+        name: str,
+        *,
+        eps: float = 1e-3,
+        backend: str = "auto",
+        max_iter: int = 100,
+        distributed_reader: DistributedReader | None = None,
     ) -> None:
         if name not in ("price-discovery", "psdsf", "psdsf-distributed"):
             raise ValueError(f"unknown policy {name!r}")
@@ -188,6 +188,7 @@ class Policy:
         self.eps = eps
         self.backend = backend
         self.max_iter = max_iter
+        self.distributed_reader = distributed_reader
         self._warm: tuple[tuple[str, ...], FloatArray] | None = None
 
     def warm_up(self) -> None:
@@ -444,7 +445,12 @@ class Policy:
             )
         iterations, converged = 0, True
         if distributed:
-            tasks = np.asarray(_distributed_reader()(tm), dtype=np.float64)
+            if self.distributed_reader is None:
+                raise PolicyUnavailableError(
+                    "psdsf-distributed requires the node agents (walras agent) and a reader of "
+                    "their NodeAllocations; none is configured"
+                )
+            tasks = align_tasks(tm, *self.distributed_reader())
         else:
             result = fairness.solve(snapshot.fairness_problem(tm), mode="tdm")
             tasks = np.asarray(result.tasks, dtype=np.float64)
