@@ -1,0 +1,119 @@
+"""``kopf run -m walras.operator.kopf_entry``: the operator under kopf's own command line.
+
+Same watchers, round loop and writes as ``walras operator`` (``walras.operator.main``); kopf's
+CLI owns the event loop, logging, signals and its liveness endpoint (``--liveness``). Settings
+come from the ``WALRAS_*`` environment variables of the ``walras operator`` flags (e.g.
+``WALRAS_POLICY``, ``WALRAS_ROUND_SECONDS``, ``WALRAS_KUBECONFIG``, ``WALRAS_LEADER_ELECT``); the
+health/metrics HTTP server of ``walras operator`` is not started here. Run it with
+``--standalone`` (Walras elects its leader through a Lease, not kopf peering).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+import kopf
+
+from walras.operator import handlers, kubeapi, loop, main, snapshot
+
+
+def _flag(name: str, default: str) -> str:
+    return os.environ.get(f"WALRAS_{name}", default)
+
+
+def options_from_env() -> main.Options:
+    """``main.Options`` from ``WALRAS_*`` variables (defaults as ``walras operator``)."""
+    return main.Options(
+        policy=_flag("POLICY", "price-discovery"),
+        round_seconds=float(_flag("ROUND_SECONDS", "360")),
+        eps=float(_flag("EPS", "1e-3")),
+        backend=_flag("BACKEND", "auto"),
+        kubeconfig=os.environ.get("WALRAS_KUBECONFIG") or None,
+        leader_elect=_flag("LEADER_ELECT", "true").lower() in ("1", "true", "yes"),
+        lease_namespace=_flag("LEASE_NAMESPACE", "walras-system"),
+        lease_name=_flag("LEASE_NAME", "walras-controller"),
+        identity=os.environ.get("WALRAS_IDENTITY") or None,
+        stale_after=float(_flag("STALE_AFTER", "30")),
+    )
+
+
+class _Deferred:
+    """Stands in for the round loop until the startup handler has built it."""
+
+    def __init__(self) -> None:
+        self.target: loop.RoundLoop | None = None
+
+    def poke(self) -> None:
+        if self.target is not None:
+            self.target.poke()
+
+    def poke_binds(self) -> None:
+        if self.target is not None:
+            self.target.poke_binds()
+
+
+STORE = snapshot.Store()
+_ROUNDS = _Deferred()
+_WATCHER = handlers.Watcher(STORE, _ROUNDS)  # type: ignore[arg-type]  # duck-typed stand-in
+handlers.register(kopf.get_default_registry(), _WATCHER)
+_STOP = asyncio.Event()
+_TASKS: list[asyncio.Task[Any]] = []
+
+
+@kopf.on.startup()
+async def start_rounds(settings: kopf.OperatorSettings, **_: Any) -> None:
+    """Build the round loop (and leader election) before kopf starts watching."""
+    settings.posting.enabled = False
+    settings.scanning.disabled = True
+    options = options_from_env()
+    if options.kubeconfig:
+        os.environ.setdefault("KUBECONFIG", options.kubeconfig)
+    client = main.api_client(options.kubeconfig)
+    elector: Any = None
+    if options.leader_elect:
+        from walras.operator import leader
+
+        elector = leader.LeaderElector(
+            client,
+            namespace=options.lease_namespace,
+            name=options.lease_name,
+            identity=options.identity or f"kopf-{os.getpid()}",
+        )
+        _TASKS.append(asyncio.create_task(elector.run(_STOP)))
+    rounds = loop.RoundLoop(
+        STORE,
+        kubeapi.Api(client),
+        loop.LoopConfig(
+            policy=options.policy,
+            round_seconds=options.round_seconds,
+            eps=options.eps,
+            backend=options.backend,
+        ),
+        is_leader=(lambda: True) if elector is None else (lambda: bool(elector.is_leader)),
+    )
+    expected = {
+        kind: await asyncio.to_thread(kubeapi.list_keys, client, path, label_selector=selector)
+        for kind, (path, selector) in handlers.kinds_paths().items()
+    }
+    readiness = handlers.Readiness(expected)
+    _WATCHER.readiness = readiness
+    _ROUNDS.target = rounds
+
+    async def run() -> None:
+        await asyncio.to_thread(rounds.policy.warm_up)
+        await readiness.wait()
+        await rounds.run(_STOP)
+
+    _TASKS.append(asyncio.create_task(run()))
+
+
+@kopf.on.cleanup()
+async def stop_rounds(**_: Any) -> None:
+    _STOP.set()
+    for task in _TASKS:
+        try:
+            await asyncio.wait_for(task, timeout=10)
+        except (TimeoutError, asyncio.CancelledError):
+            task.cancel()
