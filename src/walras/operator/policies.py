@@ -119,10 +119,47 @@ def _selector_matches(job: model.JobSpec, node: model.NodeInfo) -> bool:
     return all(node.labels.get(k) == v for k, v in job.node_selector.items())
 
 
+class Capacity:
+    """Per GPU type, the nodes and how many pods of a given size fit, memoised per round.
+
+    Jobs mostly share a few (type, nodeSelector, GPUs per pod) combinations, so a round with
+    thousands of jobs answers each combination once instead of scanning every node per job.
+    """
+
+    def __init__(self, view: snapshot.ClusterView) -> None:
+        self.view = view
+        self.free = np.maximum(view.node_gpus - view.node_foreign, 0)
+        self.type_nodes = {
+            t: np.flatnonzero(view.node_type == g) for g, t in enumerate(view.gpu_types)
+        }
+        self._memo: dict[tuple[str, tuple[tuple[str, str], ...], int], tuple[bool, int]] = {}
+
+    def nodes_matching(self, job: model.JobSpec, gpu_type: str) -> list[int]:
+        return [
+            int(k)
+            for k in self.type_nodes.get(gpu_type, ())
+            if _selector_matches(job, self.view.nodes[k])
+        ]
+
+    def fit(self, job: model.JobSpec, gpu_type: str) -> tuple[bool, int]:
+        """(some node matches the job's selector, pods of the job's size that fit at once)."""
+        nodes = self.type_nodes.get(gpu_type)
+        if nodes is None or nodes.size == 0:
+            return False, 0
+        gpp = job.gpus_per_pod(self.view.node_pool[int(nodes[0])].resource_name)
+        key = (gpu_type, tuple(sorted(job.node_selector.items())), gpp)
+        if key not in self._memo:
+            matching = self.nodes_matching(job, gpu_type)
+            pods = int((self.free[matching] // max(gpp, 1)).sum()) if matching else 0
+            self._memo[key] = (bool(matching), pods)
+        return self._memo[key]
+
+
 def usable_types(
-    job: model.JobSpec, view: snapshot.ClusterView
+    job: model.JobSpec, view: snapshot.ClusterView, capacity: Capacity | None = None
 ) -> tuple[dict[str, bool], JobIssue | None]:
     """Per GPU type, whether the job's gang can run there; an issue if it can run nowhere."""
+    capacity = capacity or Capacity(view)
     positive = [t for t, a in job.throughput.items() if a > 0]
     offered = [t for t in positive if t in view.gpu_types]
     if not offered:
@@ -134,24 +171,11 @@ def usable_types(
             f"types (pools offer {_types_text(view.gpu_types)})",
         )
     usable: dict[str, bool] = {}
-    fits: list[str] = []
     selector_ok = False
     for gpu_type in offered:
-        g = view.gpu_types.index(gpu_type)
-        matching = [
-            k
-            for k, node in enumerate(view.nodes)
-            if view.node_type[k] == g and _selector_matches(job, node)
-        ]
-        selector_ok = selector_ok or bool(matching)
-        gpp = job.gpus_per_pod(view.node_pool[matching[0]].resource_name) if matching else 1
-        free = np.maximum(view.node_gpus - view.node_foreign, 0)
-        pods = int(sum(int(free[k]) // gpp for k in matching))
+        matches, pods = capacity.fit(job, gpu_type)
+        selector_ok = selector_ok or matches
         usable[gpu_type] = pods >= job.replicas
-        if usable[gpu_type]:
-            fits.append(gpu_type)
-        else:
-            usable[gpu_type] = False
     if not selector_ok:
         return usable, JobIssue(
             job.key,
@@ -159,7 +183,7 @@ def usable_types(
             "NoMatchingNodes",
             f"nodeSelector {dict(job.node_selector)} matches no node of {_types_text(offered)}",
         )
-    if not fits:
+    if not any(usable.values()):
         sizes = ", ".join(f"{t} holds {view.max_pods_on_type(t, 1)} GPUs" for t in offered)
         return usable, JobIssue(
             job.key,
@@ -222,8 +246,9 @@ class Policy:
         issues: list[JobIssue] = []
         rows: list[model.JobSpec] = []
         masks: list[list[bool]] = []
+        capacity = Capacity(view)
         for job in snap.active_jobs:
-            usable, issue = usable_types(job, view)
+            usable, issue = usable_types(job, view, capacity)
             if issue is not None:
                 issues.append(issue)
                 continue
@@ -392,20 +417,23 @@ class Policy:
         fits: dict[model.JobKey, npt.NDArray[np.bool_]] = {}
         jobs: list[model.JobSpec] = []
         free = np.maximum(view.node_gpus - view.node_foreign, 0)
+        capacity = Capacity(view)
         for job in snap.active_jobs:
-            _, issue = usable_types(job, view)
+            _, issue = usable_types(job, view, capacity)
             if issue is not None and issue.reason != "GangTooLarge":
                 issues.append(issue)
                 continue
-            row = np.array(
-                [
-                    job.throughput.get(view.gpu_types[view.node_type[k]], 0.0) > 0
-                    and _selector_matches(job, node)
-                    and job.replicas * job.gpus_per_pod(view.node_pool[k].resource_name) <= free[k]
-                    for k, node in enumerate(view.nodes)
-                ],
-                dtype=bool,
-            ).reshape(-1)
+            row = np.zeros(len(view.nodes), dtype=bool)
+            for gpu_type, rate in job.throughput.items():
+                if rate <= 0 or gpu_type not in capacity.type_nodes:
+                    continue
+                ks = capacity.type_nodes[gpu_type]
+                if job.node_selector:
+                    ks = np.array(capacity.nodes_matching(job, gpu_type), dtype=np.int64)
+                if ks.size == 0:
+                    continue
+                per_pod = job.gpus_per_pod(view.node_pool[int(ks[0])].resource_name)
+                row[ks] = job.replicas * per_pod <= free[ks]
             if not row.any():
                 issues.append(
                     JobIssue(
@@ -471,9 +499,9 @@ class Policy:
         targets = np.where(
             sums[:, None] > 1.0, targets / np.maximum(sums, 1e-300)[:, None], targets
         )
-        rate = np.array([[job.throughput.get(t, 0.0) for t in group_type] for job in jobs]).reshape(
-            len(jobs), K
-        )
+        speeds = np.array(
+            [[job.throughput.get(t, 0.0) for t in group_type] for job in jobs], dtype=np.float64
+        ).reshape(len(jobs), K)
         totals = tasks.sum(axis=1)
         return Solution(
             policy=self.name,
@@ -484,7 +512,7 @@ class Policy:
             targets=targets,
             gpus_per_pod=gpp,
             prices={},
-            expected_throughput=(targets * rate).sum(axis=1),
+            expected_throughput=(targets * speeds).sum(axis=1),
             tenant_tasks={t: float(totals[t_index[t]]) for t in tm.tenants},
             alternatives={},
             issues=tuple(issues),
