@@ -38,6 +38,7 @@ import contextlib
 import dataclasses
 import datetime as dt
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -191,6 +192,10 @@ class LeaderElector:
         self._observed: LeaseRecord | None = None
         self._observed_at = 0.0
         self._leading = asyncio.Event()
+        # tick() and release() run in worker threads; a cancelled run() may release while a tick
+        # is still in flight, and the release must not be overtaken by that tick's renewal.
+        self._lock = threading.Lock()
+        self._stopped = False  # set when run() ends: no tick may write after that
         self.holder: str | None = None  # the last holder we saw (ourselves included)
 
     @property
@@ -206,6 +211,7 @@ class LeaderElector:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Campaign and renew until ``stop`` is set; then release the Lease if we hold it."""
+        self._stopped = False
         try:
             while not stop.is_set():
                 try:
@@ -217,12 +223,19 @@ class LeaderElector:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=delay)
         finally:
+            self._stopped = True
             if self.is_leader or self.holder == self.identity:
                 await asyncio.to_thread(self.release)
             self._sync_event()
 
     def tick(self) -> float:
         """One campaign step (blocking); returns the seconds to wait before the next one."""
+        with self._lock:
+            if self._stopped:
+                return self.retry_seconds
+            return self._tick()
+
+    def _tick(self) -> float:
         t_sent = self._clock()
         now = _micro_now()
         record = self._store.get()
@@ -277,6 +290,10 @@ class LeaderElector:
 
     def release(self) -> None:
         """Give the Lease up (blocking): empty holder, 1 s duration. Best effort."""
+        with self._lock:
+            self._release()
+
+    def _release(self) -> None:
         self._valid_until = float("-inf")
         try:
             record = self._store.get()
