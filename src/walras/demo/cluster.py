@@ -58,3 +58,22 @@ def submit_jobs(api: Any, load: workload.Workload) -> None:
         custom.create_namespaced_custom_object(
             GROUP, VERSION, job.namespace, "fungiblejobs", workload.job_manifest(job)
         )
+
+
+def kubectl_get(control_plane: Any) -> str:
+    """What a user sees with kubectl: the CRDs' printer columns for pools and jobs."""
+    from walras import devcluster
+
+    kubectl = devcluster.tool("kubectl")
+    out = []
+    for args in (["get", "rpool"], ["get", "fjob", "-A"]):
+        result = subprocess.run(
+            [kubectl, *args],
+            env=control_plane.env(),
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        out.append(f"$ kubectl {' '.join(args)}\n{result.stdout}{result.stderr}")
+    return "\n".join(out)

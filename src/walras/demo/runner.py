@@ -216,6 +216,9 @@ def run(options: Options, console: Console | None = None) -> Path:
             console.rule("[bold]6. rounds")
             history = watch_rounds(console, api, options, operator, operator_log, metrics_port)
 
+            console.rule("[bold]kubectl get rpool,fjob -A")
+            console.print(cluster.kubectl_get(control_plane), markup=False, highlight=False)
+
             console.rule("[bold]7. plot")
             png = report.plot(history, options.out / "demo.png")
             console.print(f"wrote {png}")
