@@ -6,7 +6,7 @@ sums the fresh ones (``walras.agent.totals``) and publishes the result in ONE ob
 cluster-scoped ``NodeAllocation/walras-tenant-totals`` (label ``walras.dev/role=tenant-totals``):
 
 - ``status.tasks``: tenant → x_n; ``status.nodes``: tenant → fresh nodes where it is eligible;
-- ``status.nodeCount``, ``status.period`` (seconds since the previous publish),
+- ``status.nodeCount``, ``status.period`` (seconds between publishes: a decaying maximum),
   ``status.sourceResourceVersion`` (resourceVersion of the list it summed), ``status.iteration``,
   ``status.timestamp``, ``status.residual`` (largest relative change of x_n).
 
@@ -42,6 +42,9 @@ from walras.agent.totals import (
 
 log = logging.getLogger("walras.agent.aggregator")
 
+#: Per publish, the published period forgets a longer past interval by this factor.
+PERIOD_DECAY = 0.9
+
 
 def aggregate_once(
     api_client: client.ApiClient | Kube,
@@ -57,7 +60,12 @@ def aggregate_once(
     prior = next((i for i in items if totals_mod.is_totals(i)), None)
     prior_status = (prior or {}).get("status") or {}
     prior_time = parse_time(prior_status.get("timestamp"))
-    period = 0.0 if prior_time is None else min(60.0, max(0.0, (when - prior_time).total_seconds()))
+    interval = (
+        0.0 if prior_time is None else min(60.0, max(0.0, (when - prior_time).total_seconds()))
+    )
+    # A slowly decaying maximum of the publish interval: after a stall (CPU contention, API
+    # latency) agents keep assuming the longer window, and hence more concurrency, for a while.
+    period = max(interval, PERIOD_DECAY * float(prior_status.get("period") or 0.0))
     result = totals_mod.sum_allocations(
         items,
         names,

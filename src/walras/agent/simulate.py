@@ -34,7 +34,7 @@ class SimConfig:
     tau: float = 1.0
     jitter: float = steps.DEFAULT_JITTER
     damping: float = steps.DEFAULT_DAMPING
-    aggregate_period: float = 0.5
+    aggregate_period: float = 0.1
     mode: str = "tdm"
     refill: bool = True
     adaptive: bool = True

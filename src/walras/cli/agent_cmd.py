@@ -77,10 +77,10 @@ def agent_command(
         typer.Option(
             envvar="WALRAS_DAMPING",
             min=0.01,
-            max=2.0,
+            max=8.0,
             help="Base damping theta0; the step uses min(1, theta0 / concurrency).",
         ),
-    ] = 0.5,
+    ] = 1.0,
     mode: Annotated[Mode, typer.Option(envvar="WALRAS_MODE", help="PS-DSF feasibility.")] = (
         Mode.tdm
     ),
