@@ -151,7 +151,7 @@ class Agent:
 
     # ----------------------------------------------------------------- state
 
-    def _resume(self) -> None:
+    def _resume(self, node: Mapping[str, Any]) -> None:
         """Pick up this node's own fresh allocation after a restart; create one otherwise."""
         existing = self.kube.get_allocation(self.config.node_name)
         status = (existing or {}).get("status") or {}
@@ -164,7 +164,7 @@ class Agent:
             self.iteration = int(status.get("iteration") or 0)
             self.first = False
         else:
-            self._create()
+            self._create(node)
         self.started = True
 
     def _create(self, node: Mapping[str, Any] | None = None) -> None:
@@ -191,7 +191,7 @@ class Agent:
         except NotFoundError:
             return StepOutcome(False, 0.0, 0.0, "node not found", self.iteration)
         if not self.started:
-            self._resume()
+            self._resume(node)
         jobs, pools = self.reads.jobs_and_pools()
         column = columns.node_column(node, jobs, pools)
         totals = self.reads.totals(None if self.first else self.version)

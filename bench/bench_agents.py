@@ -1,0 +1,307 @@
+"""Node agents against the real API server: convergence time and API traffic vs number of agents.
+
+One JSON line per case (20, 100, 500 agents; τ = 1 s and the other shipped defaults unless a
+case says otherwise). Agents are simulated as concurrent asyncio tasks in a few worker processes
+(each step runs the real ``walras.agent.runner.Agent.step`` in a small thread pool; agents of one
+worker share the job/pool/totals reads), the aggregator is a real ``walras agent --aggregate``
+process. Nodes are kwok nodes of 3 GPU types; 6 tenants, two restricted by a node label.
+
+Fields: ``converge_s`` (until the published totals stay within 1e-3 of ``fairness.solve``; null if
+not within ``timeout_s``), ``steps_per_agent`` (mean agent steps until then), ``api_writes_per_
+agent_step`` / ``api_requests_per_agent_step`` (until convergence) and ``steady_writes_per_agent_
+step`` (5 s after it: converged agents only heartbeat), ``aggregator_period_s`` (published).
+
+Run: ``python bench/bench_agents.py`` (starts its own control plane; needs ``make tools``).
+``python bench/bench_agents.py 20 100`` runs a subset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+CRDS = [REPO / "crds" / f for f in ("fungiblejob.yaml", "resourcepool.yaml", "nodeallocation.yaml")]
+BASE = "/apis/walras.dev/v1alpha1"
+WALRAS = str(Path(sys.executable).parent / "walras")
+TYPES = (("a100", 8), ("v100", 4), ("t4", 4))
+TENANTS = {
+    "vision": ({"a100": 4.0, "v100": 2.5, "t4": 1.0}, 1, "4", 1.0, {}),
+    "nlp": ({"a100": 3.0, "v100": 1.5}, 2, "8", 2.0, {}),
+    "rl": ({"t4": 1.0, "v100": 1.2}, 1, "16", 1.0, {}),
+    "east": ({"a100": 2.0, "v100": 2.0, "t4": 2.0}, 1, "2", 1.0, {"zone": "east"}),
+    "speech": ({"a100": 2.0, "t4": 1.5}, 1, "4", 1.0, {}),
+    "gan": ({"a100": 3.5, "v100": 3.0}, 1, "4", 1.5, {"zone": "east"}),
+}
+TOL = 1e-3
+
+
+# ---------------------------------------------------------------------------------- worker
+
+
+def worker(kubeconfig: str, nodes: list[str], stop_file: str, out: str, damping: float) -> None:
+    """Run ``nodes``' agents as asyncio tasks until ``stop_file`` exists; dump counters to ``out``
+    every second."""
+    from walras import devcluster
+    from walras.agent.kube import Kube
+    from walras.agent.runner import Agent, AgentConfig, SharedReads
+
+    api = devcluster.new_client(kubeconfig)
+    api.configuration.connection_pool_maxsize = 16
+    api.rest_client.pool_manager.connection_pool_kw["maxsize"] = 16
+    kube = Kube(api)
+    reads = SharedReads(kube, ttl=1.0, totals_ttl=0.05)
+    agents = [Agent(kube, AgentConfig(node_name=n, damping=damping), reads) for n in nodes]
+    counters = {"steps": 0, "wrote": 0, "skipped": 0, "errors": 0}
+    pool = ThreadPoolExecutor(max_workers=12)
+
+    async def one(agent: Agent) -> None:
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(agent.rng.uniform(0.0, agent.config.tau))
+        while not os.path.exists(stop_file):
+            started = time.monotonic()
+            try:
+                outcome = await loop.run_in_executor(pool, agent.step)
+                counters["steps"] += 1
+                counters["wrote"] += int(outcome.wrote)
+                counters["skipped"] += int(outcome.skipped is not None)
+            except Exception:  # count and go on, as the real loop does
+                counters["errors"] += 1
+            await asyncio.sleep(max(0.0, agent.next_delay() - (time.monotonic() - started)))
+
+    async def dump() -> None:
+        while not os.path.exists(stop_file):
+            data = {**counters, "reads": kube.reads, "writes": kube.writes, "t": time.time()}
+            Path(out + ".tmp").write_text(json.dumps(data))
+            os.replace(out + ".tmp", out)
+            await asyncio.sleep(0.5)
+
+    async def main() -> None:
+        await asyncio.gather(dump(), *(one(a) for a in agents))
+
+    asyncio.run(main())
+    data = {**counters, "reads": kube.reads, "writes": kube.writes, "t": time.time()}
+    Path(out).write_text(json.dumps(data))
+    pool.shutdown()
+
+
+# ------------------------------------------------------------------------------------ main
+
+
+def setup(kube: Any, n_nodes: int) -> list[str]:
+    from walras import devcluster
+
+    devcluster.reset(kube)
+    devcluster.install_crds(kube, CRDS)
+    devcluster.create_namespace(kube, "bench")
+    names = []
+    for gpu_type, _ in TYPES:
+        body = {
+            "apiVersion": "walras.dev/v1alpha1",
+            "kind": "ResourcePool",
+            "metadata": {"name": gpu_type},
+            "spec": {"gpuType": gpu_type, "nodeSelector": {"walras.dev/gpu-type": gpu_type}},
+        }
+        devcluster.request(kube, "POST", f"{BASE}/resourcepools", body=body)
+    for k in range(n_nodes):
+        gpu_type, gpus = TYPES[k % 3]
+        name = f"{gpu_type}-{k}"
+        zone = "east" if (k // 3) % 2 == 0 else "west"
+        devcluster.create_gpu_node(
+            kube, name, gpu_type=gpu_type, gpus=gpus, labels={"zone": zone}, wait=False
+        )
+        names.append(name)
+    devcluster.wait_nodes_ready(kube, names, timeout=300)
+    for tenant, (throughput, gpus, cpu, weight, selector) in TENANTS.items():
+        container = {
+            "name": "train",
+            "image": "x",
+            "resources": {"limits": {"nvidia.com/gpu": str(gpus)}, "requests": {"cpu": cpu}},
+        }
+        spec: dict[str, Any] = {"containers": [container]}
+        if selector:
+            spec["nodeSelector"] = selector
+        job = {
+            "apiVersion": "walras.dev/v1alpha1",
+            "kind": "FungibleJob",
+            "metadata": {"name": f"{tenant}-job", "namespace": "bench"},
+            "spec": {
+                "replicas": 10 * n_nodes,  # caps never bind
+                "throughput": throughput,
+                "template": {"spec": spec},
+                "utility": {"kind": "log", "weight": weight},
+                "tenant": tenant,
+            },
+        }
+        devcluster.request(kube, "POST", f"{BASE}/namespaces/bench/fungiblejobs", body=job)
+    return names
+
+
+def reference(kube: Any) -> dict[str, float]:
+    from walras import devcluster
+    from walras.allocator import fairness
+    from walras.operator import snapshot
+
+    jobs = devcluster.request(kube, "GET", f"{BASE}/fungiblejobs")["items"]
+    pools = devcluster.request(kube, "GET", f"{BASE}/resourcepools")["items"]
+    nodes = devcluster.request(kube, "GET", "/api/v1/nodes")["items"]
+    problem, tenants, _ = snapshot.psdsf_problem(jobs, nodes, pools)
+    result = fairness.solve(problem)
+    return {t: float(v) for t, v in zip(tenants, result.totals, strict=True)}
+
+
+def published(kube: Any) -> dict[str, Any]:
+    from walras import devcluster
+
+    try:
+        obj = devcluster.request(kube, "GET", f"{BASE}/nodeallocations/walras-tenant-totals")
+    except Exception:  # not published yet
+        return {}
+    status: dict[str, Any] = obj.get("status") or {}
+    return status
+
+
+def rel_error(got: dict[str, float], want: dict[str, float]) -> float:
+    scale = max([*want.values(), 1e-12])
+    return (
+        max(abs(float(got.get(t, 0.0)) - w) / max(w, 1e-9 * scale) for t, w in want.items())
+        if want
+        else 0.0
+    )
+
+
+def read_counters(paths: list[str]) -> dict[str, float]:
+    total = {"steps": 0.0, "wrote": 0.0, "skipped": 0.0, "errors": 0.0, "reads": 0.0, "writes": 0.0}
+    for path in paths:
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, ValueError):
+            continue
+        for key in total:
+            total[key] += float(data.get(key, 0))
+    return total
+
+
+def run_case(
+    cp: Any, kube: Any, n_agents: int, workers: int, timeout: float, damping: float
+) -> dict[str, Any]:
+    names = setup(kube, n_agents)
+    want = reference(kube)
+    work = Path(tempfile.mkdtemp(prefix="bench-agents-"))
+    stop_file = str(work / "stop")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    log = open(work / "aggregator.log", "wb")  # noqa: SIM115  (closed below)
+    agg = subprocess.Popen(
+        [WALRAS, "agent", "--aggregate", "--kubeconfig", cp.admin_kubeconfig],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
+    outs = [str(work / f"worker-{w}.json") for w in range(workers)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                __file__,
+                "--worker",
+                cp.admin_kubeconfig,
+                ",".join(names[w::workers]),
+                stop_file,
+                outs[w],
+                str(damping),
+            ],
+            env=env,
+        )
+        for w in range(workers)
+    ]
+    start = time.monotonic()
+    streak, first_ok, converged_at, err = 0, None, None, float("inf")
+    at_convergence: dict[str, float] = {}
+    while time.monotonic() - start < timeout:
+        status = published(kube)
+        err = rel_error({k: float(v) for k, v in (status.get("tasks") or {}).items()}, want)
+        if err <= TOL:
+            streak += 1
+            first_ok = first_ok if first_ok is not None else time.monotonic()
+            if streak >= 3:
+                converged_at = first_ok - start
+                at_convergence = read_counters(outs)
+                break
+        else:
+            streak, first_ok = 0, None
+        time.sleep(0.1)
+    if converged_at is None:
+        at_convergence = read_counters(outs)
+    period = float(published(kube).get("period") or 0.0)
+    time.sleep(5.0)
+    after = read_counters(outs)
+    Path(stop_file).touch()
+    for proc in [*procs, agg]:
+        if proc is agg:
+            proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=30)
+    log.close()
+    steps = max(at_convergence["steps"], 1.0)
+    steady_steps = max(after["steps"] - at_convergence["steps"], 1.0)
+    return {
+        "bench": "agents",
+        "case": f"{n_agents}_agents",
+        "agents": n_agents,
+        "worker_processes": workers,
+        "tau_s": 1.0,
+        "damping": damping,
+        "converged": converged_at is not None,
+        "converge_s": None if converged_at is None else round(converged_at, 2),
+        "final_rel_error": float(f"{err:.3g}"),
+        "timeout_s": timeout,
+        "steps_per_agent": round(steps / n_agents, 2),
+        "skipped_per_agent_step": round(at_convergence["skipped"] / steps, 3),
+        "api_writes_per_agent_step": round(at_convergence["writes"] / steps, 3),
+        "api_requests_per_agent_step": round(
+            (at_convergence["writes"] + at_convergence["reads"]) / steps, 3
+        ),
+        "steady_writes_per_agent_step": round(
+            (after["writes"] - at_convergence["writes"]) / steady_steps, 3
+        ),
+        "step_errors": int(after["errors"]),
+        "aggregator_period_s": round(period, 3),
+    }
+
+
+def main(argv: list[str]) -> int:
+    if argv and argv[0] == "--worker":
+        worker(argv[1], argv[2].split(","), argv[3], argv[4], float(argv[5]))
+        return 0
+    from walras import devcluster
+
+    sizes = [int(a) for a in argv] or [20, 100, 500]
+    if not devcluster.binaries_available():
+        print(json.dumps({"bench": "agents", "error": "control plane binaries not built"}))
+        return 0
+    cp = devcluster.start()
+    try:
+        kube = devcluster.new_client(cp.admin_kubeconfig)
+        cases = {20: (1, 60.0, 1.0), 100: (2, 60.0, 1.0), 500: (2, 90.0, 1.0)}
+        for n in sizes:
+            workers, timeout, damping = cases.get(n, (2, 90.0, 1.0))
+            print(json.dumps(run_case(cp, kube, n, workers, timeout, damping)), flush=True)
+        devcluster.reset(kube)
+    finally:
+        devcluster.stop(cp)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
