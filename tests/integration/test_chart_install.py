@@ -342,8 +342,9 @@ def test_chart_installs_the_expected_objects(kube: Any, release: str) -> None:
     apps = client.AppsV1Api(kube)
     assert apps.read_namespaced_deployment(f"{release}-controller", NAMESPACE).spec.replicas == 1
     assert apps.read_namespaced_daemon_set(f"{release}-agent", NAMESPACE) is not None
+    assert apps.read_namespaced_deployment(f"{release}-aggregator", NAMESPACE).spec.replicas == 1
     core = client.CoreV1Api(kube)
-    for sa in ("walras-controller", "walras-agent"):
+    for sa in ("walras-controller", "walras-agent", "walras-aggregator"):
         assert core.read_namespaced_service_account(sa, NAMESPACE).metadata.name == sa
     ext = client.ApiextensionsV1Api(kube)
     names = {crd.metadata.name for crd in ext.list_custom_resource_definition().items}
@@ -357,6 +358,7 @@ def test_chart_installs_the_expected_objects(kube: Any, release: str) -> None:
     assert not _allowed(kube, "get", "secrets")
     assert not _allowed(kube, "update", "nodes")
     assert not _allowed(kube, "delete", "fungiblejobs", group="walras.dev")
+    assert not _allowed(kube, "patch", "fungiblejobs", group="walras.dev")
 
 
 def _schedules_a_job(cp: Any, kube: Any, namespace: str, tmp_path: Path, *, sandbox: bool) -> None:

@@ -167,8 +167,13 @@ AGENT_GRANTS: dict[tuple[str, str], set[str]] = {
     ("", "nodes"): {"get"},
     ("walras.dev", "fungiblejobs"): {"get", "list", "watch"},
     ("walras.dev", "resourcepools"): {"get", "list", "watch"},
-    ("walras.dev", "nodeallocations"): {"get", "list", "watch", "create", "patch", "update"},
-    ("walras.dev", "nodeallocations/status"): {"get", "patch", "update"},
+    ("walras.dev", "nodeallocations"): {"get", "list", "watch", "create"},
+    ("walras.dev", "nodeallocations/status"): {"patch"},
+}
+AGGREGATOR_GRANTS: dict[tuple[str, str], set[str]] = {
+    ("", "nodes"): {"get", "list", "watch"},
+    ("walras.dev", "nodeallocations"): {"get", "list", "watch", "create", "delete"},
+    ("walras.dev", "nodeallocations/status"): {"patch"},
 }
 # Namespaced Lease access (leader election): create anything, get/update only the named Lease.
 LEASE_RULES = [
@@ -263,25 +268,36 @@ def test_leader_election_role_is_namespaced_and_named(
     assert binding == [(NAMESPACE, "walras-controller")]
 
 
-def test_agent_rbac_only_when_enabled(rendering: tuple[Path, list[Manifest]]) -> None:
+def _component(doc: Manifest) -> str:
+    return str(doc["metadata"]["labels"]["app.kubernetes.io/component"])
+
+
+def test_agent_and_aggregator_rbac_only_when_enabled(
+    rendering: tuple[Path, list[Manifest]],
+) -> None:
     _, docs = rendering
-    agents = of_kind(docs, "DaemonSet")
-    roles = [
-        d
-        for d in of_kind(docs, "ClusterRole")
-        if d["metadata"]["labels"]["app.kubernetes.io/component"] == "agent"
-    ]
-    if not agents:
-        assert roles == []
-        assert [sa["metadata"]["name"] for sa in of_kind(docs, "ServiceAccount")] == [
-            "walras-controller"
-        ]
+    roles = {_component(d): d for d in of_kind(docs, "ClusterRole")}
+    accounts = sorted(sa["metadata"]["name"] for sa in of_kind(docs, "ServiceAccount"))
+    if not of_kind(docs, "DaemonSet"):
+        assert set(roles) == {"controller"}
+        assert accounts == ["walras-controller"]
+        assert [_component(d) for d in of_kind(docs, "Deployment")] == ["controller"]
         return
-    (role,) = roles
-    assert grants(role["rules"]) == AGENT_GRANTS
-    subjects = _bound_subject(docs, "ClusterRoleBinding", role["metadata"]["name"])
-    assert subjects == [(NAMESPACE, "walras-agent")]
-    assert agents[0]["spec"]["template"]["spec"]["serviceAccountName"] == "walras-agent"
+    assert accounts == ["walras-agent", "walras-aggregator", "walras-controller"]
+    for component, table, account in [
+        ("agent", AGENT_GRANTS, "walras-agent"),
+        ("aggregator", AGGREGATOR_GRANTS, "walras-aggregator"),
+    ]:
+        assert grants(roles[component]["rules"]) == table, component
+        subjects = _bound_subject(docs, "ClusterRoleBinding", roles[component]["metadata"]["name"])
+        assert subjects == [(NAMESPACE, account)]
+    assert (
+        one(docs, "DaemonSet")["spec"]["template"]["spec"]["serviceAccountName"] == "walras-agent"
+    )
+    aggregator = one(docs, "Deployment", "aggregator")
+    assert aggregator["spec"]["replicas"] == 1
+    assert aggregator["spec"]["strategy"]["type"] == "Recreate"
+    assert aggregator["spec"]["template"]["spec"]["serviceAccountName"] == "walras-aggregator"
 
 
 # ---- pods: security, flags, probes, ports -------------------------------------------------------
@@ -341,7 +357,7 @@ def test_values_map_to_operator_flags(helm: str, policy: str) -> None:
         "--set", "controller.ports.health=9101",
         "--set", "controller.leaderElection.leaseName=my-lease",
     )  # fmt: skip
-    container = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    container = one(docs, "Deployment", "controller")["spec"]["template"]["spec"]["containers"][0]
     assert container["command"] == ["walras", "operator"]
     args = parse_args(container["args"])
     assert args == {
@@ -360,35 +376,39 @@ def test_values_map_to_operator_flags(helm: str, policy: str) -> None:
     }
 
 
-def _operator_command() -> Any:
-    """The click command behind `walras operator` (typer builds it from walras.cli.app.app)."""
+def _cli_command(name: str) -> Any:
+    """The click command behind `walras NAME` (typer builds it from walras.cli.app.app)."""
     import importlib
 
     import typer
 
-    importlib.import_module("walras.cli.operator_cmd")  # registers the command on the app
+    importlib.import_module("walras.cli")  # imports every command module, which registers itself
     group = typer.main.get_command(importlib.import_module("walras.cli.app").app)
-    command = group.get_command(None, "operator")  # type: ignore[attr-defined]
+    command = group.get_command(None, name)  # type: ignore[attr-defined]
     if command is None:
-        pytest.fail("walras operator is not registered on walras.cli.app.app")
+        pytest.fail(f"walras {name} is not registered on walras.cli.app.app")
     return command
 
 
-def test_rendered_args_parse_with_the_real_operator_cli(
-    rendering: tuple[Path, list[Manifest]],
-) -> None:
+def test_rendered_args_parse_with_the_real_cli(rendering: tuple[Path, list[Manifest]]) -> None:
     """Every flag the chart passes exists and has a valid value: the CLI parses them (no run)."""
     _, docs = rendering
-    command = _operator_command()
-    container = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
-    args = [a.replace("$(POD_NAME)", "walras-controller-0") for a in container["args"]]
-    ctx = command.make_context("operator", list(args), resilient_parsing=False)
-    assert ctx.params, "the operator command took no parameters"
+    containers = [c for _, spec in pod_specs(docs) for c in spec["containers"]]
+    assert containers
+    for container in containers:
+        program, subcommand = container["command"]
+        assert program == "walras"
+        args = [
+            a.replace("$(POD_NAME)", "walras-controller-0").replace("$(NODE_NAME)", "gpu-node-0")
+            for a in container["args"]
+        ]
+        ctx = _cli_command(subcommand).make_context(subcommand, args, resilient_parsing=False)
+        assert ctx.params, container["name"]
 
 
 def test_probes_and_ports_match_the_flags(rendering: tuple[Path, list[Manifest]]) -> None:
     _, docs = rendering
-    deployment = one(docs, "Deployment")
+    deployment = one(docs, "Deployment", "controller")
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     args = parse_args(container["args"])
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
@@ -420,10 +440,10 @@ def test_defaults_are_conservative(helm: str) -> None:
     docs = render(helm)
     assert of_kind(docs, "DaemonSet") == []
     assert of_kind(docs, "ServiceMonitor") == []
-    assert one(docs, "Deployment")["spec"]["replicas"] == 1
+    assert one(docs, "Deployment", "controller")["spec"]["replicas"] == 1
     assert one(docs, "PodDisruptionBudget")["spec"] == {
         "maxUnavailable": 1,
-        "selector": one(docs, "Deployment")["spec"]["selector"],
+        "selector": one(docs, "Deployment", "controller")["spec"]["selector"],
     }
 
 
