@@ -115,12 +115,13 @@ def agent_command(
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
+    names = list(node_name or [])
+    if not aggregate and not names:
+        raise typer.BadParameter("--node-name is required (or --aggregate)")
     kube = Kube(_api_client(kubeconfig))
     if aggregate:
         aggregator.run(kube, stop=stop, stale_after=stale_after, period=aggregate_period)
         return
-    if not node_name:
-        raise typer.BadParameter("--node-name is required (or --aggregate)")
     configs = [
         runner.AgentConfig(
             node_name=name,
@@ -130,7 +131,7 @@ def agent_command(
             mode=mode.value,
             stale_after=stale_after,
         )
-        for name in node_name
+        for name in names
     ]
     reads = runner.SharedReads(kube, ttl=tau)
     threads = [
