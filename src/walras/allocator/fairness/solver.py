@@ -27,6 +27,7 @@ import numpy as np
 
 from walras.allocator.errors import InvalidProblem
 from walras.allocator.fairness.certificates import certificate, node_levels
+from walras.allocator.fairness.crossover import tdm_crossover
 from walras.allocator.fairness.problem import (
     BoolArray,
     FairnessProblem,
@@ -39,6 +40,11 @@ from walras.allocator.fairness.problem import (
 from walras.allocator.fairness.waterfill import rdm_fill, tdm_fill
 
 Mode = Literal["tdm", "rdm"]
+
+# A crossover guess is kept only if Theorem 2 holds to this (it is exact up to rounding).
+CROSSOVER_ACCEPT = 1e-9
+# Try the exact finish only once sweeps move time shares by less than this (support nearly set).
+CROSSOVER_WHEN = 1e-2
 
 
 @dataclass(frozen=True, eq=False)
@@ -150,6 +156,7 @@ def solve(
 
     sweeps = 0
     converged = False
+    next_try = 2
     while sweeps < max_sweeps:
         sweeps += 1
         change = 0.0
@@ -168,13 +175,38 @@ def solve(
         if change <= tol:
             converged = True
             break
-    if max_sweeps == 0:
-        converged = False
+        if mode == "tdm" and sweeps >= next_try and change < CROSSOVER_WHEN:
+            # Sweeps converge only linearly; once the support has settled, finish exactly.
+            next_try = int(np.ceil(sweeps * 1.5)) + 1
+            exact = _try_crossover(problem, gamma, active, blocks, cols)
+            if exact is not None:
+                cols = exact
+                totals = np.bincount(flat_idx, weights=np.concatenate(cols), minlength=N)
+    tasks = _dense(blocks, cols, N, K)
+    return _result(problem, gamma, tasks, mode, sweeps, converged, ineligible)
 
+
+def _dense(blocks: _NodeBlocks, cols: list[FloatArray], N: int, K: int) -> FloatArray:
     tasks = np.zeros((N, K))
     for i in range(K):
         tasks[blocks.idx[i], i] = cols[i]
-    return _result(problem, gamma, tasks, mode, sweeps, converged, ineligible)
+    return tasks
+
+
+def _try_crossover(
+    problem: FairnessProblem,
+    gamma: FloatArray,
+    active: BoolArray,
+    blocks: _NodeBlocks,
+    cols: list[FloatArray],
+) -> list[FloatArray] | None:
+    """Columns of the exact allocation on the current support, if the certificate confirms it."""
+    N, K, _ = problem.shape
+    tasks = _dense(blocks, cols, N, K)
+    exact = tdm_crossover(problem, gamma, active, tasks)
+    if exact is None or certificate(problem, exact, "tdm") > CROSSOVER_ACCEPT:
+        return None
+    return [np.ascontiguousarray(exact[blocks.idx[i], i]) for i in range(K)]
 
 
 def _result(

@@ -49,8 +49,8 @@ def _first_crossing(
     """Smallest ``ℓ`` where ``base + Σ slope·length`` reaches each column's ``target``.
 
     ``pos`` (E,) are sorted, finite event levels, ``delta`` (E, C) the slope change at each
-    event for each of ``C`` columns (the curve is ``base`` below ``pos[0]``). Returns ``(C,)`` levels, ``inf``
-    where a column never reaches its target.
+    event for each of ``C`` columns (the curve is ``base`` below ``pos[0]``). Returns
+    ``(C,)`` levels, ``inf`` where a column never reaches its target.
     """
     slope = np.cumsum(delta, axis=0)  # slope just after each event
     # Value of each curve at each event: `base` at the first, then accumulate slope × gap.
