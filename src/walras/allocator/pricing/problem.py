@@ -26,6 +26,7 @@ import numpy.typing as npt
 from walras.allocator.errors import InvalidProblem
 
 KINDS = ("linear", "log", "alpha", "target")
+TINY_THROUGHPUT = 1e-100
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -202,9 +203,10 @@ def _first_bad(mask: npt.NDArray[np.bool_]) -> list[int]:
 def screen_jobs(problem: PricingProblem) -> tuple[JobIssue, ...]:
     """Every per-job defect ``solve(problem, strict=False)`` would reject, sorted by job.
 
-    Defects: NaN/inf or negative throughput, non-positive or non-finite demand, weight, target,
-    α ≤ 0 or α = 1 for α-fair jobs, a job whose demand exceeds the capacity of every type it has
-    throughput on (it can never run), and a log/α-fair (α ≥ 1) job with zero throughput on every
+    Defects: NaN/inf, negative or tiny (0 < a < 1e-100) throughput; non-positive or non-finite
+    demand, weight or target; α ≤ 0 or α = 1 for α-fair jobs; a job whose demand exceeds the
+    capacity of every type it has throughput on (it can never run); a log/α-fair (α ≥ 1) job with
+    zero throughput on every
     usable type (its utility would be −∞).
     """
     A = np.asarray(problem.throughput)
@@ -224,6 +226,13 @@ def screen_jobs(problem: PricingProblem) -> tuple[JobIssue, ...]:
             JobIssue(i, "throughput", "throughput contains NaN or inf") for i in _first_bad(bad_a)
         ]
         issues += [JobIssue(i, "throughput", "throughput is negative") for i in _first_bad(neg_a)]
+        # log t of a denormal throughput underflows to −∞; nothing real is that small.
+        tiny = (A > 0) & (A < TINY_THROUGHPUT)
+        tiny_a = none if not tiny.any() else ~bad_a & tiny.any(axis=1)
+        issues += [
+            JobIssue(i, "throughput", f"positive throughput below {TINY_THROUGHPUT:g}")
+            for i in _first_bad(tiny_a)
+        ]
         issues += [
             JobIssue(i, "demand", "demand must be finite and > 0") for i in _first_bad(bad_d)
         ]
@@ -245,7 +254,7 @@ def screen_jobs(problem: PricingProblem) -> tuple[JobIssue, ...]:
             JobIssue(i, "alpha", "alpha must be finite, > 0 and ≠ 1 (use kind='log')")
             for i in _first_bad(is_alpha & ~(np.isfinite(al) & (al > 0) & (al != 1)))
         ]
-        clean = ~(bad_a | neg_a | bad_d)
+        clean = ~(bad_a | neg_a | bad_d | tiny_a)
         has_a = A.max(axis=1) > 0
         if (np.where(np.isfinite(D2), D2, 0.0).max(axis=0) > R).any():
             fits = (usable(problem, strict=False) & clean[:, None]).any(axis=1)

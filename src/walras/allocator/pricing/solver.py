@@ -40,8 +40,9 @@ from walras.allocator.pricing.utilities import UTILITIES, Params
 
 COARSE_MIN_JOBS = 200_000
 COARSE_SAMPLE = 50_000
-# Up to this many jobs, each iteration also recovers from a running average of the responses.
-AVERAGE_MAX_JOBS = 200_000
+# Up to this many jobs per type, each iteration also recovers from a running average of the
+# responses (the plain recovery loses O(m) jobs' worth of utility, which matters when n/m is small).
+AVERAGE_MAX_JOBS_PER_TYPE = 5_000
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -253,14 +254,14 @@ class _Run:
         scale = _scales(self.prep.R, r)
         primal = _utility(self.prep, _recovered_t(self.prep, self.it, scale))
         alloc = None
-        if self.prep.n <= AVERAGE_MAX_JOBS:
+        if self.prep.n <= AVERAGE_MAX_JOBS_PER_TYPE * self.prep.m:
             primal, alloc = self._averaged(primal, scale)
         self.t_sub += t1 - t0
         self.t_rec += time.perf_counter() - t1
         self.history.append((g, primal))
-        if g < self.best_dual:
+        if g < self.best_dual or self.best_dual_p is None:
             self.best_dual, self.best_dual_p = g, p.copy()
-        if primal > self.best_primal:
+        if primal > self.best_primal or self.best_primal_p is None:
             self.best_primal, self.best_primal_p = primal, p.copy()
             self.best_primal_k = len(self.history) - 1
             self.best_alloc = alloc

@@ -72,7 +72,9 @@ class Utility:
 
         ``A`` and ``inv_d`` are type-major (m, n_group) arrays; returns an (m,) array.
         """
-        return (A * inv_d * self.derivative(b, t0, par)[None, :]).sum(1)
+        # A job with no throughput at all has t0 = 0 and u'(0) may be ∞; it adds nothing.
+        slope = A * inv_d * self.derivative(b, t0, par)[None, :]
+        return b.xp.where(A > 0, slope, 0.0 * A).sum(1)
 
 
 class Linear(Utility):
