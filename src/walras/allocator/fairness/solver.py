@@ -10,6 +10,12 @@ Algorithm (paper 004 Algorithm I, ALGORITHMS.md §2):
 3. Stop when no time share ``x_{n,i}/γ_{n,i}`` changed by more than ``tol`` in a sweep.
 4. Certify the result with Theorem 1 (RDM) / Theorem 2 (TDM) (``fairness.certificates``).
 
+Uniqueness: the tenant totals (and the node levels) are unique under TDM, because the
+Eisenberg–Gale objective is strictly concave in the totals. The split of a total across nodes is
+not always unique — e.g. two tenants with proportional ``γ`` rows on two nodes can trade time
+between them — and then the answer is the one these deterministic forward sweeps from the DRF
+start reach (for the paper's table, exactly the paper's rows).
+
 Under TDM each step exactly maximises the Eisenberg–Gale objective ``Σ φ_n log x_n`` over one
 node's block, the blocks' constraint sets are independent and each block maximiser is unique, so
 the sweeps are block-coordinate ascent and converge to PS-DSF. Under RDM the paper leaves
@@ -177,7 +183,7 @@ def solve(
             break
         if mode == "tdm" and sweeps >= next_try and change < CROSSOVER_WHEN:
             # Sweeps converge only linearly; once the support has settled, finish exactly.
-            next_try = int(np.ceil(sweeps * 1.5)) + 1
+            next_try = sweeps + max(5, sweeps // 4)
             exact = _try_crossover(problem, gamma, active, blocks, cols)
             if exact is not None:
                 cols = exact
