@@ -36,7 +36,10 @@ class Backend:
             return np.ascontiguousarray(x, dtype=np.int64 if integer else np.float64)
         torch = self.xp
         dtype = torch.int64 if integer else torch.float64
-        return torch.as_tensor(np.ascontiguousarray(x), dtype=dtype, device=self.device)
+        arr = np.ascontiguousarray(x)
+        if not arr.flags.writeable:  # torch warns about (and cannot honour) read-only memory
+            arr = arr.copy()
+        return torch.as_tensor(arr, dtype=dtype, device=self.device)
 
     def to_numpy(self, x: Any) -> np.ndarray[Any, Any]:
         """A numpy copy (or view, for numpy) of a backend array."""
