@@ -225,7 +225,7 @@ def _result(
     ineligible: tuple[tuple[int, str], ...],
 ) -> FairnessResult:
     totals = tasks.sum(axis=1)
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):
         vds = np.where(gamma > 0, totals[:, None] / (problem.phi[:, None] * gamma), np.inf)
     levels = node_levels(problem, tasks, gamma=gamma)
     violation = certificate(problem, tasks, mode)
