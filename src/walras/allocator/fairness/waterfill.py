@@ -106,6 +106,8 @@ def tdm_fill(
         b: ``(U,)`` tasks elsewhere, ``≥ 0``.
         upper: ``(U,)`` room under the cap, ``≥ 0`` (``inf`` if uncapped).
     """
+    if len(gamma) == 0:
+        return np.zeros(0), float("inf")
     if np.isinf(upper).all():
         return _tdm_fill_uncapped(gamma, phi, b)
     x = np.zeros_like(gamma)
