@@ -58,7 +58,9 @@ def random_problem(
     if caps:
         gamma = np.where(eligible, 1.0, 0.0) * _fit(capacity, demand)
         cap = np.where(rng.random(N) < 0.4, rng.uniform(0.05, 0.5, N) * gamma.sum(1), np.inf)
-    return FairnessProblem(capacity=capacity, demand=demand, weight=weight, eligible=eligible, cap=cap)
+    return FairnessProblem(
+        capacity=capacity, demand=demand, weight=weight, eligible=eligible, cap=cap
+    )
 
 
 def _fit(capacity: np.ndarray, demand: np.ndarray) -> np.ndarray:
@@ -75,9 +77,11 @@ def eisenberg_gale_totals(problem: FairnessProblem) -> np.ndarray:
     N, K, _ = problem.shape
     y = cp.Variable((N, K), nonneg=True)
     x = cp.sum(cp.multiply(gamma, y), axis=1)
-    cons = [cp.sum(y, axis=0) <= 1, y[gamma <= 0] == 0] if (gamma <= 0).any() else [
-        cp.sum(y, axis=0) <= 1
-    ]
+    cons = (
+        [cp.sum(y, axis=0) <= 1, y[gamma <= 0] == 0]
+        if (gamma <= 0).any()
+        else [cp.sum(y, axis=0) <= 1]
+    )
     finite = np.isfinite(problem.caps)
     if finite.any():
         cons.append(x[np.flatnonzero(finite)] <= problem.caps[finite])
@@ -123,6 +127,8 @@ def pareto_gain(problem: FairnessProblem, tasks: np.ndarray, mode: str) -> float
         if np.isfinite(problem.caps[n]):
             A.append(-row)
             b.append(problem.caps[n])
-    res = opt.linprog(-np.ones(P), A_ub=np.array(A), b_ub=np.array(b), bounds=(0, None), method="highs")
+    res = opt.linprog(
+        -np.ones(P), A_ub=np.array(A), b_ub=np.array(b), bounds=(0, None), method="highs"
+    )
     assert res.status == 0, res.message
     return float(-res.fun - totals.sum())

@@ -1,4 +1,4 @@
-"""PS-DSF against the paper's Table IV (paper 004 §V; ALGORITHMS.md §2) and the classic DRF example."""
+"""PS-DSF against the paper's Table IV (paper 004 §V, ALGORITHMS.md §2) and the DRF example."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import json
 
 import numpy as np
 import pytest
+from tests.unit.fairness_helpers import PAPER_EXAMPLE, paper_problem
 from typer.testing import CliRunner
 
-from tests.unit.fairness_helpers import PAPER_EXAMPLE, paper_problem
 from walras.allocator.fairness import certificate, monopoly_tasks, solve
 from walras.allocator.fairness.baselines import c_drfh, drf, tsf
 from walras.cli.app import app
@@ -58,7 +58,9 @@ def test_c_drfh_is_feasible_and_differs_from_psdsf() -> None:
 
 def test_drf_classic_example() -> None:
     # Ghodsi et al.: 9 CPUs, 18 GB; A asks <1 CPU, 4 GB>, B asks <3 CPU, 1 GB> → A 3, B 2.
-    np.testing.assert_allclose(drf(np.array([9.0, 18.0]), np.array([[1.0, 4.0], [3.0, 1.0]])), [3, 2])
+    np.testing.assert_allclose(
+        drf(np.array([9.0, 18.0]), np.array([[1.0, 4.0], [3.0, 1.0]])), [3, 2]
+    )
 
 
 def test_cli_json_matches_the_paper() -> None:

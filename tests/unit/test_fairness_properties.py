@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from tests.unit.fairness_helpers import pareto_gain, random_problem
+
 from walras.allocator.fairness import FairnessProblem, monopoly_tasks, solve
 
 MODES = ["tdm", "rdm"]
@@ -24,7 +24,9 @@ def problems(draw: st.DrawFn, *, placement: bool = True) -> FairnessProblem:
     K = draw(st.integers(1, 4))
     N = draw(st.integers(1, 5))
     seed = draw(st.integers(0, 2**31 - 1))
-    return random_problem(seed, K, N, M=draw(st.integers(1, 3)), p_eligible=0.6 if placement else 1.0)
+    return random_problem(
+        seed, K, N, M=draw(st.integers(1, 3)), p_eligible=0.6 if placement else 1.0
+    )
 
 
 def _tolerant(result_violation: float) -> None:
@@ -40,13 +42,16 @@ def test_single_resource_fairness(mode: str, data: st.DataObject) -> None:
     K, N = data.draw(st.integers(1, 4)), data.draw(st.integers(1, 5))
     rng = np.random.default_rng(data.draw(st.integers(0, 2**31 - 1)))
     problem = FairnessProblem(
-        capacity=rng.uniform(1, 50, (K, 1)), demand=rng.uniform(0.1, 5, (N, 1)),
+        capacity=rng.uniform(1, 50, (K, 1)),
+        demand=rng.uniform(0.1, 5, (N, 1)),
         weight=rng.choice([1.0, 2.0, 3.0], N),
     )
     result = solve(problem, mode=mode)
     _tolerant(result.certificate_violation)
     held = result.totals * problem.demand[:, 0]
-    np.testing.assert_allclose(held, problem.phi / problem.phi.sum() * problem.capacity.sum(), rtol=1e-6)
+    np.testing.assert_allclose(
+        held, problem.phi / problem.phi.sum() * problem.capacity.sum(), rtol=1e-6
+    )
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -64,7 +69,9 @@ def test_bottleneck_fairness(mode: str, data: st.DataObject) -> None:
     _tolerant(result.certificate_violation)
     assert (result.dominant == 0).all()
     held = result.totals * demand[:, 0]
-    np.testing.assert_allclose(held, problem.phi / problem.phi.sum() * capacity[:, 0].sum(), rtol=1e-6)
+    np.testing.assert_allclose(
+        held, problem.phi / problem.phi.sum() * capacity[:, 0].sum(), rtol=1e-6
+    )
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -113,7 +120,9 @@ def test_sharing_incentive(mode: str, problem: FairnessProblem) -> None:
 def test_tdm_is_pareto_optimal(problem: FairnessProblem) -> None:
     result = solve(problem, mode="tdm")
     _tolerant(result.certificate_violation)
-    assert pareto_gain(problem, np.asarray(result.tasks), "tdm") <= 1e-6 * max(1.0, result.totals.sum())
+    assert pareto_gain(problem, np.asarray(result.tasks), "tdm") <= 1e-6 * max(
+        1.0, result.totals.sum()
+    )
 
 
 def test_rdm_is_not_always_pareto_optimal_found_counterexample() -> None:

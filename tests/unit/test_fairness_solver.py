@@ -1,11 +1,11 @@
-"""PS-DSF solver: Eisenberg–Gale oracle (cvxpy), Theorem 1/2 certificates, feasibility, bad input."""
+"""PS-DSF solver: Eisenberg–Gale oracle (cvxpy), Theorem 1/2 certificates, bad input."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from tests.unit.fairness_helpers import eisenberg_gale_totals, random_problem
+
 from walras.allocator.errors import InvalidProblem
 from walras.allocator.fairness import FairnessProblem, certificate, monopoly_tasks, solve
 from walras.allocator.fairness.certificates import feasibility_violation
@@ -63,11 +63,17 @@ def test_tdm_fill_matches_a_brute_force_level_search() -> None:
         phi = rng.uniform(0.5, 3, U)
         b = np.where(rng.random(U) < 0.5, 0.0, rng.uniform(0, 30, U))
         upper = np.where(rng.random(U) < 0.3, rng.uniform(0, 10, U), np.inf)
-        x, level = tdm_fill(gamma, phi, b, upper)
+        x, _ = tdm_fill(gamma, phi, b, upper)
         # Oracle: bisection on the level (independent of the break-point sort).
         lo_l, hi_l = 0.0, 1e6
 
-        def used(lv: float) -> float:
+        def used(
+            lv: float,
+            phi: np.ndarray = phi,
+            gamma: np.ndarray = gamma,
+            b: np.ndarray = b,
+            upper: np.ndarray = upper,
+        ) -> float:
             return float((np.clip(lv * phi * gamma - b, 0, upper) / gamma).sum())
 
         if used(hi_l) <= 1:
@@ -133,7 +139,9 @@ def _base(**kw: object) -> dict[str, object]:
         ({"demand": np.array([[1.0, 8.0, 1.0]])}, ["demand"]),
     ],
 )
-def test_malformed_input_raises_naming_the_culprit(change: dict[str, object], words: list[str]) -> None:
+def test_malformed_input_raises_naming_the_culprit(
+    change: dict[str, object], words: list[str]
+) -> None:
     with pytest.raises(InvalidProblem) as info:
         FairnessProblem(**_base(**change))  # type: ignore[arg-type]
     for word in words:
@@ -158,7 +166,7 @@ def test_demand_on_a_resource_no_node_has() -> None:
         resource_names=["gpu", "cpu", "infiniband"],
     )
     problem = FairnessProblem(**args)  # type: ignore[arg-type]
-    with pytest.raises(InvalidProblem, match="bob.*infiniband"):
+    with pytest.raises(InvalidProblem, match=r"bob.*infiniband"):
         solve(problem)
     result = solve(problem, mode="rdm", strict=False)
     assert result.ineligible[0][0] == 1 and "infiniband" in result.ineligible[0][1]
