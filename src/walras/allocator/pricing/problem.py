@@ -187,6 +187,13 @@ class PricingProblem:
         )
 
 
+def fits_everywhere(problem: PricingProblem) -> bool:
+    """Every job's demand fits every type's capacity (the common case: no masking needed)."""
+    D = np.asarray(problem.demand)
+    dmax = D.max(axis=0) if D.ndim == 2 else np.full(problem.m, D.max())
+    return bool((dmax <= np.asarray(problem.capacity)).all())
+
+
 def usable(problem: PricingProblem, *, strict: bool) -> npt.NDArray[np.bool_]:
     """(n, m) mask of types each job may use: throughput > 0 and (unless strict) d_ij ≤ R_j."""
     A = np.asarray(problem.throughput)
@@ -289,7 +296,7 @@ def check_jobs(problem: PricingProblem, *, strict: bool) -> None:
         raise InvalidProblem(
             f"job {first.index}: {first.reason}{more}", field=first.field, index=first.index
         )
-    if strict:
+    if strict and not fits_everywhere(problem):
         A = np.asarray(problem.throughput)
         over = (problem.demand_matrix() > np.asarray(problem.capacity)[None, :]) & (A > 0)
         if over.any():

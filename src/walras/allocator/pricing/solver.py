@@ -35,7 +35,13 @@ from scipy.optimize import minimize
 from walras.allocator.errors import InvalidProblem
 from walras.allocator.pricing import subproblem
 from walras.allocator.pricing.backend import Backend, get_backend
-from walras.allocator.pricing.problem import KINDS, PricingProblem, check_jobs, usable
+from walras.allocator.pricing.problem import (
+    KINDS,
+    PricingProblem,
+    check_jobs,
+    fits_everywhere,
+    usable,
+)
 from walras.allocator.pricing.utilities import UTILITIES, Params
 
 COARSE_MIN_JOBS = 200_000
@@ -115,7 +121,9 @@ def _prepare(
 
 def _from_problem(problem: PricingProblem, b: Backend, *, strict: bool) -> _Prepared:
     check_jobs(problem, strict=strict)
-    A = np.where(usable(problem, strict=False), np.asarray(problem.throughput), 0.0)
+    A = np.asarray(problem.throughput)
+    if not fits_everywhere(problem):  # copy only when some type must be masked
+        A = np.where(usable(problem, strict=False), A, 0.0)
     codes = np.asarray(problem.kind_codes)
     order: npt.NDArray[np.int64] | None = None
     if np.any(codes != codes[0]):
@@ -232,6 +240,7 @@ class _Run:
     best_primal_k: int = -1
     best_primal_p: FloatArray | None = None
     last_grad: FloatArray | None = None
+    last_r: FloatArray | None = None
     t_sub: float = 0.0
     t_rec: float = 0.0
     average: FloatArray | None = None  # running average of the responses (small problems)
@@ -266,7 +275,7 @@ class _Run:
             self.best_primal_k = len(self.history) - 1
             self.best_alloc = alloc
         grad = self.prep.R - r
-        self.last_grad = grad
+        self.last_grad, self.last_r = grad, r
         return g, grad
 
     def _averaged(self, primal: float, scale: FloatArray) -> tuple[float, FloatArray]:
@@ -489,8 +498,9 @@ def _finish(run: _Run, problem: PricingProblem, coarse_iters: int) -> dict[str, 
     else:
         if run.best_primal_k != len(run.history) - 1:
             # The best lower bound came from an earlier iterate: recompute its responses.
-            _evaluate(prep, _known(run.best_primal_p), run.it)
-        _, r = _evaluate_r(run)
+            _, r = _evaluate(prep, _known(run.best_primal_p), run.it)
+        else:
+            r = _known(run.last_r)
         X = _dense(b, run.it, prep.n, prep.m) * _scales(prep.R, r)[None, :]
     if prep.job_order is not None:
         out = np.empty_like(X)
@@ -514,27 +524,6 @@ def _finish(run: _Run, problem: PricingProblem, coarse_iters: int) -> dict[str, 
         "backend": f"{b.name}:{b.device}",
         "history": tuple(run.history),
     }
-
-
-def _evaluate_r(run: _Run) -> tuple[float, FloatArray]:
-    """r = Σ d_i x_i of the responses currently in ``run.it`` (without re-solving)."""
-    b = run.prep.b
-    m = run.prep.m
-    r = np.zeros(m)
-    for g in run.prep.groups:
-        sl = slice(g.start, g.stop)
-        if g.Ds is None:
-            d = g.d
-            dlo, dhi = d * run.it.x_lo[sl], d * run.it.x_hi[sl]
-        else:
-            dlo = subproblem._demand_at(b, g, run.it.type_lo[sl], 0, g.stop - g.start)
-            dhi = subproblem._demand_at(b, g, run.it.type_hi[sl], 0, g.stop - g.start)
-            dlo, dhi = dlo * run.it.x_lo[sl], dhi * run.it.x_hi[sl]
-        cnt = b.bincount(run.it.type_lo[sl] + 1, dlo, m + 1) + b.bincount(
-            run.it.type_hi[sl] + 1, dhi, m + 1
-        )
-        r += b.to_numpy(cnt)[1:]
-    return 0.0, r
 
 
 def best_response(problem: PricingProblem, prices: Any) -> FloatArray:
