@@ -259,19 +259,24 @@ def request(
 
     Raises ``kubernetes.client.exceptions.ApiException`` for non-2xx answers, like the typed API.
     """
-    response = api_client.call_api(
-        path,
-        method,
-        query_params=[
-            (k, str(v).lower() if isinstance(v, bool) else v) for k, v in (query or {}).items()
-        ],
+    # kubernetes>=35 (openapi-generator v7): serialise, send, then raise on non-2xx ourselves.
+    params = [
+        (k, str(v).lower() if isinstance(v, bool) else str(v)) for k, v in (query or {}).items()
+    ]
+    verb, url, headers, payload, _ = api_client.param_serialize(
+        method=method,
+        resource_path=path,
+        query_params=params,
         header_params={"Accept": "application/json", "Content-Type": content_type},
         body=body,
         auth_settings=["BearerToken"],
-        _preload_content=False,
-        _return_http_data_only=True,
     )
-    data = response.data
+    response = api_client.call_api(verb, url, header_params=headers, body=payload)
+    data = response.read()
+    if not 200 <= response.status <= 299:
+        raise ApiException.from_response(
+            http_resp=response, body=data.decode("utf-8", "replace"), data=None
+        )
     return json.loads(data) if data else None
 
 
