@@ -60,6 +60,13 @@ _WATCHER = handlers.Watcher(STORE, _ROUNDS)  # type: ignore[arg-type]  # duck-ty
 handlers.register(kopf.get_default_registry(), _WATCHER)
 _STOP = asyncio.Event()
 _TASKS: list[asyncio.Task[Any]] = []
+_CLIENT: list[Any] = []
+
+
+@kopf.on.login()
+def login(**_: Any) -> Any:
+    """kopf's credentials from the same kubeconfig as the writes (see main.connection_info)."""
+    return main.connection_info(_CLIENT[0] if _CLIENT else main.api_client(None))
 
 
 @kopf.on.startup()
@@ -68,9 +75,8 @@ async def start_rounds(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.enabled = False
     settings.scanning.disabled = True
     options = options_from_env()
-    if options.kubeconfig:
-        os.environ.setdefault("KUBECONFIG", options.kubeconfig)
     client = main.api_client(options.kubeconfig)
+    _CLIENT.append(client)
     elector: Any = None
     if options.leader_elect:
         from walras.operator import leader

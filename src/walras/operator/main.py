@@ -81,6 +81,33 @@ def api_client(kubeconfig: str | None) -> Any:
     return client.ApiClient(configuration)
 
 
+def connection_info(api_client: Any) -> kopf.ConnectionInfo:
+    """kopf's credentials from the same configuration the writes use (one source of truth).
+
+    kopf's own ``login_via_client`` reloads the default kubeconfig location, which the
+    ``kubernetes`` package fixed at import time, so ``--kubeconfig`` would be ignored.
+    """
+    cfg = api_client.configuration
+    header = cfg.get_api_key_with_prefix("BearerToken") or cfg.get_api_key_with_prefix(
+        "authorization"
+    )
+    parts = header.split(" ", 1) if header else []
+    scheme, token = (
+        (None, None) if not parts else (None, parts[0]) if len(parts) == 1 else (parts[0], parts[1])
+    )
+    return kopf.ConnectionInfo(
+        server=cfg.host,
+        ca_path=cfg.ssl_ca_cert,
+        insecure=not cfg.verify_ssl,
+        username=cfg.username or None,
+        password=cfg.password or None,
+        scheme=scheme,
+        token=token,
+        certificate_path=cfg.cert_file,
+        private_key_path=cfg.key_file,
+    )
+
+
 def kopf_settings() -> kopf.OperatorSettings:
     settings = kopf.OperatorSettings()
     settings.posting.enabled = False
@@ -108,9 +135,6 @@ async def _serve(options: Options, ready: Any) -> list[Any]:
 
 async def run(options: Options) -> None:
     """Run until SIGTERM/SIGINT (or kopf stops)."""
-    if options.kubeconfig:
-        # kopf's own login (login_via_client) reads $KUBECONFIG.
-        os.environ["KUBECONFIG"] = options.kubeconfig
     client = api_client(options.kubeconfig)
     api = kubeapi.Api(client)
     store = snapshot.Store()
@@ -162,8 +186,8 @@ async def run(options: Options) -> None:
     handlers.register(registry, watcher)
 
     @kopf.on.login(registry=registry)
-    def login(**kwargs: Any) -> Any:
-        return kopf.login_via_client(**kwargs)
+    def login(**_: Any) -> Any:
+        return connection_info(client)
 
     stop = asyncio.Event()
     servers = await _serve(options, lambda: readiness.ready() and is_leader())
