@@ -262,7 +262,9 @@ def screen_jobs(problem: PricingProblem) -> tuple[JobIssue, ...]:
             for i in _first_bad(is_alpha & ~(np.isfinite(al) & (al > 0) & (al != 1)))
         ]
         clean = ~(bad_a | neg_a | bad_d | tiny_a)
-        has_a = A.max(axis=1) > 0
+        has_a = np.zeros(n, dtype=bool)
+        for j in range(problem.m):  # column by column: much faster than a reduction along rows
+            has_a |= A[:, j] > 0
         if (np.where(np.isfinite(D2), D2, 0.0).max(axis=0) > R).any():
             fits = (usable(problem, strict=False) & clean[:, None]).any(axis=1)
             issues += [

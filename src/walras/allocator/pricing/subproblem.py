@@ -69,8 +69,7 @@ def prepare(
     par: Params,
 ) -> Group:
     """Sort each job's throughputs (A: (n_g, m) numpy, masked) and move the data to ``b``."""
-    order = np.argsort(A, axis=1, kind="stable")
-    As = np.ascontiguousarray(np.take_along_axis(A, order, axis=1).T)
+    As, order, Ds_np = sort_rows(A, D if D.ndim == 2 else None)
     m = As.shape[0]
     ties: dict[tuple[int, int], Any] = {}
     for j in range(m):
@@ -82,7 +81,7 @@ def prepare(
         Ds = None
         d = b.asarray(D)
     else:
-        Ds = b.asarray(np.take_along_axis(D, order, axis=1).T)
+        Ds = b.asarray(Ds_np)
         d = None
     return Group(
         util=util,
@@ -90,15 +89,51 @@ def prepare(
         stop=start + A.shape[0],
         As=b.asarray(As),
         # numpy indexes with int8 as well as with int64, in an eighth of the memory.
-        Ts=np.ascontiguousarray(order.T, dtype=np.int8)
-        if b.name == "numpy" and m < 128
-        else b.asarray(order.T, integer=True),
+        Ts=order if b.name == "numpy" else b.asarray(order, integer=True),
         Ds=Ds,
         d=d,
         par=par,
         ties=ties,
         odd=b.asarray((np.arange(A.shape[0]) + start) % 2 == 1, integer=True) == 1,
     )
+
+
+def sort_rows(
+    A: np.ndarray[Any, Any], D: np.ndarray[Any, Any] | None
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any] | None]:
+    """Each row of A (n, m) in ascending order, type-major: (As (m, n), types (m, n) int8, Ds).
+
+    For small m an odd-even transposition network on whole columns (m(m−1)/2 vectorised
+    compare-exchanges) is several times faster than ``argsort`` along rows plus the gathers.
+    """
+    n, m = A.shape
+    if m > 16:
+        order = np.argsort(A, axis=1, kind="stable")
+        As = np.ascontiguousarray(np.take_along_axis(A, order, axis=1).T)
+        Ds = None if D is None else np.ascontiguousarray(np.take_along_axis(D, order, axis=1).T)
+        return As, np.ascontiguousarray(order.T, dtype=np.int8), Ds
+    As = np.array(A.T, order="C")  # a copy: sorted in place below
+    T = np.repeat(np.arange(m, dtype=np.int8)[:, None], n, axis=1)
+    Ds = None if D is None else np.array(D.T, order="C")
+    for s in range(0, n, 16_384):  # blocks that stay in cache
+        a = As[:, s : s + 16_384]
+        t = T[:, s : s + 16_384]
+        d = None if Ds is None else Ds[:, s : s + 16_384]
+        for rnd in range(m):
+            for i in range(rnd % 2, m - 1, 2):
+                j = i + 1
+                swap = a[i] > a[j]
+                lo = np.fmin(a[i], a[j])
+                np.fmax(a[i], a[j], out=a[j])
+                a[i] = lo
+                ti = np.where(swap, t[j], t[i])
+                np.copyto(t[j], t[i], where=swap)
+                t[i] = ti
+                if d is not None:
+                    di = np.where(swap, d[j], d[i])
+                    np.copyto(d[j], d[i], where=swap)
+                    d[i] = di
+    return As, T, Ds
 
 
 @dataclass(frozen=True)
