@@ -198,13 +198,13 @@ def run_case(
     work = Path(tempfile.mkdtemp(prefix="bench-agents-"))
     stop_file = str(work / "stop")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    log = open(work / "aggregator.log", "wb")  # noqa: SIM115  (closed below)
-    agg = subprocess.Popen(
-        [WALRAS, "agent", "--aggregate", "--kubeconfig", cp.admin_kubeconfig],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=env,
-    )
+    with open(work / "aggregator.log", "wb") as log:
+        agg = subprocess.Popen(
+            [WALRAS, "agent", "--aggregate", "--kubeconfig", cp.admin_kubeconfig],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
     outs = [str(work / f"worker-{w}.json") for w in range(workers)]
     procs = [
         subprocess.Popen(
@@ -252,7 +252,6 @@ def run_case(
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=30)
-    log.close()
     steps = max(at_convergence["steps"], 1.0)
     steady_steps = max(after["steps"] - at_convergence["steps"], 1.0)
     return {

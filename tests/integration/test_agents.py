@@ -134,10 +134,11 @@ class Cluster:
     aggregator: subprocess.Popen[bytes] | None = None
 
     def _spawn(self, args: list[str], log_name: str) -> subprocess.Popen[bytes]:
-        log = open(self.logs / log_name, "ab")  # noqa: SIM115  (closed with the process)
         cmd = [WALRAS, "agent", "--kubeconfig", self.kubeconfig, "--stale-after", str(STALE_AFTER)]
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        return subprocess.Popen(cmd + args, stdout=log, stderr=subprocess.STDOUT, env=env)
+        # The child keeps its own copy of the descriptor.
+        with open(self.logs / log_name, "ab") as log:
+            return subprocess.Popen(cmd + args, stdout=log, stderr=subprocess.STDOUT, env=env)
 
     def start_agent(self, node: str) -> None:
         self.agents[node] = self._spawn(["--node-name", node], f"agent-{node}.log")
@@ -256,7 +257,17 @@ def test_totals_converge_to_central_psdsf_and_certificate_holds(cluster: Cluster
     problem, tenants, nodes = reference(cluster.kube)
     assert len(nodes) == 20 and len(tenants) == 6
     want = central_totals(problem, tenants)
-    wait_converged(cluster, want, what="20 agent processes from scratch")
+    started = time.monotonic()
+    while time.monotonic() - started < 180.0:
+        obj = devcluster.request(cluster.kube, "GET", f"{BASE}/nodeallocations")
+        written = [
+            a for a in obj["items"] if a["metadata"]["name"] != TOTALS_NAME and a.get("status")
+        ]
+        if len(written) == 20:
+            break
+        time.sleep(0.2)
+    print(f"[agents] all 20 agent processes wrote after {time.monotonic() - started:.1f} s")
+    wait_converged(cluster, want, what="20 agent processes, from all written")
     # Tighter agreement a little later; then Theorem 2 on the agents' own x_{n,i}.
     wait_converged(cluster, want, what="20 agent processes to 1e-5", tol=1e-5)
     violation = check_certificate(cluster, problem, tenants, nodes)
