@@ -128,6 +128,48 @@ def tdm_fill(
     return x, level
 
 
+def _rdm_fill_uncapped(
+    gamma: FloatArray, phi: FloatArray, b: FloatArray, demand: FloatArray, capacity: FloatArray
+) -> tuple[FloatArray, float]:
+    """:func:`rdm_fill` without caps: the hot path, all resources at once per round.
+
+    With the unfrozen tenants' start levels ``lo`` sorted, resource ``r``'s use at ``lo_k`` is
+    ``lo_k·W_{k,r} − S_{k,r}`` (``W`` and ``S`` cumulative sums of ``d_r·rate`` and
+    ``d_r·rate·lo``), so each resource's saturation level is read off after one sort.
+    """
+    U = len(gamma)
+    x = np.zeros(U)
+    rate = phi * gamma
+    lo = b / rate
+    active = np.arange(U)
+    room = capacity.astype(np.float64, copy=True)
+    level = 0.0
+    while len(active):
+        order = active[np.argsort(lo[active])]
+        lo_s = lo[order]
+        w = demand[order] * rate[order, None]  # (A, M)
+        W = np.cumsum(w, axis=0)
+        S = np.cumsum(w * lo_s[:, None], axis=0)
+        below = lo_s[:, None] * W - S < room[None, :]
+        k = np.count_nonzero(below, axis=0) - 1  # last start below saturation, per resource
+        cols = np.arange(len(room))
+        Wk = W[k, cols]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            sat = np.where(Wk > 0, (room + S[k, cols]) / Wk, np.inf)
+        sat[(k < 0) | ~(demand[active] > 0).any(axis=0)] = np.inf
+        star = float(sat.min())
+        if not np.isfinite(star):
+            break  # nothing left can saturate a resource: only reachable with zero demand
+        level = star
+        xa = np.maximum(star * rate[active] - b[active], 0.0)
+        hit = (demand[active][:, sat <= star * (1.0 + 1e-12)] > 0).any(axis=1)
+        x[active[hit]] = xa[hit]
+        room = room - demand[active[hit]].T @ xa[hit]
+        np.maximum(room, 0.0, out=room)
+        active = active[~hit]
+    return x, level
+
+
 def rdm_fill(
     gamma: FloatArray,
     phi: FloatArray,
@@ -143,6 +185,8 @@ def rdm_fill(
         demand: ``(U, M)`` per-task demand of the node's eligible tenants.
         capacity: ``(M,)`` the node's capacity.
     """
+    if np.isinf(upper).all():
+        return _rdm_fill_uncapped(gamma, phi, b, demand, capacity)
     U, M = demand.shape
     x = np.zeros(U)
     frozen = ~(upper > 0)

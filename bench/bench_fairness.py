@@ -1,0 +1,89 @@
+"""Benchmark the centralised PS-DSF solve (``walras.allocator.fairness.solve``).
+
+Cases: TDM and RDM at K = 100/1000/5000 nodes × N = 100/1000 tenants, three resources (gpu, cpu,
+memory), each tenant eligible on about 30% of the nodes, weights 1–3, no caps. Prints one JSON
+line per case: ``mode, K, N, time_s, sweeps, certificate_violation, converged, peak_rss_mb`` plus
+``budget_sweeps`` when the case was cut short.
+
+Every case runs in its own interpreter (so ``peak_rss_mb`` is that case's own). To keep the whole
+run near three minutes on a 2-core machine, each case gets a sweep budget of about
+``BUDGET_S`` seconds, estimated from a two-sweep probe; a case that needs more stops early with
+``converged: false`` and the certificate it reached (the line says so; nothing is hidden).
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+BUDGET_S = 12.0
+CASES = [(mode, K, N) for K in (100, 1000, 5000) for N in (100, 1000) for mode in ("tdm", "rdm")]
+
+
+def instance(K: int, N: int, seed: int = 0) -> object:
+    from walras.allocator.fairness import FairnessProblem
+
+    rng = np.random.default_rng(seed)
+    capacity = np.column_stack(
+        [np.full(K, 8.0), rng.choice([32.0, 64.0, 96.0], K), rng.choice([256.0, 512.0, 1024.0], K)]
+    )
+    demand = np.column_stack(
+        [rng.choice([1.0, 2.0, 4.0], N), rng.uniform(1, 16, N), rng.uniform(8, 128, N)]
+    )
+    eligible = rng.random((N, K)) < 0.3
+    eligible[np.arange(N), rng.integers(0, K, N)] = True
+    return FairnessProblem(
+        capacity=capacity, demand=demand, weight=rng.choice([1.0, 2.0, 3.0], N), eligible=eligible
+    )
+
+
+def run_case(mode: str, K: int, N: int) -> dict[str, object]:
+    from walras.allocator.fairness import solve
+
+    problem = instance(K, N)
+    start = time.perf_counter()
+    solve(problem, mode=mode, max_sweeps=2)  # type: ignore[arg-type]
+    per_sweep = (time.perf_counter() - start) / 3.0
+    budget = max(3, int(BUDGET_S / max(per_sweep, 1e-6)))
+    start = time.perf_counter()
+    result = solve(problem, mode=mode, max_sweeps=budget)  # type: ignore[arg-type]
+    elapsed = time.perf_counter() - start
+    line: dict[str, object] = {
+        "bench": "fairness",
+        "mode": mode,
+        "K": K,
+        "N": N,
+        "time_s": round(elapsed, 4),
+        "sweeps": result.sweeps,
+        "certificate_violation": float(result.certificate_violation),
+        "converged": result.converged,
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }
+    if not result.converged:
+        line["budget_sweeps"] = budget
+    return line
+
+
+def main(argv: list[str]) -> int:
+    if argv:
+        mode, K, N = argv[0], int(argv[1]), int(argv[2])
+        print(json.dumps(run_case(mode, K, N)), flush=True)
+        return 0
+    failed = 0
+    for mode, K, N in CASES:
+        rc = subprocess.run(
+            [sys.executable, __file__, mode, str(K), str(N)], check=False
+        ).returncode
+        if rc != 0:
+            print(json.dumps({"bench": "fairness", "mode": mode, "K": K, "N": N, "error": rc}))
+            failed += 1
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
