@@ -155,12 +155,12 @@ free_port() {
 
 random_token() { od -An -N24 -tx1 /dev/urandom | tr -d ' \n'; }
 
-# Is PID alive and running BINARY? Guards `stop` against PIDs that the kernel reused.
+# Is PID alive with NEEDLE in its command line? Guards `stop` against PIDs the kernel reused.
 pid_runs() {
-	local pid="$1" binary="$2"
+	local pid="$1" needle="$2"
 	[[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null || return 1
 	[[ -r "/proc/$pid/cmdline" ]] || return 0
-	tr '\0' '\n' <"/proc/$pid/cmdline" | head -1 | grep -qF "$binary"
+	tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$needle"
 }
 
 # Stop one component by its PID file: SIGTERM, up to 10 s grace, then SIGKILL.
@@ -187,6 +187,7 @@ stop_component() {
 
 stop_all() {
 	local dir="$1"
+	stop_component "$dir" watchdog "control-plane.sh watch $dir"
 	stop_component "$dir" kwok "$KWOK_BIN"
 	stop_component "$dir" kube-apiserver "$APISERVER_BIN"
 	stop_component "$dir" etcd "$ETCD_BIN"
@@ -411,6 +412,14 @@ ETCD_VERSION=$ETCD_VERSION
 KWOK_VERSION=$KWOK_VERSION
 TOOLS_BIN=$CACHE/bin
 EOF
+	# Watchdog: when WALRAS_OWNER_PID is set (walras.devcluster sets it to the Python process),
+	# stop this control plane as soon as that process is gone, so a killed test run (timeout,
+	# Ctrl-C, OOM) leaves no apiserver behind on a shared machine.
+	if [[ -n "${WALRAS_OWNER_PID:-}" ]]; then
+		nohup bash "$HACK_DIR/control-plane.sh" watch "$dir" "$WALRAS_OWNER_PID" \
+			</dev/null >>"$dir/logs/watchdog.log" 2>&1 &
+		echo $! >"$dir/watchdog.pid"
+	fi
 	START_OK=1
 	log "control plane up in $((SECONDS - t0)) s: $server (KUBECONFIG=$dir/admin.kubeconfig)"
 }
@@ -422,9 +431,24 @@ cmd_stop() {
 		log "$dir does not exist; nothing to stop"
 		return 0
 	}
+	dir="$(cd "$dir" && pwd)"
 	stop_all "$dir"
 	rm -rf "$dir"
 	log "stopped and removed $dir"
+}
+
+cmd_watch() {
+	local dir="${1:-}" owner="${2:-}"
+	[[ -n "$dir" && -n "$owner" ]] || die "usage: $0 watch DIR OWNER_PID"
+	while kill -0 "$owner" 2>/dev/null && [[ -f "$dir/kube-apiserver.pid" ]]; do
+		sleep 2
+	done
+	[[ -d "$dir" ]] || return 0
+	if [[ -f "$dir/kube-apiserver.pid" ]]; then
+		log "owner process $owner is gone; stopping the control plane in $dir"
+		rm -f "$dir/watchdog.pid"
+		cmd_stop "$dir"
+	fi
 }
 
 cmd_env() {
@@ -444,6 +468,7 @@ main() {
 	start) cmd_start "$@" ;;
 	stop) cmd_stop "$@" ;;
 	env) cmd_env "$@" ;;
+	watch) cmd_watch "$@" ;;
 	*)
 		printf 'usage: %s build|paths|start DIR|stop DIR|env DIR\n' "$0" >&2
 		exit 2

@@ -94,7 +94,9 @@ def cache_dir() -> Path:
     return Path(os.environ.get("WALRAS_CACHE") or Path.home() / ".cache" / "walras")
 
 
-def _script(*args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+def _script(
+    *args: str, timeout: float = 120.0, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["bash", str(hack_dir() / _SCRIPT), *args],
         capture_output=True,
@@ -102,6 +104,7 @@ def _script(*args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[s
         timeout=timeout,
         stdin=subprocess.DEVNULL,
         check=False,
+        env=None if env is None else {**os.environ, **env},
     )
 
 
@@ -197,19 +200,25 @@ def _read_env_file(path: Path) -> dict[str, str]:
     return values
 
 
-def start(directory: str | os.PathLike[str] | None = None, *, attempts: int = 2) -> ControlPlane:
+def start(
+    directory: str | os.PathLike[str] | None = None, *, attempts: int = 2, watchdog: bool = True
+) -> ControlPlane:
     """Start etcd, kube-apiserver and kwok on loopback (``hack/control-plane.sh start``).
 
     ``directory`` must not hold a running control plane; by default a fresh temporary directory.
     A start that lost a port race (another process took a port between the pick and the bind) is
-    retried with new ports, up to ``attempts`` times.
+    retried with new ports, up to ``attempts`` times. With ``watchdog`` (the default) the control
+    plane stops by itself when this Python process exits without calling :func:`stop` (a killed
+    test run); pass ``watchdog=False`` for a control plane that must outlive it (the demo).
     """
     last_error = ""
     for _ in range(max(1, attempts)):
         path = Path(directory) if directory is not None else None
         if path is None:
             path = Path(tempfile.mkdtemp(prefix="walras-cp-"))
-        result = _script("start", str(path), timeout=180)
+        # The script's watchdog stops the control plane once this process is gone.
+        owner = {"WALRAS_OWNER_PID": str(os.getpid())} if watchdog else {}
+        result = _script("start", str(path), timeout=180, env=owner)
         if result.returncode == 0:
             values = _read_env_file(path / "cluster.env")
             return ControlPlane(
