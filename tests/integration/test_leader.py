@@ -154,8 +154,11 @@ def test_stale_resource_version_is_a_conflict(kube: Any, namespace: str) -> None
     assert created.resource_version
     with pytest.raises(LeaseConflictError):
         store.create(LeaseRecord("y", 10.0, now, now, 0))
-    renewed = store.update(LeaseRecord("x", 10.0, now, now, 0, created.resource_version))
-    # The write above bumped resourceVersion, so a writer that read `created` has lost the race.
+    later = now + dt.timedelta(seconds=1)
+    renewed = store.update(LeaseRecord("x", 10.0, now, later, 0, created.resource_version))
+    # The renewal bumped resourceVersion, so a writer that read `created` has lost the race.
+    # (An update that changes nothing would not bump it: the API server skips no-op writes.)
+    assert renewed.resource_version != created.resource_version
     with pytest.raises(LeaseConflictError):
         store.update(LeaseRecord("y", 10.0, now, now, 1, created.resource_version))
     got = store.get()
@@ -166,7 +169,7 @@ def test_stale_resource_version_is_a_conflict(kube: Any, namespace: str) -> None
         renewed.resource_version,
     )
     # MicroTime round-trips with its microseconds.
-    assert got.renew_time == now
+    assert got.renew_time == later
 
 
 # ------------------------------------------------------------------ two operator processes
