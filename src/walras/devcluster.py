@@ -420,10 +420,11 @@ def delete_nodes(api_client: Any, names: Iterable[str], *, timeout: float = 60.0
 def bind_pod(api_client: Any, namespace: str, pod: str, node: str) -> None:
     """Bind a pod to a node through the ``pods/binding`` subresource, as a scheduler does.
 
-    The typed ``CoreV1Api.create_namespaced_binding`` works on the server but fails on the client:
-    the server answers with a ``Status``, which the client tries to read as a ``V1Binding`` and
-    raises ``ValueError: Invalid value for `target`, must not be `None```. Reading the raw answer
-    (``_preload_content=False``) avoids that.
+    The typed ``CoreV1Api.create_namespaced_binding`` binds the pod on the server but then fails
+    on the client: the server answers with a ``Status``, which the client reads as a
+    ``V1Binding`` and raises (kubernetes 37: pydantic ``ValidationError: 1 validation error for
+    V1Binding``; older clients: ``ValueError: Invalid value for `target```). So a naive retry
+    would bind twice (409). Reading the raw answer (``_preload_content=False``) avoids that.
     """
     body = k8s.V1Binding(
         api_version="v1",

@@ -97,7 +97,7 @@ def test_smoke_bind_pod_to_kwok_gpu_node(kube: Any, namespace: str, gpu_node: An
         target=k8s.V1ObjectReference(api_version="v1", kind="Node", name=node_name),
     )
     # The server answers a Binding with a Status, which the typed client cannot read back as a
-    # V1Binding (ValueError on `target`); the raw answer is fine.
+    # V1Binding (pydantic ValidationError after the pod was bound); the raw answer is fine.
     response = core.create_namespaced_binding(namespace, binding, _preload_content=False)
     assert response.status == 201
     assert json.loads(response.data)["status"] == "Success"
@@ -371,8 +371,29 @@ def test_pod_needs_an_existing_service_account(kube: Any) -> None:
         devcluster.delete_namespace(kube, name)
 
 
-def test_delete_namespace_and_reset(kube: Any) -> None:
+RESET_CRD = """
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: resettests.walras.dev
+spec:
+  group: walras.dev
+  scope: Namespaced
+  names: {plural: resettests, singular: resettest, kind: ResetTest}
+  versions:
+  - name: v1alpha1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+"""
+
+
+def test_delete_namespace_and_reset(kube: Any, tmp_path: Path) -> None:
     core = k8s.CoreV1Api(kube)
+    crd_file = tmp_path / "resettest.yaml"
+    crd_file.write_text(RESET_CRD)
+    devcluster.install_crds(kube, [crd_file])
     node_name = devcluster.unique_name("kwok-reset")
     devcluster.create_gpu_node(kube, node_name, gpu_type="l4", gpus=4)
     name = devcluster.unique_name("reset")
@@ -383,8 +404,30 @@ def test_delete_namespace_and_reset(kube: Any) -> None:
     core.create_namespaced_pod(name, gpu_pod("running", gpus=1))
     devcluster.bind_pod(kube, name, "running", node_name)
     wait_for(lambda: pod_phase(core, name, "running") == "Running", "the pod to run")
+    custom = k8s.CustomObjectsApi(kube)
+    # A finalizer as kopf adds it: with no operator running, reset() must remove it itself.
+    custom.create_namespaced_custom_object(
+        "walras.dev",
+        "v1alpha1",
+        name,
+        "resettests",
+        {
+            "apiVersion": "walras.dev/v1alpha1",
+            "kind": "ResetTest",
+            "metadata": {"name": "r", "finalizers": ["kopf.zalando.org/KopfFinalizerMarker"]},
+        },
+    )
 
-    devcluster.reset(kube)
+    try:
+        devcluster.reset(kube)
+        left = custom.list_cluster_custom_object("walras.dev", "v1alpha1", "resettests")
+        assert left["items"] == []
+    finally:
+        devcluster.request(
+            kube,
+            "DELETE",
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/resettests.walras.dev",
+        )
 
     namespaces = {ns.metadata.name for ns in core.list_namespace().items}
     assert namespaces == set(devcluster.SYSTEM_NAMESPACES)
