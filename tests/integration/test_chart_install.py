@@ -23,7 +23,10 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +46,7 @@ RELEASE = "walras-it"
 CLUSTER_ROLE = f"{RELEASE}-controller"
 GPU_TYPE = "charttest"  # a GPU type no other test uses, so that only our pool and node match
 DEADLINE_S = 90.0
+LEASE = "walras-controller"
 
 
 def _free_port() -> int:
@@ -239,6 +243,27 @@ def _job(kube: Any, namespace: str, name: str) -> dict[str, Any]:
     return obj
 
 
+def _pool_status(kube: Any) -> dict[str, Any]:
+    from kubernetes import client
+
+    pool: dict[str, Any] = client.CustomObjectsApi(kube).get_cluster_custom_object(
+        "walras.dev", "v1alpha1", "resourcepools", GPU_TYPE
+    )
+    return dict(pool.get("status") or {})
+
+
+def _lease_holder(kube: Any) -> str | None:
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    try:
+        lease = client.CoordinationV1Api(kube).read_namespaced_lease(LEASE, NAMESPACE)
+    except ApiException:
+        return None
+    holder = lease.spec.holder_identity
+    return None if holder is None else str(holder)
+
+
 def _job_pods(kube: Any, namespace: str, name: str) -> list[Any]:
     from kubernetes import client
 
@@ -289,40 +314,49 @@ def _self_contained(kubeconfig: str) -> str:
     return str(yaml.safe_dump(config))
 
 
+@dataclass(frozen=True)
+class Running:
+    log: Path
+    health_port: int
+
+
 @contextlib.contextmanager
-def _operator(cp: Any, tmp_path: Path, *, sandbox: bool = False) -> Iterator[Path]:
-    """`walras operator` as a subprocess with only the chart ServiceAccount's token."""
+def _walras(
+    cp: Any,
+    tmp_path: Path,
+    account: str,
+    args: list[str],
+    *,
+    name: str,
+    sandbox: bool = False,
+    health_port: int = 0,
+) -> Iterator[Running]:
+    """`walras ARGS` as a subprocess authenticated only by a token of ServiceAccount `account`.
+
+    (tests/integration/operator_helpers.start_operator runs with the admin kubeconfig and cannot
+    run inside the sandbox, hence this launcher.)
+    """
     from walras import devcluster
 
     kubeconfig = devcluster.service_account_kubeconfig(
-        cp, NAMESPACE, SERVICE_ACCOUNT, str(tmp_path / "sa.kubeconfig")
+        cp, NAMESPACE, account, str(tmp_path / f"{account}.kubeconfig")
     )
-    log_path = tmp_path / "operator.log"
+    log_path = tmp_path / f"{name}.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("WALRAS_")}
     env.pop("KUBECONFIG", None)
     env.update({"HOME": str(tmp_path), "PYTHONUNBUFFERED": "1"})
     walras = str(Path(sys.executable).with_name("walras"))
-    flags = [
-        "--policy", "price-discovery",
-        "--round-seconds", "1",
-        "--metrics-port", str(_free_port()),
-        "--health-port", str(_free_port()),
-        "--leader-elect",
-        "--lease-namespace", NAMESPACE,
-        "--lease-name", "walras-controller",
-        "--identity", "chart-install-test",
-    ]  # fmt: skip
     if sandbox:
         env["SANDBOX_KUBECONFIG"] = _self_contained(kubeconfig)
         env["SANDBOX_PATH"] = f"{Path(walras).parent}:/usr/bin:/bin"
         unshare = ["unshare", "--mount", "--propagation", "private", "sh", "-c", _SANDBOX, "sh"]
-        cmd = [*unshare, walras, "operator", "--kubeconfig", "/tmp/kubeconfig", *flags]
+        cmd = [*unshare, walras, *args, "--kubeconfig", "/tmp/kubeconfig"]
     else:
-        cmd = [walras, "operator", "--kubeconfig", str(kubeconfig), *flags]
+        cmd = [walras, *args, "--kubeconfig", str(kubeconfig)]
     with log_path.open("w") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp_path)
     try:
-        yield log_path
+        yield Running(log_path, health_port)
     finally:
         proc.terminate()
         try:
@@ -332,8 +366,37 @@ def _operator(cp: Any, tmp_path: Path, *, sandbox: bool = False) -> Iterator[Pat
             proc.wait(timeout=10)
 
 
-def _log(path: Path) -> str:
-    return path.read_text(errors="replace")[-4000:]
+def _operator(cp: Any, tmp_path: Path, *, sandbox: bool = False) -> Any:
+    """`walras operator` with the chart controller's ServiceAccount and the chart's flags."""
+    health = _free_port()
+    flags = [
+        "operator",
+        "--policy", "price-discovery",
+        "--round-seconds", "1",
+        "--metrics-port", str(_free_port()),
+        "--health-port", str(health),
+        "--leader-elect",
+        "--lease-namespace", NAMESPACE,
+        "--lease-name", LEASE,
+        "--identity", "chart-install-test",
+    ]  # fmt: skip
+    return _walras(
+        cp, tmp_path, SERVICE_ACCOUNT, flags, name="operator", sandbox=sandbox, health_port=health
+    )
+
+
+def _http_status(port: int, path: str) -> int:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+    except OSError:
+        return 0
+
+
+def _log(running: Running) -> str:
+    return running.log.read_text(errors="replace")[-4000:]
 
 
 def test_chart_installs_the_expected_objects(kube: Any, release: str) -> None:
@@ -377,6 +440,12 @@ def _schedules_a_job(cp: Any, kube: Any, namespace: str, tmp_path: Path, *, sand
             "an allocation in chart-job's status",
         )
         assert [a["gpuType"] for a in allocation] == [GPU_TYPE], _log(log)
+        # The rest of what the chart grants, used: pool status written, Lease held, probes up.
+        _wait(lambda: _pool_status(kube).get("capacity") == 4, DEADLINE_S, "pool status")
+        holder = _wait(lambda: _lease_holder(kube), DEADLINE_S, "the Lease")
+        assert holder == "chart-install-test"
+        assert _http_status(log.health_port, "/healthz") == 200
+        assert _wait(lambda: _http_status(log.health_port, "/readyz") == 200, 30, "/readyz")
         assert "forbidden" not in _log(log).lower(), _log(log)
 
 
@@ -393,6 +462,70 @@ def test_operator_schedules_under_the_container_security_context(
     if not _sandbox_available():
         pytest.skip("cannot create a private read-only mount namespace here (unshare/mount)")
     _schedules_a_job(control_plane, kube, namespace, tmp_path, sandbox=True)
+
+
+def _allocation(kube: Any, name: str) -> dict[str, Any]:
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    try:
+        obj: dict[str, Any] = client.CustomObjectsApi(kube).get_cluster_custom_object(
+            "walras.dev", "v1alpha1", "nodeallocations", name
+        )
+    except ApiException:
+        return {}
+    return dict(obj.get("status") or {})
+
+
+@pytest.fixture
+def allocations_cleaned(kube: Any, gpu_node: str) -> Iterator[list[str]]:
+    """NodeAllocations this test's agents create (cluster-scoped), deleted afterwards."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    names = [gpu_node, "walras-tenant-totals"]
+    yield names
+    api = client.CustomObjectsApi(kube)
+    for name in names:
+        with contextlib.suppress(ApiException):
+            api.delete_cluster_custom_object("walras.dev", "v1alpha1", "nodeallocations", name)
+
+
+def test_agent_and_aggregator_with_the_chart_tokens_publish(
+    control_plane: Any,
+    kube: Any,
+    release: str,
+    namespace: str,
+    pool: str,
+    allocations_cleaned: list[str],
+    tmp_path: Path,
+) -> None:
+    """The DaemonSet's and the aggregator's RBAC, used: the node agent publishes its node's tasks
+    and the aggregator publishes the tenant totals, each with only its chart ServiceAccount."""
+    node, totals = allocations_cleaned
+    _submit_job(kube, namespace, "agent-job")
+    agent_args = ["agent", "--node-name", node, "--tau", "0.2", "--stale-after", "30"]
+    aggregator_args = ["agent", "--aggregate", "--aggregate-period", "0.2", "--stale-after", "30"]
+    with (
+        _walras(control_plane, tmp_path, "walras-agent", agent_args, name="agent") as agent,
+        _walras(
+            control_plane, tmp_path, "walras-aggregator", aggregator_args, name="aggregator"
+        ) as aggregator,
+    ):
+        tasks = _wait(
+            lambda: (_allocation(kube, node).get("tasks") or {}).get(namespace),
+            DEADLINE_S,
+            f"the agent's tasks for tenant {namespace} on {node}",
+        )
+        assert float(tasks) > 0, _log(agent)
+        published = _wait(
+            lambda: (_allocation(kube, totals).get("tasks") or {}).get(namespace),
+            DEADLINE_S,
+            "the aggregator's tenant totals",
+        )
+        assert float(published) > 0, _log(aggregator)
+        for running in (agent, aggregator):
+            assert "forbidden" not in _log(running).lower(), _log(running)
 
 
 @pytest.fixture
