@@ -14,8 +14,13 @@ search fails on a kinked g, e.g. target-priority) the projected subgradient meth
 steps continues from the best prices. Start prices are the paper's eq. (17),
 p¹ = (1/n) Σ_i u_i'(a_i^T x⁰) a_i / d_i with x⁰ = R/(nκ), κ = max(1, 1^T R/n); for n ≥ 200 000
 they are first refined by solving a 50 000-job stride sample of the problem (capacity scaled),
-which cuts the full-size iterations to a handful. ``warm_prices`` (the operator's previous round)
-replace both.
+which cuts the full-size iterations to one or two. ``warm_prices`` (the operator's previous
+round) replace both.
+
+With few jobs per type (n ≤ 5000·m) g is far from smooth and the scaled response wastes capacity
+on the types that jobs pile onto at p*; there each iteration also tries the scaled running
+average of the responses and gives capacity left over to jobs with idle time (``_fill``); the
+best feasible allocation seen is returned (it may then use more than two types per job).
 
 Called by the operator each round, by ``walras solve`` and by the benchmark.
 """
@@ -239,7 +244,6 @@ class _Run:
     best_primal: float = -math.inf
     best_primal_k: int = -1
     best_primal_p: FloatArray | None = None
-    last_grad: FloatArray | None = None
     last_r: FloatArray | None = None
     t_sub: float = 0.0
     t_rec: float = 0.0
@@ -275,7 +279,7 @@ class _Run:
             self.best_primal_k = len(self.history) - 1
             self.best_alloc = alloc
         grad = self.prep.R - r
-        self.last_grad, self.last_r = grad, r
+        self.last_r = r
         return g, grad
 
     def _averaged(self, primal: float, scale: FloatArray) -> tuple[float, FloatArray]:
@@ -303,7 +307,7 @@ def _fill(prep: _Prepared, D: FloatArray, X: FloatArray) -> FloatArray:
     """Give capacity left after scaling to jobs with idle time (utilities never decrease).
 
     Near p* jobs that are indifferent between types all pile onto one of them; scaling cuts
-    that type while another keeps spare capacity. Type by type (cheapest first), each job
+    that type while another keeps spare capacity. Type by type (in index order), each job
     with idle time σ_i and throughput there gets σ_i·f of it, f = min(1, spare / demand).
     """
     X = X.copy()
@@ -324,15 +328,16 @@ def _fill(prep: _Prepared, D: FloatArray, X: FloatArray) -> FloatArray:
     return X
 
 
-def _dense(b: Backend, it: _Iterate, n: int, m: int) -> FloatArray:
-    """The (n, m) allocation of the responses in ``it`` (solver order, unscaled)."""
+def _dense(b: Backend, it: _Iterate, n: int, m: int, scale: FloatArray | None = None) -> FloatArray:
+    """The (n, m) allocation of the responses in ``it`` (solver order), columns scaled."""
     X = np.zeros((n, m))
     flat = X.reshape(-1)
     base = np.arange(n) * m
     for types, x in ((it.type_lo, it.x_lo), (it.type_hi, it.x_hi)):
         ty = b.to_numpy(types)
         used = ty >= 0
-        flat[base[used] + ty[used]] = b.to_numpy(x)[used]
+        xv = b.to_numpy(x)[used]
+        flat[base[used] + ty[used]] = xv if scale is None else xv * scale[ty[used]]
     return X
 
 
@@ -475,7 +480,7 @@ def solve(
         run = _Run(prep, it, eps * prep.n, max_iter)
         _iterate(run, p0)
         t_iter = time.perf_counter()
-        result = _finish(run, problem, coarse_iters)
+        result = _finish(run)
     t_end = time.perf_counter()
     timings = {
         "setup": t_setup - t_start,
@@ -490,25 +495,29 @@ def solve(
     return PricingResult(**{**result, "timings": timings})
 
 
-def _finish(run: _Run, problem: PricingProblem, coarse_iters: int) -> dict[str, Any]:
+def _finish(run: _Run) -> dict[str, Any]:
+    """The result fields of the best iterates, in the caller's job order."""
     prep = run.prep
     b = prep.b
     if run.best_alloc is not None:
         X = run.best_alloc
+        t = (prep.A * X).sum(axis=1)
     else:
         if run.best_primal_k != len(run.history) - 1:
             # The best lower bound came from an earlier iterate: recompute its responses.
             _, r = _evaluate(prep, _known(run.best_primal_p), run.it)
         else:
             r = _known(run.last_r)
-        X = _dense(b, run.it, prep.n, prep.m) * _scales(prep.R, r)[None, :]
+        scale = _scales(prep.R, r)
+        X = _dense(b, run.it, prep.n, prep.m, scale)
+        t = np.asarray(b.to_numpy(_recovered_t(prep, run.it, scale)), dtype=np.float64)
     if prep.job_order is not None:
-        out = np.empty_like(X)
-        out[prep.job_order] = X
-        X = out
+        X_out, t_out = np.empty_like(X), np.empty_like(t)
+        X_out[prep.job_order], t_out[prep.job_order] = X, t
+        X, t = X_out, t_out
+    elif t is run.it.t:
+        t = t.copy()  # the iterate's buffer is not the caller's
     X.setflags(write=False)
-    t = np.einsum("ij,ij->i", X, np.asarray(problem.throughput, dtype=np.float64), optimize=False)
-    t = np.where(np.isfinite(t), t, 0.0)
     t.setflags(write=False)
     prices = _known(run.best_dual_p).copy()
     prices.setflags(write=False)
