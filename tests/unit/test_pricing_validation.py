@@ -197,6 +197,7 @@ def problems(draw: st.DrawFn) -> dict[str, Any]:
     }
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problems())
 def test_fuzz_named_error_or_feasible_allocation_with_valid_gap(data: dict[str, Any]) -> None:
