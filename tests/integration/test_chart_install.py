@@ -366,12 +366,14 @@ def _walras(
             proc.wait(timeout=10)
 
 
-def _operator(cp: Any, tmp_path: Path, *, sandbox: bool = False) -> Any:
+def _operator(
+    cp: Any, tmp_path: Path, *, sandbox: bool = False, policy: str = "price-discovery"
+) -> Any:
     """`walras operator` with the chart controller's ServiceAccount and the chart's flags."""
     health = _free_port()
     flags = [
         "operator",
-        "--policy", "price-discovery",
+        "--policy", policy,
         "--round-seconds", "1",
         "--metrics-port", str(_free_port()),
         "--health-port", str(health),
@@ -491,7 +493,7 @@ def allocations_cleaned(kube: Any, gpu_node: str) -> Iterator[list[str]]:
             api.delete_cluster_custom_object("walras.dev", "v1alpha1", "nodeallocations", name)
 
 
-def test_agent_and_aggregator_with_the_chart_tokens_publish(
+def test_distributed_psdsf_with_the_chart_tokens_schedules(
     control_plane: Any,
     kube: Any,
     release: str,
@@ -500,8 +502,9 @@ def test_agent_and_aggregator_with_the_chart_tokens_publish(
     allocations_cleaned: list[str],
     tmp_path: Path,
 ) -> None:
-    """The DaemonSet's and the aggregator's RBAC, used: the node agent publishes its node's tasks
-    and the aggregator publishes the tenant totals, each with only its chart ServiceAccount."""
+    """Policy psdsf-distributed end to end, each process with only its chart ServiceAccount: the
+    node agent publishes its node's tasks, the aggregator the tenant totals, and the operator
+    reads them and binds the job's pod."""
     node, totals = allocations_cleaned
     _submit_job(kube, namespace, "agent-job")
     agent_args = ["agent", "--node-name", node, "--tau", "0.2", "--stale-after", "30"]
@@ -524,7 +527,14 @@ def test_agent_and_aggregator_with_the_chart_tokens_publish(
             "the aggregator's tenant totals",
         )
         assert float(published) > 0, _log(aggregator)
-        for running in (agent, aggregator):
+        with _operator(control_plane, tmp_path, policy="psdsf-distributed") as operator:
+            bound = _wait(
+                lambda: [p for p in _job_pods(kube, namespace, "agent-job") if p.spec.node_name],
+                DEADLINE_S,
+                "a bound pod of agent-job under psdsf-distributed",
+            )
+            assert bound[0].spec.node_name == node, _log(operator)
+        for running in (agent, aggregator, operator):
             assert "forbidden" not in _log(running).lower(), _log(running)
 
 
