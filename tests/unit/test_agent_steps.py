@@ -87,7 +87,7 @@ def test_damped_step_is_a_convex_combination_without_refill() -> None:
     published = {"t0": 40.0, "t1": 30.0, "t2": 2.0}
     pt = totals(published, {"t0": 10, "t1": 10, "t2": 10}, period=0.2)  # c = 2
     undamped = steps.agent_step(col, pt, old, tau=1.0, first=True)
-    damped = steps.agent_step(col, pt, old, tau=1.0, refill=False)
+    damped = steps.agent_step(col, pt, old, tau=1.0, base_damping=0.5, refill=False)
     assert damped.damping == pytest.approx(0.25)
     for n in col.tenant_names:
         want = old[n] + 0.25 * (undamped.tasks[n] - old[n])
@@ -101,7 +101,7 @@ def test_refill_uses_capacity_a_departed_tenant_left() -> None:
     # in the damped split.
     old = {"t0": best_alone["t0"] / 2, "t1": best_alone["t1"] / 2, "t2": 5.0}
     pt = totals({"t0": 100.0, "t1": 100.0}, {"t0": 50, "t1": 50}, period=0.1)
-    result = steps.agent_step(col, pt, old, tau=1.0)
+    result = steps.agent_step(col, pt, old, tau=1.0, base_damping=0.5)
     assert result.damping < 0.2
     assert time_share(col, result.tasks) == pytest.approx(1.0, rel=1e-9)
     assert "t2" not in result.tasks
@@ -146,3 +146,28 @@ def test_every_step_is_feasible_on_the_node(n: int, seed: int, mode: str, count:
         use = x @ (col.demand / col.throughput[:, None])
         assert (use <= col.capacity * (1 + 1e-9)).all()
     assert 0.0 < result.damping <= 1.0
+
+
+@settings(max_examples=100, deadline=None)
+@given(seed=st.integers(0, 100_000), n=st.integers(1, 8))
+def test_max_scale_matches_bisection(seed: int, n: int) -> None:
+    """The exact break-point walk of the refill against a plain bisection oracle."""
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(0.0, 2.0, n) * (rng.random(n) < 0.9)
+    ceiling = x * rng.uniform(1.0, 4.0, n)
+    cost = rng.uniform(0.0, 1.0, n)
+    budget = float(np.sum(x * cost)) * rng.uniform(1.0, 3.0)
+
+    def value(s: float) -> float:
+        return float(np.sum(np.minimum(s * x, ceiling) * cost))
+
+    got = steps._max_scale(x, ceiling, cost, budget)
+    s_hi = float(np.max(np.where(x > 0, ceiling / np.where(x > 0, x, 1.0), 1.0)))
+    if value(s_hi) <= budget * (1 + 1e-12):
+        assert got == float("inf") or value(got) <= budget * (1 + 1e-9)
+        return
+    lo, hi = 1.0, s_hi
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if value(mid) <= budget else (lo, mid)
+    assert got == pytest.approx(lo, rel=1e-9)

@@ -25,6 +25,8 @@ import datetime as dt
 import logging
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from kubernetes import client
@@ -44,6 +46,8 @@ log = logging.getLogger("walras.agent.aggregator")
 
 #: Per publish, the published period forgets a longer past interval by this factor.
 PERIOD_DECAY = 0.9
+#: Seconds between Node LISTs in :func:`run` (a deleted node's allocation goes within this).
+NODE_LIST_SECONDS = 1.0
 
 
 def aggregate_once(
@@ -51,11 +55,15 @@ def aggregate_once(
     *,
     stale_after: float,
     now: dt.datetime | None = None,
+    node_names: Callable[[], set[str]] | None = None,
 ) -> Totals:
-    """List, clean up, sum and publish once; returns what was published."""
+    """List, clean up, sum and publish once; returns what was published.
+
+    ``node_names`` replaces the Node LIST (the loop passes a cache refreshed every second).
+    """
     kube = api_client if isinstance(api_client, Kube) else Kube(api_client)
     items, rv = kube.list_custom(ALLOCATIONS)
-    names = kube.node_names()
+    names = node_names() if node_names is not None else kube.node_names()
     when = now if now is not None else dt.datetime.now(dt.UTC)
     prior = next((i for i in items if totals_mod.is_totals(i)), None)
     prior_status = (prior or {}).get("status") or {}
@@ -116,10 +124,20 @@ def run(
 ) -> None:
     """Aggregate every ``period`` seconds until ``stop`` is set; errors are logged and retried."""
     kube = api_client if isinstance(api_client, Kube) else Kube(api_client)
+    cache: dict[str, Any] = {"at": -1e18, "names": set()}
+
+    def node_names() -> set[str]:
+        # Nodes come and go rarely; listing them (full objects) every 0.1 s would dominate.
+        if time.monotonic() - cache["at"] > NODE_LIST_SECONDS:
+            cache["names"] = kube.node_names()
+            cache["at"] = time.monotonic()
+        names: set[str] = cache["names"]
+        return names
+
     while not stop.is_set():
         started = time.monotonic()
         try:
-            aggregate_once(kube, stale_after=stale_after)
+            aggregate_once(kube, stale_after=stale_after, node_names=node_names)
         except Exception:  # keep publishing through API hiccups
             log.exception("aggregation failed")
         stop.wait(max(0.0, period - (time.monotonic() - started)))

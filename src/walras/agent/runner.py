@@ -106,17 +106,20 @@ class SharedReads:
         self._lock = threading.Lock()
         self._objects: tuple[list[dict[str, Any]], list[dict[str, Any]]] = ([], [])
         self._objects_at = -1e18
+        self._generation = 0
         self._totals: steps.PublishedTotals | None = None
         self._totals_at = -1e18
 
-    def jobs_and_pools(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    def jobs_and_pools(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
+        """Jobs, pools and a generation number that changes whenever they were re-listed."""
         with self._lock:
             if time.monotonic() - self._objects_at > self.ttl:
                 jobs, _ = self.kube.list_custom(JOBS)
                 pools, _ = self.kube.list_custom(POOLS)
                 self._objects = (jobs, pools)
                 self._objects_at = time.monotonic()
-            return self._objects
+                self._generation += 1
+            return self._objects[0], self._objects[1], self._generation
 
     def totals(self, newer_than: int | None = None) -> steps.PublishedTotals | None:
         with self._lock:
@@ -148,6 +151,8 @@ class Agent:
         self.first = True
         self.last_write = -1e18
         self.started = False
+        self._column: steps.Column | None = None
+        self._column_key: tuple[int, object] | None = None
 
     # ----------------------------------------------------------------- state
 
@@ -192,8 +197,13 @@ class Agent:
             return StepOutcome(False, 0.0, 0.0, "node not found", self.iteration)
         if not self.started:
             self._resume(node)
-        jobs, pools = self.reads.jobs_and_pools()
-        column = columns.node_column(node, jobs, pools)
+        jobs, pools, generation = self.reads.jobs_and_pools()
+        # The column only changes with the node, the jobs or the pools: rebuild it then.
+        key = (generation, (node.get("metadata") or {}).get("resourceVersion"))
+        if self._column is None or key != self._column_key:
+            self._column = columns.node_column(node, jobs, pools)
+            self._column_key = key
+        column = self._column
         totals = self.reads.totals(None if self.first else self.version)
         if totals is None:
             totals = steps.PublishedTotals({}, {}, 0.0, None, 0)

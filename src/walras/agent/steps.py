@@ -137,6 +137,28 @@ def effective_damping(base: float, column: Column, totals: PublishedTotals, tau:
     return min(1.0, base / concurrency(column, totals, tau))
 
 
+def _max_scale(x: FloatArray, ceiling: FloatArray, cost: FloatArray, budget: float) -> float:
+    """Largest s ≥ 1 with Σ_n min(s·x_n, ceiling_n)·cost_n ≤ budget (inf if it never binds).
+
+    The left side is piecewise linear and non-decreasing in s with break points ceiling_n/x_n, so
+    the answer is found exactly by one sort and cumulative sums.
+    """
+    live = (x > 0) & (cost > 0)
+    if not live.any():
+        return float("inf")
+    bp = ceiling[live] / x[live]
+    order = np.argsort(bp)
+    bp, xc, cc = bp[order], (x[live] * cost[live])[order], (ceiling[live] * cost[live])[order]
+    fixed = np.concatenate([[0.0], np.cumsum(cc)[:-1]])  # tenants already at their ceiling
+    slope = float(np.sum(xc)) - np.concatenate([[0.0], np.cumsum(xc)[:-1]])
+    value_at_bp = fixed + slope * bp
+    over = np.flatnonzero(value_at_bp > budget)
+    if len(over) == 0:
+        return float("inf")
+    k = int(over[0])
+    return max(1.0, (budget - fixed[k]) / slope[k]) if slope[k] > 0 else 1.0
+
+
 def _refill(
     column: Column, damped: FloatArray, best: FloatArray, old: FloatArray, mode: str
 ) -> FloatArray:
@@ -144,41 +166,29 @@ def _refill(
 
     The ceiling is max(old, best) per tenant. Feasible means TDM time shares no more than those of
     the best response (so a node the best response leaves partly idle stays so), RDM every
-    resource within capacity. The left side is monotone in s: bisection.
+    resource within capacity.
     """
     ceiling = np.maximum(old, best)
-    positive = damped > 0
-    if not positive.any():
-        return damped
-    s_hi = float(np.max(ceiling[positive] / damped[positive]))
-    if s_hi <= 1.0:
+    if not (damped > 0).any():
         return damped
     gamma = column.gamma()
     live = gamma > 0
-    per_work = column.demand.copy()
-    if column.throughput is not None:
-        safe = np.where(column.throughput > 0, column.throughput, 1.0)
-        per_work = per_work / safe[:, None]
-    share_target = max(
-        float(np.sum(best[live] / gamma[live])), float(np.sum(damped[live] / gamma[live]))
-    )
-
-    def fits(scale: float) -> bool:
-        x = np.minimum(scale * damped, ceiling)
-        if mode == "tdm":
-            return float(np.sum(x[live] / gamma[live])) <= share_target * (1 + 1e-12)
-        return bool(np.all(x @ per_work <= column.capacity * (1 + 1e-12)))
-
-    if fits(s_hi):
-        return np.minimum(s_hi * damped, ceiling)
-    lo, hi = 1.0, s_hi
-    for _ in range(60):
-        mid = 0.5 * (lo + hi)
-        if fits(mid):
-            lo = mid
-        else:
-            hi = mid
-    return np.minimum(lo * damped, ceiling)
+    if mode == "tdm":
+        inv = np.where(live, 1.0 / np.where(live, gamma, 1.0), 0.0)
+        budget = max(float(np.sum(best * inv)), float(np.sum(damped * inv)))
+        scale = _max_scale(damped, ceiling, inv, budget)
+    else:
+        per_work = column.demand.copy()
+        if column.throughput is not None:
+            safe = np.where(column.throughput > 0, column.throughput, 1.0)
+            per_work = per_work / safe[:, None]
+        scale = min(
+            _max_scale(damped, ceiling, per_work[:, r], float(column.capacity[r]))
+            for r in range(len(column.capacity))
+        )
+    if not np.isfinite(scale):
+        return ceiling.copy() * (damped > 0) + damped * (damped <= 0)
+    return np.minimum(scale * damped, ceiling)
 
 
 def agent_step(
