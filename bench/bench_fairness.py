@@ -7,8 +7,9 @@ line per case: ``mode, K, N, time_s, sweeps, certificate_violation, converged, p
 
 Every case runs in its own interpreter (so ``peak_rss_mb`` is that case's own). To keep the whole
 run near three minutes on a 2-core machine, each case gets a sweep budget of about
-``BUDGET_S`` seconds, estimated from a two-sweep probe; a case that needs more stops early with
-``converged: false`` and the certificate it reached (the line says so; nothing is hidden).
+``BUDGET_S`` seconds, estimated from timing the DRF start (about one sweep); a case that needs
+more stops early with ``converged: false``, ``budget_sweeps`` and the certificate it reached.
+RDM at K=5000, N=1000 is skipped (a line says so): one sweep alone takes about 10 s here.
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ import time
 
 import numpy as np
 
-BUDGET_S = 12.0
+BUDGET_S = 10.0
 CASES = [(mode, K, N) for K in (100, 1000, 5000) for N in (100, 1000) for mode in ("tdm", "rdm")]
+# RDM at K=5000, N=1000 needs ~10 s per sweep here, so even three sweeps break the time budget.
+SKIP = {("rdm", 5000, 1000): "skipped: about 10 s per RDM sweep at this size on 2 cores"}
 
 
 def instance(K: int, N: int, seed: int = 0) -> object:
@@ -47,8 +50,8 @@ def run_case(mode: str, K: int, N: int) -> dict[str, object]:
 
     problem = instance(K, N)
     start = time.perf_counter()
-    solve(problem, mode=mode, max_sweeps=2)  # type: ignore[arg-type]
-    per_sweep = (time.perf_counter() - start) / 3.0
+    solve(problem, mode=mode, max_sweeps=0)  # type: ignore[arg-type]  # DRF start ≈ one sweep
+    per_sweep = time.perf_counter() - start
     budget = max(3, int(BUDGET_S / max(per_sweep, 1e-6)))
     start = time.perf_counter()
     result = solve(problem, mode=mode, max_sweeps=budget)  # type: ignore[arg-type]
@@ -76,6 +79,10 @@ def main(argv: list[str]) -> int:
         return 0
     failed = 0
     for mode, K, N in CASES:
+        if (mode, K, N) in SKIP:
+            line = {"bench": "fairness", "mode": mode, "K": K, "N": N, "skipped": SKIP[mode, K, N]}
+            print(json.dumps(line), flush=True)
+            continue
         rc = subprocess.run(
             [sys.executable, __file__, mode, str(K), str(N)], check=False
         ).returncode
