@@ -6,6 +6,12 @@
 #   hack/control-plane.sh start DIR      certs + tokens, etcd, kube-apiserver, kwok on loopback; kubeconfigs in DIR
 #   hack/control-plane.sh stop DIR       kill exactly the PIDs recorded in DIR, then remove DIR
 #   hack/control-plane.sh env DIR        print `export KUBECONFIG=DIR/admin.kubeconfig` (and PATH with the cached tools)
+#   hack/control-plane.sh watch DIR PID  (internal) stop DIR's control plane once process PID is gone;
+#                                        `start` runs it when WALRAS_OWNER_PID is set
+#
+# Environment: WALRAS_CACHE, WALRAS_GO_PARALLEL (default 2), WALRAS_K8S_VERSION / _ETCD_ / _KWOK_
+# (pins), WALRAS_OWNER_PID, WALRAS_APISERVER_READY_TIMEOUT (s, default 60),
+# WALRAS_APISERVER_VERBOSITY (default 1), WALRAS_FAILED_LOGS_DIR (where a failed start copies logs).
 #
 # Called by walras.devcluster (the pytest fixtures in tests/conftest.py use that), by `make`
 # and by .ci/run.
