@@ -198,7 +198,8 @@ def test_metrics_match_the_statuses(
     assert max(prices[t] for t in cluster.values()) > 0
     assert by_label(samples, "walras_pending_jobs", "reason") == pending_counts(jobs)
     assert pending_counts(jobs)  # the rejected spec at least
-    assert value_or(samples, "walras_bindings_total") >= bound > 0
+    # Every pod bound now was bound through pods/binding, and the first round bound some.
+    assert value_or(samples, "walras_bindings_total") >= max(bound, 1)
     rounds = value_or(samples, "walras_rounds_total")
     assert value(samples, "walras_round_seconds_count", phase="total") == rounds
     assert value_or(samples, "walras_duality_gap") >= -1e-9
