@@ -440,11 +440,27 @@ def test_defaults_are_conservative(helm: str) -> None:
     docs = render(helm)
     assert of_kind(docs, "DaemonSet") == []
     assert of_kind(docs, "ServiceMonitor") == []
-    assert one(docs, "Deployment", "controller")["spec"]["replicas"] == 1
+    deployment = one(docs, "Deployment", "controller")
+    assert deployment["spec"]["replicas"] == 1
+    # /readyz is true only on the Lease holder: a RollingUpdate would wait forever for a new pod
+    # that cannot become leader while the old one runs.
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
     assert one(docs, "PodDisruptionBudget")["spec"] == {
         "maxUnavailable": 1,
         "selector": one(docs, "Deployment", "controller")["spec"]["selector"],
     }
+
+
+def test_pdb_min_available_takes_precedence(helm: str) -> None:
+    docs = render(
+        helm,
+        "--set",
+        "controller.replicas=2",
+        "--set",
+        "controller.podDisruptionBudget.minAvailable=1",
+    )
+    spec = one(docs, "PodDisruptionBudget")["spec"]
+    assert (spec.get("minAvailable"), spec.get("maxUnavailable")) == (1, None)
 
 
 @pytest.mark.parametrize(
@@ -463,9 +479,9 @@ def test_defaults_are_conservative(helm: str) -> None:
         pytest.param(["--set", "solver.eps=2"], "eps", id="eps out of range"),
         pytest.param(["--set", "solver.backend=cupy"], "backend", id="unknown backend"),
         pytest.param(
-            ["--set", "controller.podDisruptionBudget.minAvailable=1"],
-            "not both",
-            id="pdb both bounds",
+            ["--set", "controller.podDisruptionBudget.maxUnavailable=null"],
+            "minAvailable or maxUnavailable",
+            id="pdb without a bound",
         ),
     ],
 )

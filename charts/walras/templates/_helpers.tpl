@@ -69,9 +69,6 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- if and $pdb.enabled (kindIs "invalid" $pdb.minAvailable) (kindIs "invalid" $pdb.maxUnavailable) }}
 {{- fail "controller.podDisruptionBudget needs minAvailable or maxUnavailable" }}
 {{- end }}
-{{- if and $pdb.enabled (not (kindIs "invalid" $pdb.minAvailable)) (not (kindIs "invalid" $pdb.maxUnavailable)) }}
-{{- fail "controller.podDisruptionBudget takes minAvailable or maxUnavailable, not both" }}
-{{- end }}
 {{- end }}
 
 {{/* Environment every Walras container gets: the image writes only under /tmp (read-only root). */}}
