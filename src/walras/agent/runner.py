@@ -150,6 +150,7 @@ class Agent:
         self.iteration = 0
         self.first = True
         self.last_write = -1e18
+        self.latency = 0.0  # read-to-write seconds of the last written step
         self.started = False
         self._column: steps.Column | None = None
         self._column_key: tuple[int, object] | None = None
@@ -204,6 +205,7 @@ class Agent:
             self._column = columns.node_column(node, jobs, pools)
             self._column_key = key
         column = self._column
+        read_at = time.monotonic()
         totals = self.reads.totals(None if self.first else self.version)
         if totals is None:
             totals = steps.PublishedTotals({}, {}, 0.0, None, 0)
@@ -224,6 +226,7 @@ class Agent:
             base_damping=cfg.damping,
             mode=cfg.mode,
             first=self.first,
+            latency=self.latency,
         )
         metrics.AGENT_RESIDUAL.labels(node=cfg.node_name).set(result.residual)
         now_mono = time.monotonic()
@@ -258,6 +261,7 @@ class Agent:
                 del status["pods"][gone]
             rv = self.kube.patch_allocation_status(cfg.node_name, status)
         self.version = _version(rv)
+        self.latency = time.monotonic() - read_at
         self.previous = dict(result.tasks)
         self.eligible = result.eligible
         self.iteration += 1

@@ -18,8 +18,9 @@ deviation from its fair share by ``1 − c θ`` (for two tenants sharing ``K`` e
 undamped gain is ``−(K − 1)``), so a fixed θ oscillates once ``c θ > 2``. The concurrency is
 estimated from data every agent already reads, at a cost independent of the number of nodes: the
 aggregator publishes, per tenant, how many nodes it is eligible on (``K_n``) and its own publish
-period ``T``; agents step once per τ, so about ``c = max_n K_n · min(1, T / τ)`` of them act on
-one snapshot. The effective damping is ``θ = min(1, θ₀ / c)`` with the base ``θ₀`` (``--damping``,
+period ``T``; agents step once per τ, so about ``c = max_n K_n · min(1, (T + L) / τ)`` of them act
+on one snapshot, ``L`` being the agent's own read-to-write latency (it grows under load). The
+effective damping is ``θ = min(1, θ₀ / c)`` with the base ``θ₀`` (``--damping``,
 default 1.0): the split between tenants then contracts by about ``1 − θ₀ α`` per aggregation,
 ``α ≤ 1`` being how strongly a node's best response reacts to the tenant's total.
 
@@ -121,9 +122,14 @@ class StepResult:
     skipped: str | None = None  # reason when the step was not taken; nothing should be written
 
 
-def concurrency(column: Column, totals: PublishedTotals, tau: float) -> float:
-    """Expected number of agents acting on one totals snapshot, for the tenants of this node."""
-    share = min(1.0, totals.period / tau) if tau > 0 and totals.period > 0 else 1.0
+def concurrency(column: Column, totals: PublishedTotals, tau: float, latency: float = 0.0) -> float:
+    """Expected number of agents acting on one totals snapshot, for the tenants of this node.
+
+    The window is the aggregator's period plus this agent's own read-to-write latency (measured
+    on its previous step): under load, agents act on older snapshots and more of them overlap.
+    """
+    window = totals.period + max(0.0, latency)
+    share = min(1.0, window / tau) if tau > 0 and window > 0 else 1.0
     counts = [
         max(1, totals.nodes.get(name, 1))
         for name, ok in zip(column.tenant_names, column.eligible, strict=True)
@@ -132,9 +138,11 @@ def concurrency(column: Column, totals: PublishedTotals, tau: float) -> float:
     return max(1.0, max(counts, default=1) * share)
 
 
-def effective_damping(base: float, column: Column, totals: PublishedTotals, tau: float) -> float:
+def effective_damping(
+    base: float, column: Column, totals: PublishedTotals, tau: float, latency: float = 0.0
+) -> float:
     """θ = min(1, θ₀ / c) with c from :func:`concurrency`."""
-    return min(1.0, base / concurrency(column, totals, tau))
+    return min(1.0, base / concurrency(column, totals, tau, latency))
 
 
 def _max_scale(x: FloatArray, ceiling: FloatArray, cost: FloatArray, budget: float) -> float:
@@ -202,6 +210,7 @@ def agent_step(
     first: bool = False,
     refill: bool = True,
     adaptive: bool = True,
+    latency: float = 0.0,
     node_update: NodeUpdate | None = None,
 ) -> StepResult:
     """Run the server procedure for ``column`` against ``totals`` and damp it.
@@ -245,7 +254,7 @@ def agent_step(
     if first:
         theta = 1.0
     elif adaptive:
-        theta = effective_damping(base_damping, column, totals, tau)
+        theta = effective_damping(base_damping, column, totals, tau, latency)
     else:
         theta = min(1.0, base_damping)
     new = old + theta * (best - old)
