@@ -124,3 +124,17 @@ def test_plot_writes_a_png(tmp_path: Path) -> None:
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(data) > 10_000  # three panels with lines, not an empty canvas
+
+
+@pytest.mark.parametrize(
+    ("n_jobs", "n_waves", "rounds"), [(30, 3, 10), (6, 3, 3), (7, 3, 2), (5, 1, 4)]
+)
+def test_waves_partition_the_jobs_in_order(n_jobs: int, n_waves: int, rounds: int) -> None:
+    table, source = workload.load_throughputs(None)
+    jobs = workload.build(n_jobs, table, source).jobs
+    arrivals = workload.waves(jobs, n_waves, rounds)
+    assert tuple(j for _, batch in arrivals for j in batch) == jobs
+    afters = [after for after, _ in arrivals]
+    assert afters[0] == 0 and afters == sorted(set(afters)) and afters[-1] < rounds
+    sizes = [len(batch) for _, batch in arrivals]
+    assert max(sizes) - min(sizes) <= 1

@@ -1,4 +1,7 @@
-"""``python -m walras.demo [--rounds 10] [--round-seconds 3] [--jobs 30] [--out out]``."""
+"""``python -m walras.demo [--rounds 10] [--round-seconds 3] [--jobs 30] [--waves 3] [--out DIR]``.
+
+Options are documented in docs/demo.md.
+"""
 
 from __future__ import annotations
 
@@ -19,11 +22,19 @@ def main(
         "out"
     ),
     policy: Annotated[str, typer.Option(help="Operator policy.")] = "price-discovery",
+    waves: Annotated[
+        int, typer.Option(min=1, help="Submit the jobs in this many waves, spread over rounds.")
+    ] = 3,
 ) -> None:
     """Run the full Walras demo on a throw-away local control plane."""
     console = Console()
     options = runner.Options(
-        rounds=rounds, round_seconds=round_seconds, jobs=jobs, out=out, policy=policy
+        rounds=rounds,
+        round_seconds=round_seconds,
+        jobs=jobs,
+        out=out,
+        policy=policy,
+        waves=waves,
     )
     try:
         runner.run(options, console)

@@ -8,6 +8,7 @@ go through ``walras.cli.inspect_cmd.list_jobs``/``list_pools`` so the demo shows
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,16 +46,19 @@ def create_nodes_and_pools(api: Any, load: workload.Workload) -> None:
         )
 
 
-def submit_jobs(api: Any, load: workload.Workload) -> None:
-    from kubernetes import client
-
+def create_namespaces(api: Any, load: workload.Workload) -> None:
     from walras import devcluster
 
     # devcluster's helper also creates the `default` ServiceAccount (no SA controller here).
     for namespace in sorted({job.namespace for job in load.jobs}):
         devcluster.create_namespace(api, namespace)
+
+
+def submit_jobs(api: Any, jobs: Sequence[workload.DemoJob]) -> None:
+    from kubernetes import client
+
     custom = client.CustomObjectsApi(api)
-    for job in load.jobs:
+    for job in jobs:
         custom.create_namespaced_custom_object(
             GROUP, VERSION, job.namespace, "fungiblejobs", workload.job_manifest(job)
         )

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -39,6 +39,7 @@ class Options:
     jobs: int = 30
     out: Path = Path("out")
     policy: str = "price-discovery"
+    waves: int = 3
 
 
 class DemoError(RuntimeError):
@@ -128,6 +129,7 @@ def watch_rounds(
     operator: subprocess.Popen[bytes],
     operator_log: Path,
     metrics_port: int,
+    arrivals: Sequence[tuple[int, Sequence[workload.DemoJob]]] = (),
 ) -> list[report.RoundRecord]:
     """Print the tables after each round the operator completes; stop after ``options.rounds``.
 
@@ -159,6 +161,10 @@ def watch_rounds(
         console.print(report.pools_table(pools, title=f"ResourcePools after round {seen}"))
         shares = ", ".join(f"{t} {s:.0%}" for t, s in rec.tenant_share.items())
         console.print(f"running {rec.running}, pending {rec.pending}; tenant shares: {shares}")
+        for after, batch in arrivals:
+            if after == len(history):
+                cluster.submit_jobs(api, batch)
+                console.print(f"[cyan]submitted {len(batch)} more FungibleJobs[/cyan]")
         deadline = time.monotonic() + 30 + 3 * options.round_seconds
     return history
 
@@ -199,8 +205,16 @@ def run(options: Options, console: Console | None = None) -> Path:
             console.rule("[bold]4. FungibleJobs")
             style = "yellow" if csv_path is None else "green"
             console.print(f"throughputs: [{style}]{load.source}[/{style}]")
-            cluster.submit_jobs(api, load)
-            console.print(f"{len(load.jobs)} jobs across tenants {', '.join(workload.TENANTS)}")
+            cluster.create_namespaces(api, load)
+            arrivals = workload.waves(load.jobs, options.waves, options.rounds)
+            cluster.submit_jobs(api, arrivals[0][1])
+            console.print(
+                f"{len(load.jobs)} jobs across tenants {', '.join(workload.TENANTS)}: "
+                + "; ".join(
+                    f"{len(jobs)} {'now' if after == 0 else f'after round {after}'}"
+                    for after, jobs in arrivals
+                )
+            )
 
             console.rule("[bold]5. walras operator")
             metrics_port = free_port()
@@ -214,7 +228,9 @@ def run(options: Options, console: Console | None = None) -> Path:
             console.print(f"pid {operator.pid}, log {operator_log}")
 
             console.rule("[bold]6. rounds")
-            history = watch_rounds(console, api, options, operator, operator_log, metrics_port)
+            history = watch_rounds(
+                console, api, options, operator, operator_log, metrics_port, arrivals[1:]
+            )
 
             console.rule("[bold]kubectl get rpool,fjob -A")
             console.print(cluster.kubectl_get(control_plane), markup=False, highlight=False)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import csv
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -146,3 +146,18 @@ def job_manifest(job: DemoJob) -> dict[str, Any]:
             },
         },
     }
+
+
+def waves(
+    jobs: Sequence[DemoJob], n_waves: int, rounds: int
+) -> list[tuple[int, tuple[DemoJob, ...]]]:
+    """Split the jobs into ``n_waves`` arrival waves: (round after which to submit, jobs).
+
+    Wave 0 is submitted before the operator starts; wave k after round ``k · rounds / n_waves``,
+    so prices can be watched rising as the cluster fills up. Jobs keep their order.
+    """
+    n_waves = max(1, min(n_waves, len(jobs), rounds))
+    bounds = [round(k * len(jobs) / n_waves) for k in range(n_waves + 1)]
+    return [
+        ((k * rounds) // n_waves, tuple(jobs[bounds[k] : bounds[k + 1]])) for k in range(n_waves)
+    ]
