@@ -60,6 +60,10 @@ class RoundReport:
     realise: float = 0.0
     writes: float = 0.0
     total: float = 0.0
+    deletes_s: float = 0.0
+    creates_s: float = 0.0
+    binds_s: float = 0.0
+    status_s: float = 0.0
     creates: int = 0
     binds: int = 0
     deletes: int = 0
@@ -287,7 +291,9 @@ class RoundLoop:
 
         t3 = time.perf_counter()
         await self._act(plan, report)
+        t4 = time.perf_counter()
         await self._statuses(snap, view, sol, plan, finished, hists, report, now)
+        report.status_s = time.perf_counter() - t4
         report.writes = time.perf_counter() - t3
 
     # ------------------------------------------------------------------ completion
@@ -326,6 +332,7 @@ class RoundLoop:
     # ------------------------------------------------------------------ writes
 
     async def _act(self, plan: realise.Realisation, report: RoundReport) -> None:
+        t0 = time.perf_counter()
         if plan.deletes:
             results = await kubeapi.gather_limited(
                 self.api.delete_pod(d.pod.namespace, d.pod.name, force=d.reason == "NodeGone")
@@ -340,6 +347,8 @@ class RoundLoop:
             metrics.PREEMPTIONS.inc(preempted)
             for d in plan.deletes:
                 self.pending.pop(d.pod.job_key, None)
+        t1 = time.perf_counter()
+        report.deletes_s = t1 - t0
         by_job: dict[model.JobKey, list[realise.PodCreate]] = {}
         for c in plan.creates:
             by_job.setdefault(c.job.key, []).append(c)
@@ -374,7 +383,10 @@ class RoundLoop:
                 )
         for key, creates in by_job.items():
             self.pending[key] = [_PendingBind(key[0], c.name, c.node, c.gpus) for c in creates]
+        t2 = time.perf_counter()
+        report.creates_s = t2 - t1
         await self.bind_pending(report)
+        report.binds_s = time.perf_counter() - t2
 
     def _node_usage(self) -> dict[str, int]:
         """GPUs in use per node: pods on it (being deleted included) and binds in flight."""

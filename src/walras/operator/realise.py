@@ -20,8 +20,8 @@ used, so a restarted operator never re-creates a name that still exists.
 
 from __future__ import annotations
 
-import copy
 import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -95,7 +95,8 @@ def pod_manifest(
     price: float,
 ) -> dict[str, Any]:
     """The pod of one replica: the job's template plus Walras's scheduler, labels, annotations."""
-    template = copy.deepcopy(dict(job.template))
+    # A JSON round trip is a deep copy several times faster than copy.deepcopy (plain data only).
+    template = json.loads(_template_json(job))
     meta = dict(template.get("metadata") or {})
     labels = dict(meta.get("labels") or {})
     labels.update({crd.LABEL_JOB: job.name, crd.LABEL_REPLICA: str(replica)})
@@ -145,6 +146,21 @@ def pod_manifest(
         },
         "spec": spec,
     }
+
+
+_TEMPLATE_CACHE: dict[tuple[str, int], str] = {}
+
+
+def _template_json(job: model.JobSpec) -> str:
+    """The job's template serialised once per (uid, generation)."""
+    key = (job.uid, job.generation)
+    text = _TEMPLATE_CACHE.get(key)
+    if text is None:
+        if len(_TEMPLATE_CACHE) > 100_000:
+            _TEMPLATE_CACHE.clear()
+        text = json.dumps(dict(job.template))
+        _TEMPLATE_CACHE[key] = text
+    return text
 
 
 def _alive(pod: model.PodInfo) -> bool:
@@ -207,7 +223,7 @@ def realise(
             gpus_per_pod=sol.gpus_per_pod,
             node_group=sol.node_group,
             node_free=node_free,
-            current=plan_current,
+            current=plan_current if plan_current.any() else None,
         )
         placements = {p.job: p for p in (*plan.placements, *frozen)}
     else:
