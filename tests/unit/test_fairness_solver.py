@@ -198,3 +198,19 @@ def test_throughput_extension_counts_work() -> None:
     result = solve(problem)
     assert result.certificate_violation <= 1e-9
     np.testing.assert_allclose(result.totals, eisenberg_gale_totals(problem), rtol=1e-4)
+
+
+@pytest.mark.parametrize("mode", ["tdm", "rdm"])
+def test_warm_start_from_the_answer_or_a_perturbed_one(mode: str) -> None:
+    problem = random_problem(21, K=6, N=8, p_eligible=0.5)
+    cold = solve(problem, mode=mode)
+    again = solve(problem, mode=mode, warm_start=np.asarray(cold.tasks))
+    assert again.sweeps <= 2 and again.certificate_violation <= 1e-9
+    rng = np.random.default_rng(0)
+    noisy = np.asarray(cold.tasks) * rng.uniform(0.5, 2.0, cold.tasks.shape) - 0.1
+    warm = solve(problem, mode=mode, warm_start=noisy)
+    assert warm.certificate_violation <= 1e-7
+    if mode == "tdm":  # TDM totals are unique (Eisenberg–Gale); RDM PS-DSF need not be
+        np.testing.assert_allclose(warm.totals, cold.totals, rtol=1e-6)
+    with pytest.raises(InvalidProblem, match="warm_start"):
+        solve(problem, mode=mode, warm_start=np.zeros((2, 2)))

@@ -136,6 +136,7 @@ def solve(
     tol: float = 1e-9,
     max_sweeps: int = 10_000,
     strict: bool = True,
+    warm_start: FloatArray | None = None,
 ) -> FairnessResult:
     """PS-DSF allocation of ``problem`` under ``mode`` (``"tdm"`` or ``"rdm"``).
 
@@ -145,6 +146,10 @@ def solve(
         strict: raise ``InvalidProblem`` for a tenant with no eligible node or a demand on a
             resource no node has; with ``False`` such tenants get 0 and appear in
             ``ineligible``. Tenants with cap 0 are always just ineligible.
+        warm_start: ``(N, K)`` allocation to start from instead of per-node DRF (e.g. the
+            previous round's answer, which usually needs only a few sweeps after a small
+            change). It is made feasible first: negatives and ineligible pairs dropped, each
+            node scaled into capacity, each tenant scaled under its cap.
     """
     if mode not in ("tdm", "rdm"):
         raise InvalidProblem(f"mode must be 'tdm' or 'rdm', got {mode!r}", field="mode")
@@ -155,8 +160,11 @@ def solve(
     ineligible, active = screen(problem, gamma, strict=strict)
     blocks = _blocks(problem, gamma, active)
 
-    # DRF on each node alone: nothing elsewhere.
-    cols = [_step(problem, blocks, i, np.zeros(len(blocks.idx[i])), mode) for i in range(K)]
+    if warm_start is None:
+        # DRF on each node alone: nothing elsewhere.
+        cols = [_step(problem, blocks, i, np.zeros(len(blocks.idx[i])), mode) for i in range(K)]
+    else:
+        cols = _warm_columns(problem, gamma, blocks, warm_start, mode)
     flat_idx = np.concatenate(blocks.idx) if K else np.zeros(0, dtype=np.int64)
     totals = np.bincount(flat_idx, weights=np.concatenate(cols) if K else None, minlength=N)
 
@@ -190,6 +198,40 @@ def solve(
                 totals = np.bincount(flat_idx, weights=np.concatenate(cols), minlength=N)
     tasks = _dense(blocks, cols, N, K)
     return _result(problem, gamma, tasks, mode, sweeps, converged, ineligible)
+
+
+def _warm_columns(
+    problem: FairnessProblem,
+    gamma: FloatArray,
+    blocks: _NodeBlocks,
+    warm_start: FloatArray,
+    mode: Mode,
+) -> list[FloatArray]:
+    N, K, _ = problem.shape
+    x = np.array(warm_start, dtype=np.float64)
+    if x.shape != (N, K) or not np.isfinite(x).all():
+        raise InvalidProblem(
+            f"warm_start must be a finite ({N}, {K}) array, got shape {x.shape}",
+            field="warm_start",
+        )
+    eligible = np.zeros((N, K), dtype=bool)
+    for i in range(K):
+        eligible[blocks.idx[i], i] = True
+    x = np.where(eligible, np.maximum(x, 0.0), 0.0)
+    totals = x.sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        over = np.where(totals > problem.caps, problem.caps / totals, 1.0)
+        x *= over[:, None]
+        if mode == "tdm":
+            used = np.where(gamma > 0, x / np.where(gamma > 0, gamma, 1.0), 0.0).sum(axis=0)
+            scale = np.where(used > 1.0, 1.0 / used, 1.0)
+        else:
+            use = x.T @ problem.demand
+            c = problem.capacity
+            ratio = np.where(use > c, c / np.where(use > 0, use, 1.0), 1.0)
+            scale = ratio.min(axis=1, initial=1.0)
+    x *= scale[None, :]
+    return [np.ascontiguousarray(x[blocks.idx[i], i]) for i in range(K)]
 
 
 def _dense(blocks: _NodeBlocks, cols: list[FloatArray], N: int, K: int) -> FloatArray:
