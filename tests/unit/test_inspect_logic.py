@@ -97,6 +97,15 @@ def test_pending_reason_follows_the_lifecycle_order() -> None:
         "m1",
     )
     assert inspect_cmd.pending_reason(job({}))[0] == "NotYetScheduled"
+    # False on the informational conditions is not a reason to wait.
+    informational = [
+        {"type": "Admitted", "status": "True", "reason": "Valid"},
+        {"type": "Allocated", "status": "True", "reason": "Allocated"},
+        {"type": "Bound", "status": "True", "reason": "PodsBound"},
+        {"type": "TimeSliced", "status": "False", "reason": "FullShare"},
+        {"type": "Preempted", "status": "False", "reason": "Running"},
+    ]
+    assert inspect_cmd.pending_reason(job({}, status={"conditions": informational})) == ("", "")
 
 
 def test_top_pending_reasons_counts_only_pending_jobs_in_stable_order() -> None:
@@ -126,3 +135,5 @@ def test_explain_collects_status_and_renders() -> None:
     text = console.export_text()
     assert "Expected throughput 7.5/s at price 2" in text
     assert "n1,n2" in text and "On one GPU type alone" in text
+    assert "Waiting" not in text  # running jobs do not wait
+    assert "Conditions" in text

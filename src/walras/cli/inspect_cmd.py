@@ -28,8 +28,9 @@ from walras.cli.app import app
 GROUP, VERSION = "walras.dev", "v1alpha1"
 # CRD utility kinds -> pricing kinds (the CRD uses user-facing names).
 UTILITY_KINDS = {"log": "log", "linear": "linear", "targetPriority": "target", "alphaFair": "alpha"}
-# Conditions in the order a job passes them; the first one that is not True explains the wait.
-CONDITION_ORDER = ("Admitted", "Allocated", "Bound", "TimeSliced", "Preempted")
+# Conditions a job must pass, in order; the first one that is not True explains the wait.
+# (TimeSliced and Preempted are informational: False there is not a reason to wait.)
+CONDITION_ORDER = ("Admitted", "Allocated", "Bound")
 
 Obj = Mapping[str, Any]
 KubeconfigOption = Annotated[
@@ -68,6 +69,7 @@ class Explanation:
     phase: str
     reason: str
     message: str
+    conditions: tuple[tuple[str, str, str, str], ...]  # (type, status, reason, message)
     allocation: tuple[tuple[str, float, str], ...]  # (gpu type, fraction, nodes)
     expected_throughput: float
     price: float
@@ -168,7 +170,17 @@ def explain(job: Obj, pools: Iterable[Obj]) -> Explanation:
     """Everything ``walras explain`` prints, computed from API objects (no I/O)."""
     meta, spec, status = job.get("metadata", {}), job.get("spec", {}), job.get("status") or {}
     views = pool_views(pools)
-    reason, message = pending_reason(job)
+    phase = str(status.get("phase") or "Pending")
+    reason, message = pending_reason(job) if phase == "Pending" else ("", "")
+    conditions = tuple(
+        (
+            str(c.get("type", "")),
+            str(c.get("status", "")),
+            str(c.get("reason", "")),
+            str(c.get("message", "")),
+        )
+        for c in status.get("conditions") or []
+    )
     allocation = tuple(
         (
             str(a.get("gpuType", "")),
@@ -181,9 +193,10 @@ def explain(job: Obj, pools: Iterable[Obj]) -> Explanation:
     return Explanation(
         job=f"{meta.get('namespace', '')}/{meta.get('name', '')}",
         tenant=str(spec.get("tenant") or meta.get("namespace", "")),
-        phase=str(status.get("phase") or "Pending"),
+        phase=phase,
         reason=reason,
         message=message,
+        conditions=conditions,
         allocation=allocation,
         expected_throughput=_num(status.get("expectedThroughput")),
         price=_num(status.get("price")),
@@ -227,6 +240,13 @@ def render_explanation(console: Console, e: Explanation) -> None:
     console.print(f"[bold]{e.job}[/bold]  tenant={e.tenant}  phase={e.phase}")
     if e.reason:
         console.print(f"Waiting: [yellow]{e.reason}[/yellow]: {e.message}")
+    if e.conditions:
+        table = Table(title="Conditions")
+        for column in ("Type", "Status", "Reason", "Message"):
+            table.add_column(column)
+        for row in e.conditions:
+            table.add_row(*row)
+        console.print(table)
     if e.allocation:
         table = Table(title="Current allocation")
         for column in ("GPU type", "Share", "Nodes"):
