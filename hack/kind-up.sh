@@ -43,18 +43,8 @@ done
 helm upgrade --install walras charts/walras --namespace walras-system --create-namespace \
 	--set image.repository=walras --set image.tag=dev --set image.pullPolicy=Never --wait
 
-for type in "${types[@]}"; do
-	kubectl apply --filename - <<YAML
-apiVersion: walras.dev/v1alpha1
-kind: ResourcePool
-metadata:
-  name: $type
-spec:
-  gpuType: $type
-  nodeSelector:
-    walras.dev/gpu-type: $type
-YAML
-done
+# One ResourcePool per GPU type (k80, p100, v100), matching the labels above.
+kubectl apply --filename examples/resourcepools.yaml
 
 kubectl get nodes --label-columns walras.dev/gpu-type
-echo "kind-up: Walras runs in kind-$cluster; try: kubectl apply -f examples/ && kubectl get fjob -A"
+echo "kind-up: Walras runs in kind-$cluster; try: kubectl apply -f examples/fungiblejob.yaml && kubectl get fjob -A"
