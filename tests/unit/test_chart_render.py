@@ -555,3 +555,62 @@ def test_verify_passes_in_sync_and_fails_with_a_diff_on_drift(
 
     subprocess.run(["bash", str(scratch_repo / "hack" / "sync-crds.sh")], check=True, timeout=60)
     assert _verify(scratch_repo).returncode == 0
+
+
+@pytest.mark.parametrize("values", CI_VALUES, ids=[p.stem for p in CI_VALUES])
+def test_notes_render(helm: str, values: Path) -> None:
+    install = [helm, "install", "walras", str(CHART), "--namespace", NAMESPACE]
+    proc = _run([*install, "--dry-run=client", "--values", str(values)])
+    assert proc.returncode == 0, proc.stderr
+    notes = proc.stdout.partition("NOTES:")[2]
+    assert f"is installed in namespace {NAMESPACE}" in notes
+    policy = yaml.safe_load(values.read_text()) or {}
+    assert f"--policy={POLICY_FLAGS[policy.get('policy', 'priceDiscovery')]}" in notes
+
+
+# ---- the image the chart runs --------------------------------------------------------------------
+
+
+def _final_stage(dockerfile: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) of the Dockerfile's last stage, continuation lines joined."""
+    joined = dockerfile.replace("\\\n", " ")
+    lines = [
+        ln.strip() for ln in joined.splitlines() if ln.strip() and not ln.lstrip().startswith("#")
+    ]
+    last_from = max(i for i, ln in enumerate(lines) if ln.upper().startswith("FROM "))
+    return [(ln.split(None, 1)[0].upper(), ln.split(None, 1)[1]) for ln in lines[last_from:]]
+
+
+def test_image_matches_the_chart(helm: str) -> None:
+    """The image's user, entrypoint, writable paths and ports are the ones the chart assumes."""
+    stage = _final_stage((ROOT / "Dockerfile").read_text())
+    instructions = {name: args for name, args in stage}
+    docs = render(helm)
+    pod = one(docs, "Deployment", "controller")["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+
+    user, _, group = instructions["USER"].partition(":")
+    assert (int(user), int(group)) == (
+        pod["securityContext"]["runAsUser"],
+        pod["securityContext"]["runAsGroup"],
+    )
+    assert yaml.safe_load(instructions["ENTRYPOINT"]) == container["command"]
+    env = dict(item.split("=", 1) for item in instructions["ENV"].split())
+    chart_env = {e["name"]: e.get("value") for e in container["env"]}
+    for name in ("HOME", "MPLCONFIGDIR", "XDG_CACHE_HOME", "PYTHONDONTWRITEBYTECODE"):
+        assert env[name] == chart_env[name], name
+        assert name == "PYTHONDONTWRITEBYTECODE" or env[name].startswith("/tmp")
+    ports = {p["containerPort"] for p in container["ports"]}
+    assert {int(p) for p in instructions["EXPOSE"].split()} == ports
+
+    # What the build COPYs must survive .dockerignore (which excludes everything else).
+    ignore = (ROOT / ".dockerignore").read_text().split()
+    copied = [
+        src
+        for line in (ROOT / "Dockerfile").read_text().splitlines()
+        if line.startswith("COPY ") and "--from" not in line
+        for src in line.split()[1:-1]
+    ]
+    assert copied
+    for src in copied:
+        assert f"!{src.rstrip('/')}" in [i.rstrip("/") for i in ignore], src
