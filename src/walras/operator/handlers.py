@@ -32,18 +32,26 @@ KINDS = ("job", "pool", "node", "pod")
 
 
 class Readiness:
-    """Ready once every object listed at start-up was seen by a watch (or ``timeout`` passed)."""
+    """Ready once every object listed at start-up was seen by a watch.
 
-    def __init__(self, expected: Mapping[str, Iterable[tuple[str, str]]], timeout: float = 15.0):
+    An object deleted between the start-up LIST and the watch's own listing is never seen, so a
+    stall also ends the wait: no listed object arrived for ``stall`` seconds. A fixed deadline
+    would not do: on a large cluster kopf needs minutes to deliver the initial listing, and
+    planning against half of it is exactly what this guard prevents.
+    """
+
+    def __init__(self, expected: Mapping[str, Iterable[tuple[str, str]]], stall: float = 10.0):
         self.missing: dict[str, set[tuple[str, str]]] = {k: set(v) for k, v in expected.items()}
-        self.deadline = time.monotonic() + timeout
+        self.stall = stall
+        self.last_progress = time.monotonic()
         self._event = asyncio.Event()
         self._check()
 
     def seen(self, kind: str, key: tuple[str, str]) -> None:
         missing = self.missing.get(kind)
-        if missing:
+        if missing and key in missing:
             missing.discard(key)
+            self.last_progress = time.monotonic()
             self._check()
 
     def _check(self) -> None:
@@ -51,9 +59,10 @@ class Readiness:
             self._event.set()
 
     def ready(self) -> bool:
-        if not self._event.is_set() and time.monotonic() >= self.deadline:
+        if not self._event.is_set() and time.monotonic() - self.last_progress >= self.stall:
             logger.warning(
-                "indexes not complete after the start-up deadline: %s",
+                "no listed object arrived for %.0f s; assuming these were deleted: %s",
+                self.stall,
                 {k: len(v) for k, v in self.missing.items()},
             )
             self._event.set()
