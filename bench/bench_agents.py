@@ -12,7 +12,7 @@ agent_step`` / ``api_requests_per_agent_step`` (until convergence) and ``steady_
 step`` (5 s after it: converged agents only heartbeat), ``aggregator_period_s`` (published).
 
 Run: ``python bench/bench_agents.py`` (starts its own control plane; needs ``make tools``).
-``python bench/bench_agents.py 20 100`` runs a subset.
+``python bench/bench_agents.py 20 100 100@2`` runs a subset (``N@θ₀``: base damping θ₀).
 """
 
 from __future__ import annotations
@@ -285,16 +285,20 @@ def main(argv: list[str]) -> int:
         return 0
     from walras import devcluster
 
-    sizes = [int(a) for a in argv] or [20, 100, 500]
+    # "N" runs N agents with the shipped damping, "N@theta" with base damping theta.
+    cases = [(int(a.split("@")[0]), float(a.split("@")[1]) if "@" in a else None) for a in argv]
+    cases = cases or [(20, None), (100, None), (500, None)]
     if not devcluster.binaries_available():
         print(json.dumps({"bench": "agents", "error": "control plane binaries not built"}))
         return 0
     cp = devcluster.start()
     try:
         kube = devcluster.new_client(cp.admin_kubeconfig)
-        cases = {20: (1, 60.0, 1.0), 100: (2, 60.0, 1.0), 500: (2, 90.0, 1.0)}
-        for n in sizes:
-            workers, timeout, damping = cases.get(n, (2, 90.0, 1.0))
+        from walras.agent.steps import DEFAULT_DAMPING
+
+        for n, theta in cases:
+            workers, timeout = (1, 60.0) if n <= 20 else (2, 60.0) if n <= 100 else (2, 90.0)
+            damping = DEFAULT_DAMPING if theta is None else theta
             print(json.dumps(run_case(cp, kube, n, workers, timeout, damping)), flush=True)
         devcluster.reset(kube)
     finally:

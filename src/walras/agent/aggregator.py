@@ -25,14 +25,14 @@ import datetime as dt
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
-from kubernetes import client
+from kubernetes import client, watch
 
 from walras.agent import totals as totals_mod
-from walras.agent.kube import ALLOCATIONS, Kube, NotFoundError
+from walras.agent.kube import ALLOCATIONS, GROUP, VERSION, Kube, NotFoundError
 from walras.agent.totals import (
     ROLE_LABEL,
     TOTALS_NAME,
@@ -56,13 +56,15 @@ def aggregate_once(
     stale_after: float,
     now: dt.datetime | None = None,
     node_names: Callable[[], set[str]] | None = None,
+    allocations: Callable[[], tuple[list[dict[str, Any]], str | None]] | None = None,
 ) -> Totals:
     """List, clean up, sum and publish once; returns what was published.
 
-    ``node_names`` replaces the Node LIST (the loop passes a cache refreshed every second).
+    ``node_names`` replaces the Node LIST (the loop passes a cache refreshed every second) and
+    ``allocations`` the NodeAllocation LIST (the loop passes its watch cache).
     """
     kube = api_client if isinstance(api_client, Kube) else Kube(api_client)
-    items, rv = kube.list_custom(ALLOCATIONS)
+    items, rv = allocations() if allocations is not None else kube.list_custom(ALLOCATIONS)
     names = node_names() if node_names is not None else kube.node_names()
     when = now if now is not None else dt.datetime.now(dt.UTC)
     prior = next((i for i in items if totals_mod.is_totals(i)), None)
@@ -115,29 +117,114 @@ def aggregate_once(
     return result
 
 
+class AllocationCache:
+    """NodeAllocations kept current by LIST then WATCH (thread); relists on 410 Gone.
+
+    ``snapshot()`` returns the cached objects and the resourceVersion of the last event applied:
+    watch events arrive in resourceVersion order, so every write up to that version is in the
+    snapshot — what the agents' version check needs. One publish then costs O(changed objects)
+    instead of a LIST of every allocation.
+    """
+
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+        self._lock = threading.Lock()
+        self._items: dict[str, dict[str, Any]] = {}
+        self._rv: str | None = None
+        self.synced = threading.Event()
+
+    def snapshot(self) -> tuple[list[dict[str, Any]], str | None]:
+        with self._lock:
+            return list(self._items.values()), self._rv
+
+    def _relist(self) -> None:
+        items, rv = self.kube.list_custom(ALLOCATIONS)
+        with self._lock:
+            self._items = {str(i["metadata"]["name"]): i for i in items}
+            self._rv = rv
+        self.synced.set()
+
+    def _apply(self, event: Mapping[str, Any]) -> bool:
+        """Apply one watch event; False when the watch must be restarted with a relist."""
+        kind = event.get("type")
+        obj = event.get("raw_object") or event.get("object") or {}
+        if not isinstance(obj, Mapping):
+            return True
+        meta = obj.get("metadata") or {}
+        if kind == "ERROR":
+            return False
+        with self._lock:
+            if kind in ("ADDED", "MODIFIED"):
+                self._items[str(meta.get("name"))] = dict(obj)
+            elif kind == "DELETED":
+                self._items.pop(str(meta.get("name")), None)
+            if meta.get("resourceVersion"):
+                self._rv = str(meta["resourceVersion"])
+        return True
+
+    def run(self, stop: threading.Event) -> None:
+        """Keep the cache current until ``stop`` is set."""
+        relist = True
+        while not stop.is_set():
+            try:
+                if relist:
+                    self._relist()
+                    relist = False
+                stream = watch.Watch().stream(  # type: ignore[no-untyped-call]  # untyped library
+                    self.kube.custom.list_cluster_custom_object,
+                    GROUP,
+                    VERSION,
+                    ALLOCATIONS,
+                    resource_version=self._rv,
+                    allow_watch_bookmarks=True,
+                    timeout_seconds=5,
+                )
+                for event in stream:
+                    if not self._apply(event) or stop.is_set():
+                        relist = not stop.is_set()
+                        break
+            except Exception:  # 410 Gone, connection reset: start over from a fresh LIST
+                log.info("NodeAllocation watch restarted", exc_info=True)
+                relist = True
+                stop.wait(0.2)
+
+
 def run(
     api_client: client.ApiClient | Kube,
     *,
     stop: threading.Event,
     stale_after: float = 30.0,
     period: float = 0.1,
+    use_watch: bool = True,
 ) -> None:
-    """Aggregate every ``period`` seconds until ``stop`` is set; errors are logged and retried."""
+    """Aggregate every ``period`` seconds until ``stop`` is set; errors are logged and retried.
+
+    With ``use_watch`` the allocations come from an :class:`AllocationCache` (LIST + WATCH), not
+    from a LIST per publish.
+    """
     kube = api_client if isinstance(api_client, Kube) else Kube(api_client)
-    cache: dict[str, Any] = {"at": -1e18, "names": set()}
+    nodes_seen: dict[str, Any] = {"at": -1e18, "names": set()}
 
     def node_names() -> set[str]:
         # Nodes come and go rarely; listing them (full objects) every 0.1 s would dominate.
-        if time.monotonic() - cache["at"] > NODE_LIST_SECONDS:
-            cache["names"] = kube.node_names()
-            cache["at"] = time.monotonic()
-        names: set[str] = cache["names"]
+        if time.monotonic() - nodes_seen["at"] > NODE_LIST_SECONDS:
+            nodes_seen["names"] = kube.node_names()
+            nodes_seen["at"] = time.monotonic()
+        names: set[str] = nodes_seen["names"]
         return names
 
+    allocations = None
+    if use_watch:
+        cache = AllocationCache(kube)
+        threading.Thread(target=cache.run, args=(stop,), name="nodeallocation-watch").start()
+        cache.synced.wait(30.0)
+        allocations = cache.snapshot
     while not stop.is_set():
         started = time.monotonic()
         try:
-            aggregate_once(kube, stale_after=stale_after, node_names=node_names)
+            aggregate_once(
+                kube, stale_after=stale_after, node_names=node_names, allocations=allocations
+            )
         except Exception:  # keep publishing through API hiccups
             log.exception("aggregation failed")
         stop.wait(max(0.0, period - (time.monotonic() - started)))
