@@ -158,10 +158,20 @@ cmd_paths() {
 # start / stop / env
 # ---------------------------------------------------------------------------------------------
 
-# Loopback ports only; the kernel picks each free port, we release it and hand it to the server.
-# A port could in principle be taken in between; start fails loudly then and the caller retries.
-free_port() {
-	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+# Loopback ports only: the kernel picks N distinct free ports (all bound at once, then released)
+# and we hand them to the servers. A port could in principle be taken in between; start then
+# fails loudly and walras.devcluster retries. One interpreter start, not one per port: behind a
+# pyenv shim each start costs about a second.
+free_ports() {
+	local python=python3
+	[[ -x /usr/bin/python3 ]] && python=/usr/bin/python3
+	"$python" -c '
+import socket, sys
+socks = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in socks:
+    s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+' "$1"
 }
 
 random_token() { od -An -N24 -tx1 /dev/urandom | tr -d ' \n'; }
@@ -247,8 +257,8 @@ make_certs() {
 		>"$pki/apiserver.ext"
 	openssl x509 -req -in "$pki/apiserver.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" \
 		-CAcreateserial -out "$pki/apiserver.crt" -days 3650 -extfile "$pki/apiserver.ext" 2>/dev/null
-	# Service-account token signing key pair (TokenRequest, projected tokens).
-	openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$pki/sa.key" 2>/dev/null
+	# Service-account token signing key pair (TokenRequest, projected tokens); tokens are ES256.
+	openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$pki/sa.key" 2>/dev/null
 	openssl pkey -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
 	chmod 0600 "$pki"/*.key
 }
@@ -333,11 +343,8 @@ cmd_start() {
 	chmod 0600 "$dir/pki/tokens.csv"
 
 	local etcd_port etcd_peer_port api_port
-	etcd_port="$(free_port)"
-	etcd_peer_port="$(free_port)"
-	api_port="$(free_port)"
-	while [[ "$etcd_peer_port" == "$etcd_port" ]]; do etcd_peer_port="$(free_port)"; done
-	while [[ "$api_port" == "$etcd_port" || "$api_port" == "$etcd_peer_port" ]]; do api_port="$(free_port)"; done
+	read -r etcd_port etcd_peer_port api_port < <(free_ports 3)
+	[[ -n "$api_port" ]] || die "could not pick free loopback ports (python3 is needed)"
 	local etcd_url="http://127.0.0.1:$etcd_port"
 	local server="https://127.0.0.1:$api_port"
 
@@ -352,6 +359,7 @@ cmd_start() {
 		</dev/null >"$dir/logs/etcd.log" 2>&1 &
 	echo $! >"$dir/etcd.pid"
 	wait_etcd "$etcd_url" "$(cat "$dir/etcd.pid")" 30
+	log "etcd healthy at $((SECONDS - t0)) s"
 
 	# kube-apiserver. There is no kube-controller-manager, so:
 	# - no namespace controller: a deleted namespace stays Terminating (devcluster.reset finalizes it);
@@ -387,6 +395,7 @@ cmd_start() {
 	echo $! >"$dir/kube-apiserver.pid"
 	wait_ready "$server" "$dir/pki/ca.crt" "$admin_token" "$(cat "$dir/kube-apiserver.pid")" \
 		"${WALRAS_APISERVER_READY_TIMEOUT:-60}"
+	log "kube-apiserver ready at $((SECONDS - t0)) s"
 
 	write_kubeconfig "$dir/admin.kubeconfig" "$server" "$dir/pki/ca.crt" walras-admin "$admin_token"
 	write_kubeconfig "$dir/operator.kubeconfig" "$server" "$dir/pki/ca.crt" walras-controller "$operator_token"
