@@ -32,11 +32,13 @@ test: install tools ## Run the whole test suite (unit + integration on a real lo
 test-unit: install ## Run only the pure allocator tests (no Kubernetes)
 	$(PY) -m pytest tests/unit
 
-lint: install ## ruff + mypy --strict + import contracts
+lint: install ## ruff + mypy --strict + import contracts + shellcheck + hadolint
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check src tests bench
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/shellcheck --severity=warning hack/*.sh .ci/run
+	$(VENV)/bin/hadolint Dockerfile
 
 bench: install ## Benchmarks: one JSON line per case
 	$(PY) bench/run.py
