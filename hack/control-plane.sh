@@ -476,6 +476,7 @@ cmd_env() {
 	[[ -n "$dir" && -f "$dir/admin.kubeconfig" ]] || die "usage: $0 env DIR (a started control plane)"
 	dir="$(cd "$dir" && pwd)"
 	printf 'export KUBECONFIG=%q\n' "$dir/admin.kubeconfig"
+	# shellcheck disable=SC2016  # $PATH must expand in the caller's shell, not here
 	printf 'export PATH=%q:"$PATH"\n' "$CACHE/bin"
 }
 
