@@ -5,8 +5,9 @@ First with ``LeaderElector`` objects in one process (the Lease protocol itself),
 SIGKILLed the standby takes over within the lease duration.
 
 Takeover is judged with the Lease's own timestamps (written by the electors on this machine): the
-new ``acquireTime`` minus the dead leader's last ``renewTime`` must not exceed the lease duration
-plus one standby poll period. That is the protocol's guarantee, not a performance figure.
+new ``acquireTime`` minus the dead leader's last ``renewTime`` must lie between the old leader's
+renew deadline (2/3 of the lease: no overlap) and the lease duration plus one standby poll period
+(plus a second of API latency). That is the protocol's guarantee, not a performance figure.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from walras.operator.leader import (
 
 REPO = Path(__file__).resolve().parents[2]
 LEASE, RENEW, RETRY = 3.0, 0.5, 0.2
+API_SLACK = 1.0  # request latency allowance in the takeover bound
 NAME = "walras-controller"
 
 
@@ -113,7 +115,9 @@ def test_one_leader_and_the_standby_takes_over_after_a_crash(kube: Any, namespac
         assert lease.spec.holder_identity == "replica-b"
         assert lease.spec.lease_transitions == 1
         waited = (lease.spec.acquire_time - last_renew).total_seconds()
-        assert LEASE - RENEW <= waited <= LEASE + RETRY + 0.5, waited
+        # Not before the dead leader's own deadline (2/3 of the lease) - that is the safety
+        # property - and within the lease plus one standby poll (and API latency on 2 busy cores).
+        assert 2 / 3 * LEASE <= waited <= LEASE + RETRY + API_SLACK, waited
         stop_b.set()
         await task_b
 
@@ -318,7 +322,9 @@ def test_two_operators_one_writes_and_the_standby_takes_over_after_sigkill(
         )
         lease = read_lease(kube, namespace)
         waited = (lease.spec.acquire_time - last_renew).total_seconds()
-        assert waited <= OPERATOR_LEASE + OPERATOR_RETRY + 0.5, waited
+        assert 2 / 3 * OPERATOR_LEASE <= waited <= OPERATOR_LEASE + OPERATOR_RETRY + API_SLACK, (
+            waited
+        )
         assert lease.spec.lease_transitions == 1
         # And b now writes: it runs rounds and the job's status moves on.
         wait_for(lambda: rounds_total(b.port) >= 1, 30, "operator-b to run rounds")
