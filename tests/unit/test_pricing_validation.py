@@ -217,3 +217,29 @@ def test_fuzz_named_error_or_feasible_allocation_with_valid_gap(data: dict[str, 
     if not strict:
         fits = problem.demand_matrix() <= np.asarray(problem.capacity)[None, :]
         assert (result.allocation[~fits] == 0).all()
+
+
+def test_read_only_float64_inputs_are_shared_and_writable_ones_copied() -> None:
+    A = np.array([[1.0, 2.0], [0.5, 0.25]])
+    A.setflags(write=False)
+    w = np.array([1.0, 2.0])
+    problem = pricing.PricingProblem(A, [1.0, 1.0], weight=w)
+    assert problem.throughput is A  # read-only float64: no copy
+    assert problem.weight is not w and not problem.weight.flags.writeable
+    w[0] = 5.0  # the caller's writable array does not leak into the problem
+    assert problem.weight[0] == 1.0
+    view = np.ones((2, 2))[:, :]
+    view.setflags(write=False)  # read-only view of writable memory: copied
+    assert pricing.PricingProblem(view, [1.0, 1.0]).throughput is not view
+
+
+def test_per_job_kinds_map_to_codes_and_first_unknown_is_named() -> None:
+    kinds = ["target", "log", "linear", "alpha", "log"]
+    problem = pricing.PricingProblem(np.ones((5, 2)), [1.0, 1.0], kind=kinds, target=0.1)
+    assert problem.kinds() == tuple(kinds)
+    with pytest.raises(InvalidProblem) as exc:
+        pricing.PricingProblem(np.ones((3, 2)), [1.0, 1.0], kind=["log", "zeta", "alpha2"])
+    assert exc.value.index == 1 and "zeta" in str(exc.value)
+    with pytest.raises(InvalidProblem) as exc:
+        pricing.PricingProblem(np.ones((2, 2)), [1.0, 1.0], kind="cubic")
+    assert exc.value.field == "kind"

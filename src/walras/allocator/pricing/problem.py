@@ -16,6 +16,7 @@ Example: two jobs, two GPU types, log utility::
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +42,19 @@ class JobIssue:
 
 
 def _readonly(x: Any) -> Any:
+    """x as a read-only float64 C-contiguous array, copied unless it already is one.
+
+    An array the caller cannot write through (read-only, owning its data or a view of read-only
+    memory) is shared as is: at n = 1e6 the copies cost more than a whole solver iteration.
+    """
+    if (
+        isinstance(x, np.ndarray)
+        and x.dtype == np.float64
+        and x.flags.c_contiguous
+        and not x.flags.writeable
+        and (x.base is None or not getattr(x.base, "flags", x.flags).writeable)
+    ):
+        return x
     arr = np.array(x, dtype=np.float64, copy=True)
     arr.setflags(write=False)
     return arr
@@ -106,26 +120,13 @@ class PricingProblem:
                 )
         object.__setattr__(self, "demand", d)
 
-        kinds = [self.kind] * n if isinstance(self.kind, str) else list(self.kind)
-        if len(kinds) != n:
-            raise InvalidProblem(
-                f"kind must name one utility or {n}, got {len(kinds)}", field="kind"
-            )
-        codes = np.empty(n, dtype=np.int8)
-        for i, k in enumerate(kinds):
-            if k not in KINDS:
-                raise InvalidProblem(
-                    f"job {i}: unknown utility kind {k!r} (expected one of {', '.join(KINDS)})",
-                    field="kind",
-                    index=i,
-                )
-            codes[i] = KINDS.index(k)
+        codes = _kind_codes(self.kind, n)
         codes.setflags(write=False)
         object.__setattr__(self, "kind_codes", codes)
         if isinstance(self.kind, str):
             kind_value: str | tuple[str, ...] = self.kind
         else:
-            kind_value = tuple(kinds)
+            kind_value = tuple(self.kind)
         object.__setattr__(self, "kind", kind_value)
 
         object.__setattr__(self, "weight", self._per_job(self.weight, 1.0, "weight"))
@@ -137,12 +138,14 @@ class PricingProblem:
 
     def _per_job(self, value: Any, default: float, name: str) -> FloatArray:
         n = self.n
-        arr = np.full(n, default) if value is None else np.array(value, dtype=np.float64)
-        if arr.ndim == 0:
-            arr = np.full(n, float(arr))
+        if value is None:
+            arr = np.full(n, default)
+        else:
+            arr = _readonly(value)
+            if arr.ndim == 0:
+                arr = np.full(n, float(arr))
         if arr.shape != (n,):
             raise InvalidProblem(f"{name} must be a scalar or have shape ({n},), got {arr.shape}")
-        arr = arr.copy()
         arr.setflags(write=False)
         return arr
 
@@ -187,6 +190,34 @@ class PricingProblem:
         )
 
 
+def _kind_codes(kind: str | Sequence[str], n: int) -> npt.NDArray[np.int8]:
+    """KINDS index of every job's utility (one name for all jobs, or one per job)."""
+    if isinstance(kind, str):
+        if kind not in KINDS:
+            raise InvalidProblem(
+                f"job 0: unknown utility kind {kind!r} (expected one of {', '.join(KINDS)})",
+                field="kind",
+                index=0,
+            )
+        return np.full(n, KINDS.index(kind), dtype=np.int8)
+    kinds = list(kind)
+    if len(kinds) != n:
+        raise InvalidProblem(f"kind must name one utility or {n}, got {len(kinds)}", field="kind")
+    # One dictionary look-up per distinct name, then a vectorised mapping (n may be 1e6).
+    names, inverse = np.unique(np.asarray(kinds, dtype=object).astype(str), return_inverse=True)
+    known = np.array([k in KINDS for k in names.tolist()], dtype=bool)
+    inverse = inverse.reshape(-1)
+    if not known.all():
+        i = int(np.flatnonzero(~known[inverse])[0])
+        raise InvalidProblem(
+            f"job {i}: unknown utility kind {kinds[i]!r} (expected one of {', '.join(KINDS)})",
+            field="kind",
+            index=i,
+        )
+    table = np.array([KINDS.index(k) for k in names.tolist()], dtype=np.int8)
+    return table[inverse]
+
+
 def fits_everywhere(problem: PricingProblem) -> bool:
     """Every job's demand fits every type's capacity (the common case: no masking needed)."""
     D = np.asarray(problem.demand)
@@ -225,17 +256,27 @@ def screen_jobs(problem: PricingProblem) -> tuple[JobIssue, ...]:
     none = np.zeros(n, dtype=bool)
     with np.errstate(invalid="ignore"):
         # Whole-array checks first: per-row work only when something is wrong (fast at n = 1e7).
-        bad_a = none if np.isfinite(A).all() else ~np.isfinite(A).all(axis=1)
-        neg_a = none if (A >= 0).all() else ~bad_a & (A < 0).any(axis=1)
-        good_d = np.isfinite(D2) & (D2 > 0)
-        bad_d = none if good_d.all() else ~good_d.all(axis=1)
+        # min/max propagate NaN, so two reductions (no temporaries) settle the common case.
+        a_lo, a_hi = float(A.min()), float(A.max())
+        a_ok = math.isfinite(a_lo) and math.isfinite(a_hi) and a_lo >= 0
+        bad_a = none if a_ok or np.isfinite(A).all() else ~np.isfinite(A).all(axis=1)
+        neg_a = none if a_ok or (A >= 0).all() else ~bad_a & (A < 0).any(axis=1)
+        d_lo, d_hi = float(D2.min()), float(D2.max())
+        if math.isfinite(d_lo) and math.isfinite(d_hi) and d_lo > 0:
+            bad_d = none
+        else:
+            good_d = np.isfinite(D2) & (D2 > 0)
+            bad_d = none if good_d.all() else ~good_d.all(axis=1)
         issues += [
             JobIssue(i, "throughput", "throughput contains NaN or inf") for i in _first_bad(bad_a)
         ]
         issues += [JobIssue(i, "throughput", "throughput is negative") for i in _first_bad(neg_a)]
         # log t of a denormal throughput underflows to −∞; nothing real is that small.
-        tiny = (A > 0) & (A < TINY_THROUGHPUT)
-        tiny_a = none if not tiny.any() else ~bad_a & tiny.any(axis=1)
+        if a_ok and a_lo >= TINY_THROUGHPUT:
+            tiny_a = none
+        else:
+            tiny = (A > 0) & (A < TINY_THROUGHPUT)
+            tiny_a = none if not tiny.any() else ~bad_a & tiny.any(axis=1)
         issues += [
             JobIssue(i, "throughput", f"positive throughput below {TINY_THROUGHPUT:g}")
             for i in _first_bad(tiny_a)
@@ -262,10 +303,14 @@ def screen_jobs(problem: PricingProblem) -> tuple[JobIssue, ...]:
             for i in _first_bad(is_alpha & ~(np.isfinite(al) & (al > 0) & (al != 1)))
         ]
         clean = ~(bad_a | neg_a | bad_d | tiny_a)
-        has_a = np.zeros(n, dtype=bool)
-        for j in range(problem.m):  # column by column: much faster than a reduction along rows
-            has_a |= A[:, j] > 0
-        if (np.where(np.isfinite(D2), D2, 0.0).max(axis=0) > R).any():
+        if a_ok and a_lo > 0:
+            has_a = ~none
+        else:
+            has_a = np.zeros(n, dtype=bool)
+            for j in range(problem.m):  # column by column: faster than a reduction along rows
+                has_a |= A[:, j] > 0
+        d_max = D2.max(axis=0) if bad_d is none else np.where(np.isfinite(D2), D2, 0.0).max(axis=0)
+        if (d_max > R).any():
             fits = (usable(problem, strict=False) & clean[:, None]).any(axis=1)
             issues += [
                 JobIssue(
