@@ -34,6 +34,7 @@ import numpy as np
 from walras.allocator.errors import InvalidProblem
 from walras.allocator.fairness.certificates import certificate, node_levels
 from walras.allocator.fairness.crossover import tdm_crossover
+from walras.allocator.fairness.market import tdm_market
 from walras.allocator.fairness.problem import (
     BoolArray,
     FairnessProblem,
@@ -46,7 +47,10 @@ from walras.allocator.fairness.problem import (
 from walras.allocator.fairness.waterfill import rdm_fill, tdm_fill
 
 Mode = Literal["tdm", "rdm"]
+Method = Literal["auto", "market", "sweeps"]
 
+# A market answer is kept only if Theorem 2 holds to this; otherwise the sweeps run.
+MARKET_ACCEPT = 1e-9
 # A crossover guess is kept only if Theorem 2 holds to this (it is exact up to rounding).
 CROSSOVER_ACCEPT = 1e-9
 # Try the exact finish only once sweeps move time shares by less than this (support nearly set).
@@ -70,6 +74,9 @@ class FairnessResult:
         converged: the last sweep changed no time share by more than ``tol``.
         ineligible: ``(tenant index, reason)`` for tenants given 0 instead of an error.
         mode: ``"tdm"`` or ``"rdm"``.
+        method: ``"market"`` (TDM through equilibrium prices, ``fairness.market``; ``sweeps``
+            is then 0) or ``"sweeps"`` (Gauss–Seidel, also the fallback).
+        iterations: Newton steps of the market solve (0 for sweeps alone).
     """
 
     tasks: FloatArray
@@ -82,6 +89,8 @@ class FairnessResult:
     converged: bool
     ineligible: tuple[tuple[int, str], ...]
     mode: str = "tdm"
+    method: str = "sweeps"
+    iterations: int = 0
 
 
 @dataclass
@@ -137,6 +146,7 @@ def solve(
     max_sweeps: int = 10_000,
     strict: bool = True,
     warm_start: FloatArray | None = None,
+    method: Method = "auto",
 ) -> FairnessResult:
     """PS-DSF allocation of ``problem`` under ``mode`` (``"tdm"`` or ``"rdm"``).
 
@@ -150,14 +160,46 @@ def solve(
             previous round's answer, which usually needs only a few sweeps after a small
             change). It is made feasible first: negatives and ineligible pairs dropped, each
             node scaled into capacity, each tenant scaled under its cap.
+        method: ``"auto"`` (default) and ``"market"`` solve TDM through its equilibrium prices
+            (``fairness.market``: Newton on the smoothed Fisher-market dual, exact prices on
+            the tight support, Sinkhorn spending) and keep that answer only if its Theorem 2
+            certificate is at most ``MARKET_ACCEPT``; otherwise, when a cap binds, and for
+            RDM, the sweeps run (warm-started from the market answer when there is one,
+            else from ``warm_start``). ``"sweeps"`` skips the market.
     """
     if mode not in ("tdm", "rdm"):
         raise InvalidProblem(f"mode must be 'tdm' or 'rdm', got {mode!r}", field="mode")
+    if method not in ("auto", "market", "sweeps"):
+        raise InvalidProblem(
+            f"method must be 'auto', 'market' or 'sweeps', got {method!r}", field="method"
+        )
     if not (tol > 0) or max_sweeps < 0:
         raise InvalidProblem("tol must be > 0 and max_sweeps >= 0", field="tol")
     N, K, _ = problem.shape
     gamma = monopoly_tasks(problem)
     ineligible, active = screen(problem, gamma, strict=strict)
+    if warm_start is not None:
+        _checked_warm_start(problem, warm_start)
+    iterations = 0
+    if mode == "tdm" and method != "sweeps":
+        market = tdm_market(problem, gamma, active)
+        if market is not None:
+            iterations = market.iterations
+            violation = certificate(problem, market.tasks, "tdm")
+            if violation <= MARKET_ACCEPT:
+                return _result(
+                    problem,
+                    gamma,
+                    market.tasks,
+                    mode,
+                    0,
+                    True,
+                    ineligible,
+                    method="market",
+                    iterations=iterations,
+                    violation=violation,
+                )
+            warm_start = market.tasks
     blocks = _blocks(problem, gamma, active)
 
     if warm_start is None:
@@ -197,7 +239,20 @@ def solve(
                 cols = exact
                 totals = np.bincount(flat_idx, weights=np.concatenate(cols), minlength=N)
     tasks = _dense(blocks, cols, N, K)
-    return _result(problem, gamma, tasks, mode, sweeps, converged, ineligible)
+    return _result(
+        problem, gamma, tasks, mode, sweeps, converged, ineligible, iterations=iterations
+    )
+
+
+def _checked_warm_start(problem: FairnessProblem, warm_start: FloatArray) -> FloatArray:
+    N, K, _ = problem.shape
+    x = np.array(warm_start, dtype=np.float64)
+    if x.shape != (N, K) or not np.isfinite(x).all():
+        raise InvalidProblem(
+            f"warm_start must be a finite ({N}, {K}) array, got shape {x.shape}",
+            field="warm_start",
+        )
+    return x
 
 
 def _warm_columns(
@@ -208,12 +263,7 @@ def _warm_columns(
     mode: Mode,
 ) -> list[FloatArray]:
     N, K, _ = problem.shape
-    x = np.array(warm_start, dtype=np.float64)
-    if x.shape != (N, K) or not np.isfinite(x).all():
-        raise InvalidProblem(
-            f"warm_start must be a finite ({N}, {K}) array, got shape {x.shape}",
-            field="warm_start",
-        )
+    x = _checked_warm_start(problem, warm_start)
     eligible = np.zeros((N, K), dtype=bool)
     for i in range(K):
         eligible[blocks.idx[i], i] = True
@@ -265,12 +315,17 @@ def _result(
     sweeps: int,
     converged: bool,
     ineligible: tuple[tuple[int, str], ...],
+    *,
+    method: str = "sweeps",
+    iterations: int = 0,
+    violation: float | None = None,
 ) -> FairnessResult:
     totals = tasks.sum(axis=1)
     with np.errstate(divide="ignore", invalid="ignore"):
         vds = np.where(gamma > 0, totals[:, None] / (problem.phi[:, None] * gamma), np.inf)
     levels = node_levels(problem, tasks, gamma=gamma)
-    violation = certificate(problem, tasks, mode)
+    if violation is None:
+        violation = certificate(problem, tasks, mode)
     dominant = dominant_resources(problem)
     for arr in (tasks, totals, vds, levels, dominant):
         arr.setflags(write=False)
@@ -285,4 +340,6 @@ def _result(
         converged=converged,
         ineligible=ineligible,
         mode=mode,
+        method=method,
+        iterations=iterations,
     )

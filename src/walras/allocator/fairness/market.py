@@ -1,0 +1,237 @@
+"""Fast exact TDM: PS-DSF as a linear Fisher market, solved through its prices.
+
+Under TDM (no binding caps) PS-DSF is the Eisenberg–Gale program (ALGORITHMS.md §2)
+
+    max Σ_n φ_n log x_n   s.t.  x_n = Σ_i γ_{n,i} y_{n,i},  Σ_n y_{n,i} ≤ 1,  y ≥ 0,
+
+a linear Fisher market: tenants are buyers with budgets ``φ_n``, nodes are goods with supply 1,
+``γ_{n,i}`` the values. Its equilibrium prices ``λ_i`` are unique and the node's VDS level is
+``1/λ_i``. They minimise the convex dual (``α_n`` = best bang per buck of tenant ``n``)
+
+    f(λ) = Σ_i λ_i + Σ_n φ_n log max_i γ_{n,i}/λ_i .
+
+Steps (each checked, never trusted):
+
+1. **Smoothed dual, Newton.** With ``p = log λ`` and the max replaced by a log-sum-exp at
+   temperature ``μ``: ``f_μ(p) = Σ e^{p_i} + Σ_n φ_n μ log Σ_i exp((log γ_{n,i} − p_i)/μ)``.
+   Its gradient is ``e^{p_i} − Σ_n φ_n σ_{n,i}`` (``σ_n`` the softmax: tenant ``n`` spreads its
+   budget over its best nodes), its Hessian ``diag(e^p) + (1/μ)(diag(Σ_n φ_n σ_n) − Σ_n φ_n
+   σ_n σ_nᵀ)`` (``K × K``, dense, one BLAS product). Damped Newton steps, annealing ``μ`` down
+   by a constant factor per stage, give prices within ``O(μ)`` (relative) of equilibrium.
+2. **Support and exact prices.** The *tight* edges are those within ``τ`` of a tenant's best
+   bang per buck. On them ``log λ_i + log α_n = log γ_{n,i}`` exactly; on a spanning forest of
+   the tight graph this fixes every price up to one scale per connected component, and the
+   scale follows from money conservation ``Σ_{i∈C} λ_i = Σ_{n∈C} φ_n`` (all goods sold, all
+   budgets spent inside the component). Cycles must close (exact ties, as with identical node
+   shapes) and no other edge may beat the tight ones; else ``μ`` shrinks and step 1 goes on.
+3. **Spending (who gets which node).** Find spending ``e ≥ 0`` on tight edges with row sums
+   ``φ_n`` and column sums ``λ_i``: a transport problem, solved by Sinkhorn matrix scaling from
+   uniform weights. That is the maximum-entropy split, unique and symmetric: tenants tied on
+   several nodes spread over them in proportion (for the paper's table exactly the paper's
+   rows). Then ``y_{n,i} = e_{n,i}/λ_i`` and ``x_{n,i} = γ_{n,i} y_{n,i}``; ending each scaling
+   round on the node side makes every node exactly full.
+
+The caller (``fairness.solver``) checks the answer with Theorem 2 (``fairness.certificates``)
+and falls back to Gauss–Seidel sweeps (warm-started from it) when it fails. **Caps** are not
+modelled in the dual: the uncapped market is solved, and if any tenant's total exceeds its cap
+``D_n`` this module returns ``None`` and the sweeps (which handle caps exactly) run instead.
+
+Called by ``fairness.solver.solve`` under TDM.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.linalg as sla
+import scipy.sparse as sp
+from scipy.sparse.csgraph import breadth_first_order, connected_components
+
+from walras.allocator.fairness.problem import BoolArray, FairnessProblem, FloatArray
+
+# Annealing: start temperature (log units), factor per stage, lowest temperature tried.
+MU_START = 1.0
+MU_FACTOR = 0.1
+MU_MIN = 1e-10
+# Tight edge: within this many temperatures of the tenant's best bang per buck (log units).
+TIGHT_MUS = 30.0
+# A cycle of tight edges closes if its log-price residual is below this (exact ties close to
+# rounding; a near tie that is not a tie fails it and the temperature goes down).
+CYCLE_TOL = 1e-9
+# Relative gradient at which an early (warm) stage hands over to the next temperature.
+STAGE_GTOL = 1e-2
+SINKHORN_MAX = 5000
+SINKHORN_TOL = 1e-12
+
+
+@dataclass(frozen=True)
+class MarketResult:
+    """Allocation found through the market; ``iterations`` counts Newton steps."""
+
+    tasks: FloatArray
+    prices: FloatArray
+    iterations: int
+    sinkhorn: int
+
+
+def _smoothed(
+    p: FloatArray, L: FloatArray, phi: FloatArray, mu: float
+) -> tuple[float, FloatArray, FloatArray]:
+    """``f_μ(p)``, and the softmax ``σ`` (N, K) and the spending per node ``Σ φ σ``."""
+    Z = (L - p[None, :]) / mu
+    zmax = Z.max(axis=1)
+    E = np.exp(Z - zmax[:, None])
+    s = E.sum(axis=1)
+    sigma = E / s[:, None]
+    value = float(np.exp(p).sum() + np.dot(phi, mu * (zmax + np.log(s))))
+    return value, sigma, phi @ sigma
+
+
+def _newton_stage(
+    p: FloatArray, L: FloatArray, phi: FloatArray, mu: float, gtol: float, max_steps: int = 30
+) -> tuple[FloatArray, int]:
+    """Minimise ``f_μ`` from ``p`` to a small relative gradient; returns ``(p, steps)``."""
+    sqphi = np.sqrt(phi)[:, None]
+    value, sigma, spend = _smoothed(p, L, phi, mu)
+    steps = 0
+    for _ in range(max_steps):
+        lam = np.exp(p)
+        grad = lam - spend
+        if np.max(np.abs(grad) / lam) < gtol:
+            break
+        # Σ_n φ_n σ_n σ_nᵀ: σ concentrates on few nodes per tenant once μ is small, so the
+        # product is taken sparse (entries below 1e-16 of a row do not change the step).
+        Ws = sp.csr_matrix(np.where(sigma > 1e-16, sigma * sqphi, 0.0))
+        H = (Ws.T @ Ws).toarray() * (-1.0 / mu)
+        H[np.diag_indices_from(H)] += lam + spend / mu
+        try:
+            step = -sla.solve(H, grad, assume_a="pos", check_finite=False)
+        except (sla.LinAlgError, ValueError):
+            step = -grad / np.diag(H)
+        t = 1.0
+        dec = float(grad @ step)
+        while t > 1e-8:
+            cand = p + t * step
+            v2, s2, sp2 = _smoothed(cand, L, phi, mu)
+            if v2 <= value + 1e-4 * t * dec:
+                p, value, sigma, spend = cand, v2, s2, sp2
+                break
+            t *= 0.5
+        else:
+            break
+        steps += 1
+    return p, steps
+
+
+def _exact_prices(
+    p: FloatArray, L: FloatArray, phi: FloatArray, tau: float
+) -> tuple[FloatArray, sp.csr_matrix] | None:
+    """Exact prices on the tight graph at ``p``, and the tight edges; ``None`` if inconsistent."""
+    N, K = L.shape
+    bpb = L - p[None, :]
+    best = bpb.max(axis=1)
+    tight = bpb >= best[:, None] - tau
+    n_idx, i_idx = np.nonzero(tight)
+    # Bipartite graph: vertices 0..K-1 nodes, K..K+N-1 tenants.
+    G = sp.coo_matrix((np.ones(len(n_idx)), (i_idx, K + n_idx)), shape=(K + N, K + N)).tocsr()
+    G = (G + G.T).tocsr()
+    ncomp, label = connected_components(G, directed=False)
+    value = np.full(K + N, np.nan)  # node: log λ_i; tenant: log α_n = log γ − log λ
+    for c in range(ncomp):
+        root = int(np.flatnonzero(label == c)[0])
+        order, pred = breadth_first_order(G, root, directed=False, return_predecessors=True)
+        value[root] = p[root] if root < K else best[root - K]
+        for v in order[1:].tolist():
+            u = int(pred[v])
+            edge = L[v - K, u] if v >= K else L[u - K, v]
+            value[v] = edge - value[u]
+    logp = value[:K]
+    loga = value[K:]
+    resid = np.abs(logp[i_idx] + loga[n_idx] - L[n_idx, i_idx])
+    if resid.size and float(resid.max()) > CYCLE_TOL:
+        return None
+    # Scale each component so that its goods cost exactly its budgets.
+    comp_n = label[K:]
+    comp_i = label[:K]
+    budget = np.bincount(comp_n, weights=phi, minlength=ncomp)
+    shift_ref = np.zeros(ncomp)
+    np.maximum.at(shift_ref, comp_i, logp)  # stable exponentials
+    cost = np.bincount(comp_i, weights=np.exp(logp - shift_ref[comp_i]), minlength=ncomp)
+    with np.errstate(divide="ignore"):
+        shift = np.log(budget) - np.log(cost) - shift_ref
+    logp = logp + shift[comp_i]
+    # No edge may beat a tenant's tight edges at these prices.
+    bpb = L - logp[None, :]
+    rowbest = bpb.max(axis=1)
+    attained = np.where(tight, bpb, -np.inf).max(axis=1)
+    if float(np.max(rowbest - attained)) > CYCLE_TOL:
+        return None
+    W = sp.csr_matrix((np.ones(len(n_idx)), (n_idx, i_idx)), shape=(N, K))
+    return logp, W
+
+
+def _sinkhorn(
+    W: sp.csr_matrix, row: FloatArray, col: FloatArray
+) -> tuple[sp.csr_matrix, int, float]:
+    """Scale ``W`` to row sums ``row`` and column sums ``col``; returns (E, rounds, row error)."""
+    Wt = W.T.tocsr()
+    u = np.ones(W.shape[0])
+    v = np.ones(W.shape[1])
+    err = np.inf
+    rounds = 0
+    while rounds < SINKHORN_MAX and err >= SINKHORN_TOL:
+        rounds += 1
+        u = row / (W @ v)
+        v = col / (Wt @ u)  # ends on the node side: every node exactly full
+        err = float(np.max(np.abs(u * (W @ v) - row) / row))
+    E = sp.diags(u) @ W @ sp.diags(v)
+    return sp.csr_matrix(E), rounds, err
+
+
+def tdm_market(
+    problem: FairnessProblem, gamma: FloatArray, active: BoolArray
+) -> MarketResult | None:
+    """TDM PS-DSF through equilibrium prices; ``None`` if a cap binds or no support was found."""
+    N, K, _ = problem.shape
+    tasks = np.zeros((N, K))
+    elig = (gamma > 0) & active[:, None]
+    ten = np.flatnonzero(elig.any(axis=1))
+    nodes = np.flatnonzero(elig.any(axis=0))
+    if len(ten) == 0:
+        return MarketResult(tasks, np.zeros(K), 0, 0)
+    g = gamma[np.ix_(ten, nodes)]
+    e = elig[np.ix_(ten, nodes)]
+    phi = problem.phi[ten]
+    with np.errstate(divide="ignore"):
+        L = np.where(e, np.log(np.where(e, g, 1.0)), -np.inf)
+    # Start: every tenant spreads its budget evenly over its eligible nodes.
+    spread = (e / e.sum(axis=1, keepdims=True)) * phi[:, None]
+    p = np.log(spread.sum(axis=0))
+    mu = MU_START
+    iterations = 0
+    found = None
+    while mu >= MU_MIN:
+        p, steps = _newton_stage(p, L, phi, mu, STAGE_GTOL if mu > 1e-3 else 1e-10)
+        iterations += steps
+        if mu <= 1e-3:
+            found = _exact_prices(p, L, phi, TIGHT_MUS * mu)
+            if found is not None:
+                break
+        mu *= MU_FACTOR
+    if found is None:
+        return None
+    logp, W = found
+    lam = np.exp(logp)
+    E, rounds, _ = _sinkhorn(W, phi, lam)
+    E = E.tocoo()
+    y = E.data / lam[E.col]
+    sub = np.zeros((len(ten), len(nodes)))
+    sub[E.row, E.col] = y * g[E.row, E.col]
+    tasks[np.ix_(ten, nodes)] = sub
+    caps = problem.caps
+    if (tasks.sum(axis=1) > caps).any():
+        return None
+    prices = np.zeros(K)
+    prices[nodes] = lam
+    return MarketResult(tasks, prices, iterations, rounds)
