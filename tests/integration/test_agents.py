@@ -329,6 +329,7 @@ def test_agent_crash_goes_stale_and_rejoins(cluster: Cluster) -> None:
     wait_converged(cluster, want, what=f"crash: {victim} killed (stale after {STALE_AFTER:g} s)")
     names = {a["metadata"]["name"] for a in _items(kube, f"{BASE}/nodeallocations")}
     assert victim not in names
+    wait_converged(cluster, want, what=f"crash: {victim} killed, to 1e-5", tol=1e-5)
     assert check_certificate(cluster, problem, tenants, nodes) <= 1e-3
     cluster.start_agent(victim)
     problem, tenants, nodes = reference(kube)
