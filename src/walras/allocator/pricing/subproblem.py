@@ -58,6 +58,7 @@ class Group:
     par: Params
     ties: dict[tuple[int, int], Any]
     odd: Any  # job index is odd (tie-break between identical types)
+    unit: bool = False  # every demand is exactly 1 (the default): π = p, no multiplications
 
 
 def prepare(
@@ -77,9 +78,11 @@ def prepare(
             mask = As[j] == (0.0 if i < 0 else As[i])
             if mask.any():
                 ties[(i, j)] = b.asarray(mask).bool() if b.name == "torch" else mask
+    unit = False
     if D.ndim == 1:
         Ds = None
         d = b.asarray(D)
+        unit = bool(np.all(D == 1.0))
     else:
         Ds = b.asarray(Ds_np)
         d = None
@@ -94,8 +97,16 @@ def prepare(
         d=d,
         par=par,
         ties=ties,
-        odd=b.asarray((np.arange(A.shape[0]) + start) % 2 == 1, integer=True) == 1,
+        odd=_odd(b, start, A.shape[0]),
+        unit=unit,
     )
+
+
+def _odd(b: Backend, start: int, n: int) -> Any:
+    """Mask of the jobs start, …, start + n − 1 whose index is odd."""
+    odd = np.zeros(n, dtype=bool)
+    odd[(start + 1) % 2 :: 2] = True
+    return b.asarray(odd).bool() if b.name == "torch" else odd
 
 
 def sort_rows(
@@ -140,8 +151,9 @@ def sort_rows(
 class Response:
     """Best responses of a chunk of jobs: x on at most two types ("lo" and "hi" end points).
 
-    ``type_*`` is the original type index or −1 (idle); ``y_*`` = a·x and ``dx_*`` = d·x on it;
-    ``value`` = Σ_i [u(t_i) − π_i^T x_i], the chunk's part of the dual function g(p).
+    ``type_*`` is the original type index or −1 (idle); ``y_*`` = a·x on it; ``use`` (m,) numpy
+    = Σ_i d_i ⊙ x_i, the chunk's resource use; ``value`` = Σ_i [u(t_i) − π_i^T x_i] =
+    Σ_i u(t_i) − p^T use, the chunk's part of the dual function g(p).
     """
 
     t: Any
@@ -152,8 +164,7 @@ class Response:
     x_hi: Any
     y_lo: Any
     y_hi: Any
-    dx_lo: Any
-    dx_hi: Any
+    use: np.ndarray[Any, Any]
 
 
 def respond(b: Backend, g: Group, p: Any, s: int, e: int) -> Response:
@@ -173,7 +184,9 @@ def _respond(b: Backend, g: Group, p: Any, s: int, e: int) -> Response:
         Dj = [d] * m
     else:
         Dj = [g.Ds[j, s:e] for j in range(m)]
-    P = [Dj[j] * p[T[j]] for j in range(m)]
+    # np.take is cheaper than p[T] for the small int8 index arrays; unit demand needs no product.
+    pt = [xp.take(p, T[j]) for j in range(m)]
+    P = pt if g.unit else [Dj[j] * pt[j] for j in range(m)]
     par = g.par.slice(s, e)
     zero = 0.0 * A[0]
 
@@ -211,41 +224,34 @@ def _respond(b: Backend, g: Group, p: Any, s: int, e: int) -> Response:
     right[m - 1] = zero + INF
     vertex = [left[j] < right[j] if j < m - 1 else left[j] < INF for j in range(m)]
 
-    # Next hull vertex after each point, scanning right to left.
-    nxt_a, nxt_p, nxt_t = zero, zero, T[0] * 0 - 1
-    edges = []  # (lo_a, hi_a, lo_p, hi_p, slope, lo_type, hi_type, valid), left to right
+    # Next hull vertex after each point, scanning right to left. (Only throughputs and types
+    # are carried: the cost of the response is p^T use, from the per-type use below.)
+    nxt_a, nxt_t = zero, T[0] * 0 - 1
+    edges = []  # (lo_a, hi_a, slope, lo_type, hi_type, valid), left to right
     for j in range(m - 1, -1, -1):
         valid = vertex[j] & (nxt_t >= 0)
-        edges.append((A[j], nxt_a, P[j], nxt_p, right[j], T[j], nxt_t, valid))
+        edges.append((A[j], nxt_a, right[j], T[j], nxt_t, valid))
         nxt_a = xp.where(vertex[j], A[j], nxt_a)
-        nxt_p = xp.where(vertex[j], P[j], nxt_p)
         nxt_t = xp.where(vertex[j], T[j], nxt_t)
-    edges.append((zero, nxt_a, zero, nxt_p, right_origin, nxt_t * 0 - 1, nxt_t, nxt_t >= 0))
+    edges.append((zero, nxt_a, right_origin, nxt_t * 0 - 1, nxt_t, nxt_t >= 0))
     edges.reverse()
 
     # t* = Σ over hull edges of (τ_e − lo_e).
     t = zero
-    for lo_a, hi_a, _, _, sl, _, _, valid in edges:
+    for lo_a, hi_a, sl, _, _, valid in edges:
         tau = g.util.best_t(b, sl, lo_a, hi_a, par)
         t = t + xp.where(valid, tau - lo_a, 0.0)
 
     # The edge holding t*: the last valid edge starting at or before t*.
-    e_lo_a, e_hi_a, e_lo_p, e_hi_p = zero, zero, zero, zero
+    e_lo_a, e_hi_a = zero, zero
     e_lo_t = nxt_t * 0 - 1
     e_hi_t = e_lo_t
-    for lo_a, hi_a, lo_p, hi_p, _, lo_t, hi_t, valid in edges:
+    for lo_a, hi_a, _, lo_t, hi_t, valid in edges:
         sel = valid & (lo_a <= t)
         e_lo_a = xp.where(sel, lo_a, e_lo_a)
         e_hi_a = xp.where(sel, hi_a, e_hi_a)
-        e_lo_p = xp.where(sel, lo_p, e_lo_p)
-        e_hi_p = xp.where(sel, hi_p, e_hi_p)
         e_lo_t = xp.where(sel, lo_t, e_lo_t)
         e_hi_t = xp.where(sel, hi_t, e_hi_t)
-    if g.Ds is None:
-        e_lo_d = e_hi_d = g.d[s:e]
-    else:
-        e_lo_d = _demand_at(b, g, e_lo_t, s, e)
-        e_hi_d = _demand_at(b, g, e_hi_t, s, e)
 
     span = e_hi_a - e_lo_a
     x_hi = xp.where(e_hi_t >= 0, xp.fmin(xp.fmax((t - e_lo_a) / span, zero), zero + 1.0), zero)
@@ -253,8 +259,18 @@ def _respond(b: Backend, g: Group, p: Any, s: int, e: int) -> Response:
     y_lo = e_lo_a * x_lo
     y_hi = e_hi_a * x_hi
     tt = y_lo + y_hi
-    value = g.util.total(b, tt, par) - b.total(e_lo_p * x_lo + e_hi_p * x_hi)
-    return Response(tt, value, e_lo_t, e_hi_t, x_lo, x_hi, y_lo, y_hi, e_lo_d * x_lo, e_hi_d * x_hi)
+    if g.unit:
+        dx_lo, dx_hi = x_lo, x_hi
+    elif g.Ds is None:
+        dx_lo, dx_hi = g.d[s:e] * x_lo, g.d[s:e] * x_hi
+    else:
+        dx_lo = _demand_at(b, g, e_lo_t, s, e) * x_lo
+        dx_hi = _demand_at(b, g, e_hi_t, s, e) * x_hi
+    # Σ_i d_i x_i per type (index 0 collects the idle share of type −1 and is dropped).
+    cnt = b.bincount(e_lo_t + 1, dx_lo, m + 1) + b.bincount(e_hi_t + 1, dx_hi, m + 1)
+    use = np.asarray(b.to_numpy(cnt)[1:], dtype=np.float64)
+    value = g.util.total(b, tt, par) - float(b.to_numpy(p) @ use)
+    return Response(tt, value, e_lo_t, e_hi_t, x_lo, x_hi, y_lo, y_hi, use)
 
 
 def _demand_at(b: Backend, g: Group, types: Any, s: int, e: int) -> Any:
