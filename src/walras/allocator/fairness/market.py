@@ -46,7 +46,11 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg as sla
 import scipy.sparse as sp
-from scipy.sparse.csgraph import breadth_first_order, connected_components
+from scipy.sparse.csgraph import (
+    breadth_first_order,
+    connected_components,
+    minimum_spanning_tree,
+)
 
 from walras.allocator.fairness.problem import BoolArray, FairnessProblem, FloatArray
 
@@ -60,8 +64,14 @@ TIGHT_MUS = 30.0
 # rounding; a near tie that is not a tie fails it and the temperature goes down).
 CYCLE_TOL = 1e-9
 # Relative gradient at which an early (warm) stage hands over to the next temperature.
-STAGE_GTOL = 1e-2
-SINKHORN_MAX = 5000
+STAGE_GTOL = 1e-3
+# Try the exact prices once the temperature is below this (cheap: one graph walk).
+TRY_EXACT_BELOW = 2e-2
+# Sparse product cost per multiply-add relative to a dense BLAS one (measured, roughly).
+SPARSE_COST = 100.0
+SINKHORN_MAX = 3000
+# Largest relative budget mismatch accepted from Sinkhorn (Theorem 2 is checked after).
+SINKHORN_ACCEPT = 1e-10
 SINKHORN_TOL = 1e-12
 
 
@@ -100,10 +110,17 @@ def _newton_stage(
         grad = lam - spend
         if np.max(np.abs(grad) / lam) < gtol:
             break
-        # Σ_n φ_n σ_n σ_nᵀ: σ concentrates on few nodes per tenant once μ is small, so the
-        # product is taken sparse (entries below 1e-16 of a row do not change the step).
-        Ws = sp.csr_matrix(np.where(sigma > 1e-16, sigma * sqphi, 0.0))
-        H = (Ws.T @ Ws).toarray() * (-1.0 / mu)
+        # Σ_n φ_n σ_n σ_nᵀ: σ concentrates on few nodes per tenant once μ is small, and then
+        # the product is cheaper sparse (entries below 1e-16 of a row do not change the step);
+        # while σ is spread out one dense BLAS product is faster.
+        keep = sigma > 1e-16
+        per_row = keep.sum(axis=1)
+        if float(np.dot(per_row, per_row)) * SPARSE_COST < sigma.shape[0] * sigma.shape[1] ** 2:
+            Ws = sp.csr_matrix(np.where(keep, sigma * sqphi, 0.0))
+            H = (Ws.T @ Ws).toarray() * (-1.0 / mu)
+        else:
+            Wd = sigma * sqphi
+            H = (Wd.T @ Wd) * (-1.0 / mu)
         H[np.diag_indices_from(H)] += lam + spend / mu
         try:
             step = -sla.solve(H, grad, assume_a="pos", check_finite=False)
@@ -127,47 +144,63 @@ def _newton_stage(
 def _exact_prices(
     p: FloatArray, L: FloatArray, phi: FloatArray, tau: float
 ) -> tuple[FloatArray, sp.csr_matrix] | None:
-    """Exact prices on the tight graph at ``p``, and the tight edges; ``None`` if inconsistent."""
+    """Exact prices from the near-tight edges at ``p``, and the exactly tight edges.
+
+    A minimum spanning forest of the edges within ``tau`` of their tenant's best (weighted by
+    that slack, so near ties that are not ties are the ones left out of cycles) fixes every
+    log price up to one shift per tree; money conservation fixes the shift. ``None`` if some
+    edge then beats its tenant's best tight edge (the guess was wrong).
+    """
     N, K = L.shape
     bpb = L - p[None, :]
     best = bpb.max(axis=1)
-    tight = bpb >= best[:, None] - tau
-    n_idx, i_idx = np.nonzero(tight)
-    # Bipartite graph: vertices 0..K-1 nodes, K..K+N-1 tenants.
-    G = sp.coo_matrix((np.ones(len(n_idx)), (i_idx, K + n_idx)), shape=(K + N, K + N)).tocsr()
-    G = (G + G.T).tocsr()
-    ncomp, label = connected_components(G, directed=False)
-    value = np.full(K + N, np.nan)  # node: log λ_i; tenant: log α_n = log γ − log λ
-    for c in range(ncomp):
-        root = int(np.flatnonzero(label == c)[0])
-        order, pred = breadth_first_order(G, root, directed=False, return_predecessors=True)
-        value[root] = p[root] if root < K else best[root - K]
-        for v in order[1:].tolist():
-            u = int(pred[v])
+    slack = best[:, None] - bpb
+    n_idx, i_idx = np.nonzero(slack <= tau)
+    # Bipartite graph: vertices 0..K-1 nodes, K..K+N-1 tenants, K+N a virtual root that joins
+    # one vertex of every tree (so one breadth-first walk reaches all of them).
+    G = sp.coo_matrix((1.0 + slack[n_idx, i_idx], (i_idx, K + n_idx)), shape=(K + N, K + N)).tocsr()
+    forest = minimum_spanning_tree(G + G.T).tocoo()
+    fr, fc = forest.row, forest.col
+    ncomp, label = connected_components(forest, directed=False)
+    reps = np.unique(label, return_index=True)[1]
+    root = K + N
+    T = sp.coo_matrix(
+        (
+            np.ones(len(fr) + ncomp),
+            (np.concatenate([fr, np.full(ncomp, root)]), np.concatenate([fc, reps])),
+        ),
+        shape=(root + 1, root + 1),
+    ).tocsr()
+    order, pred = breadth_first_order(T, root, directed=False, return_predecessors=True)
+    value = np.zeros(root + 1)  # node: log λ_i; tenant: log α_n = log γ_{n,i} − log λ_i
+    ref = np.concatenate([p, best])
+    for v in order[1:].tolist():
+        u = int(pred[v])
+        if u == root:
+            value[v] = ref[v]
+        else:
             edge = L[v - K, u] if v >= K else L[u - K, v]
             value[v] = edge - value[u]
     logp = value[:K]
-    loga = value[K:]
-    resid = np.abs(logp[i_idx] + loga[n_idx] - L[n_idx, i_idx])
-    if resid.size and float(resid.max()) > CYCLE_TOL:
-        return None
-    # Scale each component so that its goods cost exactly its budgets.
+    loga = value[K : K + N]
+    # Scale each tree so that its goods cost exactly its budgets.
     comp_n = label[K:]
     comp_i = label[:K]
     budget = np.bincount(comp_n, weights=phi, minlength=ncomp)
-    shift_ref = np.zeros(ncomp)
-    np.maximum.at(shift_ref, comp_i, logp)  # stable exponentials
-    cost = np.bincount(comp_i, weights=np.exp(logp - shift_ref[comp_i]), minlength=ncomp)
-    with np.errstate(divide="ignore"):
-        shift = np.log(budget) - np.log(cost) - shift_ref
-    logp = logp + shift[comp_i]
-    # No edge may beat a tenant's tight edges at these prices.
-    bpb = L - logp[None, :]
-    rowbest = bpb.max(axis=1)
-    attained = np.where(tight, bpb, -np.inf).max(axis=1)
-    if float(np.max(rowbest - attained)) > CYCLE_TOL:
+    top = np.full(ncomp, -np.inf)
+    np.maximum.at(top, comp_i, logp)  # reference for stable exponentials
+    cost = np.bincount(comp_i, weights=np.exp(logp - top[comp_i]), minlength=ncomp)
+    if not (budget > 0).all() or not (cost > 0).all():
         return None
-    W = sp.csr_matrix((np.ones(len(n_idx)), (n_idx, i_idx)), shape=(N, K))
+    shift = np.log(budget) - np.log(cost) - top
+    logp = logp + shift[comp_i]
+    loga = loga - shift[comp_n]
+    # Exactly tight edges at these prices; none may beat its tenant's best.
+    gap = (L - logp[None, :]) - loga[:, None]
+    if float(gap.max()) > CYCLE_TOL:
+        return None
+    tn, ti = np.nonzero(gap >= -CYCLE_TOL)
+    W = sp.csr_matrix((np.ones(len(tn)), (tn, ti)), shape=(N, K))
     return logp, W
 
 
@@ -180,11 +213,18 @@ def _sinkhorn(
     v = np.ones(W.shape[1])
     err = np.inf
     rounds = 0
-    while rounds < SINKHORN_MAX and err >= SINKHORN_TOL:
-        rounds += 1
-        u = row / (W @ v)
-        v = col / (Wt @ u)  # ends on the node side: every node exactly full
-        err = float(np.max(np.abs(u * (W @ v) - row) / row))
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        # An infeasible support drives some scalings to 0 or inf: that is a "no", not an error.
+        while rounds < SINKHORN_MAX and err >= SINKHORN_TOL:
+            rounds += 1
+            u = row / (W @ v)
+            v = col / (Wt @ u)  # ends on the node side: every node exactly full
+            err = float(np.max(np.abs(u * (W @ v) - row) / row))
+            if not np.isfinite(err):
+                err = np.inf
+                break
+    if not np.isfinite(err):
+        return sp.csr_matrix(W.shape), rounds, err
     E = sp.diags(u) @ W @ sp.diags(v)
     return sp.csr_matrix(E), rounds, err
 
@@ -212,18 +252,20 @@ def tdm_market(
     iterations = 0
     found = None
     while mu >= MU_MIN:
-        p, steps = _newton_stage(p, L, phi, mu, STAGE_GTOL if mu > 1e-3 else 1e-10)
+        p, steps = _newton_stage(p, L, phi, mu, STAGE_GTOL)
         iterations += steps
-        if mu <= 1e-3:
+        if mu <= TRY_EXACT_BELOW:
             found = _exact_prices(p, L, phi, TIGHT_MUS * mu)
             if found is not None:
-                break
+                logp, W = found
+                lam = np.exp(logp)
+                E, rounds, err = _sinkhorn(W, phi, lam)
+                if err <= SINKHORN_ACCEPT:
+                    break
+                found = None  # spending does not fit the support: prices not yet right
         mu *= MU_FACTOR
     if found is None:
         return None
-    logp, W = found
-    lam = np.exp(logp)
-    E, rounds, _ = _sinkhorn(W, phi, lam)
     E = E.tocoo()
     y = E.data / lam[E.col]
     sub = np.zeros((len(ten), len(nodes)))
