@@ -126,7 +126,10 @@ def read(kube: Any, namespace: str) -> tuple[dict[str, Any], list[dict[str, Any]
         p["metadata"]["name"]: p
         for p in devcluster.request(kube, "GET", f"{BASE}/resourcepools")["items"]
     }
-    jobs = devcluster.request(kube, "GET", f"{BASE}/namespaces/{namespace}/fungiblejobs")["items"]
+    # The operator is cluster-wide: its pending-jobs gauge counts every namespace's jobs (another
+    # test's namespace may still be going away), and so must the comparison. Pods: only ours,
+    # which only this operator can have bound.
+    jobs = devcluster.request(kube, "GET", f"{BASE}/fungiblejobs")["items"]
     pods = devcluster.request(kube, "GET", f"/api/v1/namespaces/{namespace}/pods")["items"]
     bound = sum(1 for p in pods if p["spec"].get("nodeName"))
     return pools, jobs, bound
