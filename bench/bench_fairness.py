@@ -2,8 +2,14 @@
 
 Cases: TDM and RDM at K = 100/1000/5000 nodes × N = 100/1000 tenants, three resources (gpu, cpu,
 memory), each tenant eligible on about 30% of the nodes, weights 1–3, no caps. Prints one JSON
-line per case: ``mode, K, N, time_s, sweeps, certificate_violation, converged, peak_rss_mb`` plus
-``budget_sweeps`` when the case was cut short.
+line per case: ``mode, K, N, method, time_s, cpu_s, sweeps, iterations, certificate_violation,
+converged, peak_rss_mb`` plus ``budget_sweeps`` when the case was cut short. ``time_s`` is wall
+time, ``cpu_s`` the process CPU time (``time.process_time``): the machine is shared, so wall time
+alone overstates the cost. TDM runs the default method (``"market"``: Newton steps on the Fisher
+market dual, counted in ``iterations``; sweeps only as a fallback); RDM runs sweeps.
+
+Each case runs with ``OPENBLAS_NUM_THREADS=1``: on two cores shared with other processes a
+threaded BLAS spends most of its time spinning (a 1000×1000 solve measured 10–30× slower).
 
 Every case runs in its own interpreter (so ``peak_rss_mb`` is that case's own). To keep the whole
 run near three minutes on a 2-core machine, each case gets a sweep budget of about
@@ -15,6 +21,7 @@ RDM at K=5000, N=1000 is skipped (a line says so): one sweep alone takes about 1
 from __future__ import annotations
 
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -50,24 +57,30 @@ def run_case(mode: str, K: int, N: int) -> dict[str, object]:
 
     problem = instance(K, N)
     start = time.perf_counter()
-    solve(problem, mode=mode, max_sweeps=0)  # type: ignore[arg-type]  # DRF start ≈ one sweep
+    # DRF start ≈ one sweep (the market is skipped here: this only sizes the sweep budget).
+    solve(problem, mode=mode, max_sweeps=0, method="sweeps")  # type: ignore[arg-type]
     per_sweep = time.perf_counter() - start
     budget = max(1, int(BUDGET_S / max(per_sweep, 1e-6)))
     start = time.perf_counter()
+    cpu = time.process_time()
     result = solve(problem, mode=mode, max_sweeps=budget)  # type: ignore[arg-type]
+    cpu = time.process_time() - cpu
     elapsed = time.perf_counter() - start
     line: dict[str, object] = {
         "bench": "fairness",
         "mode": mode,
         "K": K,
         "N": N,
+        "method": result.method,
         "time_s": round(elapsed, 4),
+        "cpu_s": round(cpu, 4),
         "sweeps": result.sweeps,
+        "iterations": result.iterations,
         "certificate_violation": float(result.certificate_violation),
         "converged": result.converged,
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
-    if not result.converged:
+    if not result.converged and result.method == "sweeps":
         line["budget_sweeps"] = budget
     return line
 
@@ -83,8 +96,9 @@ def main(argv: list[str]) -> int:
             line = {"bench": "fairness", "mode": mode, "K": K, "N": N, "skipped": SKIP[mode, K, N]}
             print(json.dumps(line), flush=True)
             continue
+        env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
         rc = subprocess.run(
-            [sys.executable, __file__, mode, str(K), str(N)], check=False
+            [sys.executable, __file__, mode, str(K), str(N)], check=False, env=env
         ).returncode
         if rc != 0:
             print(json.dumps({"bench": "fairness", "mode": mode, "K": K, "N": N, "error": rc}))
