@@ -134,7 +134,7 @@ def setup(kube: Any, n_nodes: int) -> list[str]:
             "kind": "FungibleJob",
             "metadata": {"name": f"{tenant}-job", "namespace": "bench"},
             "spec": {
-                "replicas": 10 * n_nodes,  # caps never bind
+                "replicas": min(10 * n_nodes, 4096),  # caps never bind (schema max 4096)
                 "throughput": throughput,
                 "template": {"spec": spec},
                 "utility": {"kind": "log", "weight": weight},
