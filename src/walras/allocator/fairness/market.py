@@ -46,6 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg as sla
 import scipy.sparse as sp
+from scipy.optimize import linprog
 from scipy.sparse.csgraph import (
     breadth_first_order,
     connected_components,
@@ -70,6 +71,10 @@ TRY_EXACT_BELOW = 2e-2
 # Sparse product cost per multiply-add relative to a dense BLAS one (measured, roughly).
 SPARSE_COST = 100.0
 SINKHORN_MAX = 3000
+# Rounds before deciding the scaling is slow (an edge forced to zero) and pruning edges.
+SINKHORN_QUICK = 300
+# Flow below this fraction of the largest margin counts as zero in the residual graph.
+FLOW_FLOOR = 1e-9
 # Largest relative budget mismatch accepted from Sinkhorn (Theorem 2 is checked after).
 SINKHORN_ACCEPT = 1e-10
 SINKHORN_TOL = 1e-12
@@ -204,8 +209,40 @@ def _exact_prices(
     return logp, W
 
 
+def _flow_edges(W: sp.csr_matrix, row: FloatArray, col: FloatArray) -> sp.csr_matrix | None:
+    """Edges of ``W`` that carry flow in some transport with these margins; ``None`` if none.
+
+    One feasible flow ``f`` (HiGHS) and its residual graph (tenant → node on every edge, node →
+    tenant where ``f > 0``) decide it: an edge can carry flow iff its ends are strongly
+    connected. Sinkhorn converges only sublinearly when an edge is forced to zero, and
+    linearly once such edges are gone.
+    """
+    N, K = W.shape
+    Wc = W.tocoo()
+    rows, cols = Wc.row, Wc.col
+    E = len(rows)
+    A = sp.vstack(
+        [
+            sp.csr_matrix((np.ones(E), (rows, np.arange(E))), shape=(N, E)),
+            sp.csr_matrix((np.ones(E), (cols, np.arange(E))), shape=(K, E)),
+        ]
+    ).tocsr()
+    res = linprog(
+        np.zeros(E), A_eq=A, b_eq=np.concatenate([row, col]), bounds=(0, None), method="highs"
+    )
+    if res.status != 0:
+        return None
+    flow = res.x > FLOW_FLOOR * float(max(row.max(), col.max()))
+    src = np.concatenate([K + rows, cols[flow]])
+    dst = np.concatenate([cols, K + rows[flow]])
+    R = sp.csr_matrix((np.ones(len(src)), (src, dst)), shape=(K + N, K + N))
+    _, label = connected_components(R, directed=True, connection="strong")
+    keep = label[K + rows] == label[cols]
+    return sp.csr_matrix((np.ones(int(keep.sum())), (rows[keep], cols[keep])), shape=(N, K))
+
+
 def _sinkhorn(
-    W: sp.csr_matrix, row: FloatArray, col: FloatArray
+    W: sp.csr_matrix, row: FloatArray, col: FloatArray, limit: int
 ) -> tuple[sp.csr_matrix, int, float]:
     """Scale ``W`` to row sums ``row`` and column sums ``col``; returns (E, rounds, row error)."""
     Wt = W.T.tocsr()
@@ -215,7 +252,7 @@ def _sinkhorn(
     rounds = 0
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
         # An infeasible support drives some scalings to 0 or inf: that is a "no", not an error.
-        while rounds < SINKHORN_MAX and err >= SINKHORN_TOL:
+        while rounds < limit and err >= SINKHORN_TOL:
             rounds += 1
             u = row / (W @ v)
             v = col / (Wt @ u)  # ends on the node side: every node exactly full
@@ -259,7 +296,14 @@ def tdm_market(
             if found is not None:
                 logp, W = found
                 lam = np.exp(logp)
-                E, rounds, err = _sinkhorn(W, phi, lam)
+                E, rounds, err = _sinkhorn(W, phi, lam, SINKHORN_QUICK)
+                if err > SINKHORN_ACCEPT:
+                    # Slow scaling means some tight edge must carry nothing (or the prices are
+                    # off): keep only the edges that can carry flow, then scale again.
+                    W2 = _flow_edges(W, phi, lam)
+                    if W2 is not None:
+                        E, more, err = _sinkhorn(W2, phi, lam, SINKHORN_MAX)
+                        rounds += more
                 if err <= SINKHORN_ACCEPT:
                     break
                 found = None  # spending does not fit the support: prices not yet right
