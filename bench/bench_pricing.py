@@ -40,7 +40,9 @@ def run_case(n: int, utility: str, backend: str) -> dict[str, object]:
     wall, cpu = time.perf_counter(), time.process_time()
     result = pricing.solve(problem, backend=backend)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    threads = 1
+    from walras.allocator.pricing import solver
+
+    threads = solver.THREADS  # numpy kernels: WALRAS_PRICING_THREADS (default 1)
     if result.backend.startswith("torch"):
         import torch
 
