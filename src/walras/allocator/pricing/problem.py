@@ -62,7 +62,11 @@ def _readonly(x: Any) -> Any:
 
 @dataclass(frozen=True, eq=False)
 class PricingProblem:
-    """Immutable problem data; arrays are copied to read-only float64 on construction.
+    """Immutable problem data; arrays become read-only float64 on construction.
+
+    They are copied unless the caller's array already is read-only float64 C-contiguous memory
+    (then it is shared: nobody can change it, and at n = 1e6 the copies cost more than a solver
+    iteration).
 
     ``kind`` is one name for all jobs or one per job (``"linear"``, ``"log"``, ``"alpha"`` for the
     α-fair/power utility ``w t^(1−α)/(1−α)``, ``"target"`` for ``w min(t − T, 0)``).
