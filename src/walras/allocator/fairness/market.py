@@ -44,7 +44,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 import scipy.linalg as sla
+import scipy.linalg.blas as blas
 import scipy.sparse as sp
 from scipy.optimize import linprog
 from scipy.sparse.csgraph import (
@@ -60,16 +62,18 @@ MU_START = 1.0
 MU_FACTOR = 0.1
 MU_MIN = 1e-10
 # Tight edge: within this many temperatures of the tenant's best bang per buck (log units).
-TIGHT_MUS = 30.0
+TIGHT_MUS = 10.0
 # A cycle of tight edges closes if its log-price residual is below this (exact ties close to
 # rounding; a near tie that is not a tie fails it and the temperature goes down).
 CYCLE_TOL = 1e-9
 # Relative gradient at which an early (warm) stage hands over to the next temperature.
-STAGE_GTOL = 1e-3
+STAGE_GTOL = 0.2
 # Try the exact prices once the temperature is below this (cheap: one graph walk).
 TRY_EXACT_BELOW = 2e-2
 # Sparse product cost per multiply-add relative to a dense BLAS one (measured, roughly).
 SPARSE_COST = 100.0
+# Softmax weights below this are left out of the Hessian (never out of the gradient).
+SIGMA_FLOOR = 1e-12
 SINKHORN_MAX = 3000
 # Rounds before deciding the scaling is slow (an edge forced to zero) and pruning edges.
 SINKHORN_QUICK = 300
@@ -90,52 +94,77 @@ class MarketResult:
     sinkhorn: int
 
 
+@dataclass(frozen=True)
+class _Edges:
+    """Eligible (tenant, node) pairs, tenant-major, with ``log γ``: the smoothed dual's data."""
+
+    rows: npt.NDArray[np.int64]
+    cols: npt.NDArray[np.int64]
+    logg: FloatArray
+    starts: npt.NDArray[np.int64]  # first entry of each tenant (every tenant has one)
+    shape: tuple[int, int]
+
+
 def _smoothed(
-    p: FloatArray, L: FloatArray, phi: FloatArray, mu: float
+    p: FloatArray, edges: _Edges, phi: FloatArray, mu: float
 ) -> tuple[float, FloatArray, FloatArray]:
-    """``f_μ(p)``, and the softmax ``σ`` (N, K) and the spending per node ``Σ φ σ``."""
-    Z = (L - p[None, :]) / mu
-    zmax = Z.max(axis=1)
-    E = np.exp(Z - zmax[:, None])
-    s = E.sum(axis=1)
-    sigma = E / s[:, None]
+    """``f_μ(p)``, the softmax ``σ`` per edge, and the spending per node ``Σ_n φ_n σ_{n,i}``."""
+    z = (edges.logg - p[edges.cols]) / mu
+    zmax = np.maximum.reduceat(z, edges.starts)
+    ez = np.exp(z - zmax[edges.rows])
+    s = np.add.reduceat(ez, edges.starts)
+    sigma = ez / s[edges.rows]
     value = float(np.exp(p).sum() + np.dot(phi, mu * (zmax + np.log(s))))
-    return value, sigma, phi @ sigma
+    spend = np.bincount(edges.cols, weights=phi[edges.rows] * sigma, minlength=edges.shape[1])
+    return value, sigma, spend.astype(np.float64, copy=False)
+
+
+def _hessian(
+    sigma: FloatArray, edges: _Edges, phi: FloatArray, lam: FloatArray, spend: FloatArray, mu: float
+) -> FloatArray:
+    """``diag(λ) + (1/μ)(diag(spend) − Σ_n φ_n σ_n σ_nᵀ)`` as a dense ``K × K`` matrix."""
+    N, K = edges.shape
+    w = sigma * np.sqrt(phi)[edges.rows]
+    # σ concentrates on few nodes per tenant once μ is small, and then the outer products are
+    # cheaper sparse (entries below SIGMA_FLOOR barely change the step, and the line search
+    # guards it); while σ is spread out one dense BLAS product is faster.
+    keep = sigma > SIGMA_FLOOR
+    per_row = np.bincount(edges.rows[keep], minlength=N).astype(np.float64)
+    if float(np.dot(per_row, per_row)) * SPARSE_COST < N * K * K:
+        Ws = sp.csr_matrix((w[keep], (edges.rows[keep], edges.cols[keep])), shape=(N, K))
+        H = (Ws.T @ Ws).toarray()
+    else:
+        Wd = np.zeros((N, K), order="F")
+        Wd[edges.rows, edges.cols] = w
+        # Symmetric rank-N update (half the flops of a full product); fills the upper triangle.
+        H = blas.dsyrk(1.0, Wd, trans=1)
+        H = np.triu(H) + np.triu(H, 1).T
+    out: FloatArray = np.asarray(H, dtype=np.float64) * (-1.0 / mu)
+    out[np.diag_indices_from(out)] += lam + spend / mu
+    return out
 
 
 def _newton_stage(
-    p: FloatArray, L: FloatArray, phi: FloatArray, mu: float, gtol: float, max_steps: int = 30
+    p: FloatArray, edges: _Edges, phi: FloatArray, mu: float, gtol: float, max_steps: int = 30
 ) -> tuple[FloatArray, int]:
     """Minimise ``f_μ`` from ``p`` to a small relative gradient; returns ``(p, steps)``."""
-    sqphi = np.sqrt(phi)[:, None]
-    value, sigma, spend = _smoothed(p, L, phi, mu)
+    value, sigma, spend = _smoothed(p, edges, phi, mu)
     steps = 0
     for _ in range(max_steps):
         lam = np.exp(p)
         grad = lam - spend
         if np.max(np.abs(grad) / lam) < gtol:
             break
-        # Σ_n φ_n σ_n σ_nᵀ: σ concentrates on few nodes per tenant once μ is small, and then
-        # the product is cheaper sparse (entries below 1e-16 of a row do not change the step);
-        # while σ is spread out one dense BLAS product is faster.
-        keep = sigma > 1e-16
-        per_row = keep.sum(axis=1)
-        if float(np.dot(per_row, per_row)) * SPARSE_COST < sigma.shape[0] * sigma.shape[1] ** 2:
-            Ws = sp.csr_matrix(np.where(keep, sigma * sqphi, 0.0))
-            H = (Ws.T @ Ws).toarray() * (-1.0 / mu)
-        else:
-            Wd = sigma * sqphi
-            H = (Wd.T @ Wd) * (-1.0 / mu)
-        H[np.diag_indices_from(H)] += lam + spend / mu
+        H = _hessian(sigma, edges, phi, lam, spend, mu)
         try:
-            step = -sla.solve(H, grad, assume_a="pos", check_finite=False)
+            step = -sla.cho_solve(sla.cho_factor(H, check_finite=False), grad, check_finite=False)
         except (sla.LinAlgError, ValueError):
             step = -grad / np.diag(H)
         t = 1.0
         dec = float(grad @ step)
         while t > 1e-8:
             cand = p + t * step
-            v2, s2, sp2 = _smoothed(cand, L, phi, mu)
+            v2, s2, sp2 = _smoothed(cand, edges, phi, mu)
             if v2 <= value + 1e-4 * t * dec:
                 p, value, sigma, spend = cand, v2, s2, sp2
                 break
@@ -282,6 +311,9 @@ def tdm_market(
     phi = problem.phi[ten]
     with np.errstate(divide="ignore"):
         L = np.where(e, np.log(np.where(e, g, 1.0)), -np.inf)
+    rows, cols = np.nonzero(e)
+    starts = np.searchsorted(rows, np.arange(len(ten)))
+    edges = _Edges(rows, cols, np.log(g[rows, cols]), starts, (len(ten), len(nodes)))
     # Start: every tenant spreads its budget evenly over its eligible nodes.
     spread = (e / e.sum(axis=1, keepdims=True)) * phi[:, None]
     p = np.log(spread.sum(axis=0))
@@ -289,7 +321,7 @@ def tdm_market(
     iterations = 0
     found = None
     while mu >= MU_MIN:
-        p, steps = _newton_stage(p, L, phi, mu, STAGE_GTOL)
+        p, steps = _newton_stage(p, edges, phi, mu, STAGE_GTOL)
         iterations += steps
         if mu <= TRY_EXACT_BELOW:
             found = _exact_prices(p, L, phi, TIGHT_MUS * mu)
