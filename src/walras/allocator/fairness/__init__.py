@@ -3,14 +3,16 @@
 Public interface (the cross-team contract):
 
 - :class:`FairnessProblem`, :func:`monopoly_tasks` — the instance and its ``γ``;
-- :func:`solve` → :class:`FairnessResult` — centralised TDM/RDM solve (Gauss–Seidel sweeps);
+- :func:`solve` → :class:`FairnessResult` — centralised TDM/RDM solve (TDM through Fisher-market
+  prices, ``market``; RDM and the TDM fallback by Gauss–Seidel sweeps);
 - :func:`node_update` — one node agent's update from local information (distributed form);
 - :func:`certificate` — largest Theorem 1 (RDM) / Theorem 2 (TDM) violation;
 - :func:`simulate_async` — in-process asynchronous agents (convergence study);
 - ``baselines`` — DRF (one node), C-DRFH and TSF for comparison.
 
 Modules: ``problem`` (inputs, validation, γ, dominant resources), ``waterfill`` (exact per-node
-server procedure), ``solver``, ``certificates``, ``distributed``, ``baselines``.
+server procedure), ``market`` (TDM equilibrium prices), ``crossover`` (exact TDM finish of the
+sweeps), ``solver``, ``certificates``, ``distributed``, ``baselines``.
 """
 
 from walras.allocator.fairness.certificates import certificate

@@ -1,6 +1,12 @@
-"""Centralised PS-DSF: per-node DRF start, then Gauss–Seidel sweeps of the server procedure.
+"""Centralised PS-DSF: TDM through market prices, else per-node DRF start and Gauss–Seidel sweeps.
 
-Algorithm (paper 004 Algorithm I, ALGORITHMS.md §2):
+**TDM fast path** (default, ``method="auto"``): ``fairness.market`` solves the linear Fisher
+market whose equilibrium is TDM PS-DSF (Newton on the smoothed dual, exact prices on the tight
+support, Sinkhorn split). Its answer is kept only when Theorem 2's certificate is at most
+``MARKET_ACCEPT``; otherwise — in particular whenever a demand cap binds, which the market does
+not model — the sweeps below run, warm-started from the market answer.
+
+Sweeps (paper 004 Algorithm I, ALGORITHMS.md §2; RDM always, TDM as the fallback):
 
 1. Start from DRF on every node alone (the water-fill with nothing elsewhere, ``b = 0``) — under
    TDM this is the time-shared DRF, under RDM the classic progressive-filling DRF.
@@ -13,8 +19,10 @@ Algorithm (paper 004 Algorithm I, ALGORITHMS.md §2):
 Uniqueness: the tenant totals (and the node levels) are unique under TDM, because the
 Eisenberg–Gale objective is strictly concave in the totals. The split of a total across nodes is
 not always unique — e.g. two tenants with proportional ``γ`` rows on two nodes can trade time
-between them — and then the answer is the one these deterministic forward sweeps from the DRF
-start reach (for the paper's table, exactly the paper's rows).
+between them. The market path then returns the maximum-entropy split of the spending (tied
+tenants spread over tied nodes in proportion); the sweeps return the one their deterministic
+forward order from the DRF start reaches. For the paper's table both are exactly the paper's
+rows.
 
 Under TDM each step exactly maximises the Eisenberg–Gale objective ``Σ φ_n log x_n`` over one
 node's block, the blocks' constraint sets are independent and each block maximiser is unique, so
