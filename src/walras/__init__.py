@@ -2,7 +2,8 @@
 
 Layers, from the bottom up (imports only go downward):
 
-- ``walras.allocator``: pure math (price discovery, PS-DSF, rounds). Arrays in, immutable results out.
+- ``walras.allocator``: pure math (price discovery, PS-DSF, rounds). Arrays in, immutable
+  results out.
 - ``walras.sim``: trace-driven simulator over the allocator.
 - ``walras.operator`` / ``walras.agent``: the kopf controller and the node-local PS-DSF agents.
 - ``walras.cli``: the ``walras`` console script.

@@ -9,7 +9,7 @@ optional ``field``/``index`` attributes let callers point at it programmatically
 from __future__ import annotations
 
 
-class InvalidProblem(ValueError):
+class InvalidProblem(ValueError):  # noqa: N818 (the issue names the error InvalidProblem)
     """The allocation problem is malformed or infeasible.
 
     Attributes:
