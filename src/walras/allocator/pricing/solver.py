@@ -22,7 +22,9 @@ on the types that jobs pile onto at p*; there each iteration also tries the scal
 average of the responses and gives capacity left over to jobs with idle time (``_fill``); the
 best feasible allocation seen is returned (it may then use more than two types per job).
 
-The loaded OpenBLAS libraries run on one thread during a solve (``blas_threads``).
+The loaded OpenBLAS libraries run on one thread during a solve (``blas_threads``). With
+``WALRAS_PRICING_THREADS=2`` the numpy chunks of an evaluation run on two threads (same result
+bit for bit; off by default, it did not pay on the loaded shared 2-core machine).
 
 Called by the operator each round, by ``walras solve`` and by the benchmark.
 """
