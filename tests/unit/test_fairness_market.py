@@ -113,3 +113,17 @@ def test_market_at_a_few_hundred_nodes_with_identical_shapes() -> None:
     result = solve(problem, mode="tdm")
     assert result.method == "market"
     assert result.certificate_violation <= 1e-9
+
+
+def test_conjugate_gradient_newton_steps_give_the_same_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from walras.allocator.fairness import market
+
+    problem = _tied_problem(11, K=40, N=30, shapes=3)
+    dense = solve(problem, mode="tdm")
+    monkeypatch.setattr(market, "DENSE_MAX_K", 0)  # every Newton step through CG
+    cg = solve(problem, mode="tdm")
+    assert dense.method == cg.method == "market"
+    assert cg.certificate_violation <= 1e-9
+    np.testing.assert_allclose(cg.totals, dense.totals, rtol=1e-9)

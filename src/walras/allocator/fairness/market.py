@@ -59,6 +59,7 @@ import numpy.typing as npt
 import scipy.linalg as sla
 import scipy.linalg.blas as blas
 import scipy.sparse as sp
+import scipy.sparse.linalg as spla
 from scipy.optimize import linprog
 from scipy.sparse.csgraph import (
     breadth_first_order,
@@ -85,6 +86,10 @@ TRY_EXACT_BELOW = 2e-2
 SPARSE_COST = 100.0
 # Softmax weights below this are left out of the Hessian (never out of the gradient).
 SIGMA_FLOOR = 1e-12
+# Above this many nodes Newton steps use CG instead of a dense Cholesky.
+DENSE_MAX_K = 300
+CG_RTOL = 1e-3
+CG_MAXITER = 300
 SINKHORN_MAX = 3000
 # Rounds before deciding the scaling is slow (an edge forced to zero) and pruning edges.
 SINKHORN_QUICK = 300
@@ -155,6 +160,41 @@ def _hessian(
     return out
 
 
+def _cg_step(
+    sigma: FloatArray,
+    edges: _Edges,
+    phi: FloatArray,
+    lam: FloatArray,
+    spend: FloatArray,
+    mu: float,
+    grad: FloatArray,
+) -> FloatArray:
+    """Inexact Newton step by Jacobi-preconditioned CG with Hessian-vector products.
+
+    For many nodes a dense ``K × K`` factorisation costs more than the whole rest; CG started
+    at 0 returns a descent direction after any number of iterations, and the line search
+    takes care of the inexactness.
+    """
+    N, K = edges.shape
+    w = sigma * np.sqrt(phi)[edges.rows]
+    keep = sigma > SIGMA_FLOOR
+    Ws = sp.csr_matrix((w[keep], (edges.rows[keep], edges.cols[keep])), shape=(N, K))
+    Wt = Ws.T.tocsr()
+    diag = lam + spend / mu
+    # Jacobi preconditioner: the diagonal of H (diag − (1/μ) Σ_n φ_n σ_{n,i}²).
+    hdiag = diag - np.bincount(edges.cols[keep], weights=w[keep] ** 2, minlength=K) / mu
+
+    def hv(v: FloatArray) -> FloatArray:
+        out: FloatArray = diag * v - (Wt @ (Ws @ v)) / mu
+        return out
+
+    H = spla.LinearOperator((K, K), matvec=hv, dtype=np.float64)
+    M = spla.LinearOperator((K, K), matvec=lambda v: v / hdiag, dtype=np.float64)
+    step, _ = spla.cg(H, -grad, rtol=CG_RTOL, maxiter=CG_MAXITER, M=M)
+    out: FloatArray = np.asarray(step, dtype=np.float64)
+    return out
+
+
 def _newton_stage(
     p: FloatArray, edges: _Edges, phi: FloatArray, mu: float, gtol: float, max_steps: int = 30
 ) -> tuple[FloatArray, int]:
@@ -166,11 +206,16 @@ def _newton_stage(
         grad = lam - spend
         if np.max(np.abs(grad) / lam) < gtol:
             break
-        H = _hessian(sigma, edges, phi, lam, spend, mu)
-        try:
-            step = -sla.cho_solve(sla.cho_factor(H, check_finite=False), grad, check_finite=False)
-        except (sla.LinAlgError, ValueError):
-            step = -grad / np.diag(H)
+        if edges.shape[1] > DENSE_MAX_K:
+            step = _cg_step(sigma, edges, phi, lam, spend, mu, grad)
+        else:
+            H = _hessian(sigma, edges, phi, lam, spend, mu)
+            try:
+                step = -sla.cho_solve(
+                    sla.cho_factor(H, check_finite=False), grad, check_finite=False
+                )
+            except (sla.LinAlgError, ValueError):
+                step = -grad / np.diag(H)
         t = 1.0
         dec = float(grad @ step)
         while t > 1e-8:
