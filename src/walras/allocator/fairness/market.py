@@ -232,7 +232,7 @@ def _newton_stage(
 
 
 def _exact_prices(
-    p: FloatArray, L: FloatArray, phi: FloatArray, tau: float
+    p: FloatArray, edges: _Edges, L: FloatArray, phi: FloatArray, tau: float
 ) -> tuple[FloatArray, sp.csr_matrix] | None:
     """Exact prices from the near-tight edges at ``p``, and the exactly tight edges.
 
@@ -241,14 +241,15 @@ def _exact_prices(
     log price up to one shift per tree; money conservation fixes the shift. ``None`` if some
     edge then beats its tenant's best tight edge (the guess was wrong).
     """
-    N, K = L.shape
-    bpb = L - p[None, :]
-    best = bpb.max(axis=1)
-    slack = best[:, None] - bpb
-    n_idx, i_idx = np.nonzero(slack <= tau)
+    N, K = edges.shape
+    bpb = edges.logg - p[edges.cols]
+    best = np.maximum.reduceat(bpb, edges.starts)
+    slack = best[edges.rows] - bpb
+    near = slack <= tau
+    n_idx, i_idx = edges.rows[near], edges.cols[near]
     # Bipartite graph: vertices 0..K-1 nodes, K..K+N-1 tenants, K+N a virtual root that joins
     # one vertex of every tree (so one breadth-first walk reaches all of them).
-    G = sp.coo_matrix((1.0 + slack[n_idx, i_idx], (i_idx, K + n_idx)), shape=(K + N, K + N)).tocsr()
+    G = sp.coo_matrix((1.0 + slack[near], (i_idx, K + n_idx)), shape=(K + N, K + N)).tocsr()
     forest = minimum_spanning_tree(G + G.T).tocoo()
     fr, fc = forest.row, forest.col
     ncomp, label = connected_components(forest, directed=False)
@@ -286,11 +287,11 @@ def _exact_prices(
     logp = logp + shift[comp_i]
     loga = loga - shift[comp_n]
     # Exactly tight edges at these prices; none may beat its tenant's best.
-    gap = (L - logp[None, :]) - loga[:, None]
+    gap = edges.logg - logp[edges.cols] - loga[edges.rows]
     if float(gap.max()) > CYCLE_TOL:
         return None
-    tn, ti = np.nonzero(gap >= -CYCLE_TOL)
-    W = sp.csr_matrix((np.ones(len(tn)), (tn, ti)), shape=(N, K))
+    on = gap >= -CYCLE_TOL
+    W = sp.csr_matrix((np.ones(int(on.sum())), (edges.rows[on], edges.cols[on])), shape=(N, K))
     return logp, W
 
 
@@ -380,7 +381,7 @@ def tdm_market(
         p, steps = _newton_stage(p, edges, phi, mu, STAGE_GTOL)
         iterations += steps
         if mu <= TRY_EXACT_BELOW:
-            found = _exact_prices(p, L, phi, TIGHT_MUS * mu)
+            found = _exact_prices(p, edges, L, phi, TIGHT_MUS * mu)
             if found is not None:
                 logp, W = found
                 lam = np.exp(logp)
