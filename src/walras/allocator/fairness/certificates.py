@@ -161,11 +161,17 @@ def theorem1_violation(
     return float(np.max(worst, initial=0.0))
 
 
-def certificate(problem: FairnessProblem, tasks: FloatArray, mode: str) -> float:
-    """Largest Theorem 1 (``"rdm"``) / Theorem 2 (``"tdm"``) or feasibility violation."""
+def certificate(
+    problem: FairnessProblem, tasks: FloatArray, mode: str, *, gamma: FloatArray | None = None
+) -> float:
+    """Largest Theorem 1 (``"rdm"``) / Theorem 2 (``"tdm"``) or feasibility violation.
+
+    ``gamma``: the problem's :func:`monopoly_tasks` if the caller already has it.
+    """
     if mode not in ("tdm", "rdm"):
         raise InvalidProblem(f"mode must be 'tdm' or 'rdm', got {mode!r}", field="mode")
-    gamma = monopoly_tasks(problem)
+    if gamma is None:
+        gamma = monopoly_tasks(problem)
     feas = feasibility_violation(problem, tasks, mode, gamma=gamma)
     if mode == "tdm":
         return max(feas, theorem2_violation(problem, tasks, gamma=gamma))

@@ -121,18 +121,34 @@ class _Edges:
     shape: tuple[int, int]
 
 
-def _smoothed(
+def _value(
     p: FloatArray, edges: _Edges, phi: FloatArray, mu: float
 ) -> tuple[float, FloatArray, FloatArray]:
-    """``f_μ(p)``, the softmax ``σ`` per edge, and the spending per node ``Σ_n φ_n σ_{n,i}``."""
+    """``f_μ(p)``, with the per-edge exponentials and per-tenant sums :func:`_softmax` needs."""
     z = (edges.logg - p[edges.cols]) / mu
     zmax = np.maximum.reduceat(z, edges.starts)
     ez = np.exp(z - zmax[edges.rows])
     s = np.add.reduceat(ez, edges.starts)
-    sigma = ez / s[edges.rows]
     value = float(np.exp(p).sum() + np.dot(phi, mu * (zmax + np.log(s))))
+    return value, ez, s
+
+
+def _softmax(
+    ez: FloatArray, s: FloatArray, edges: _Edges, phi: FloatArray
+) -> tuple[FloatArray, FloatArray]:
+    """The softmax ``σ`` per edge and the spending per node ``Σ_n φ_n σ_{n,i}``."""
+    sigma = ez / s[edges.rows]
     spend = np.bincount(edges.cols, weights=phi[edges.rows] * sigma, minlength=edges.shape[1])
-    return value, sigma, spend.astype(np.float64, copy=False)
+    return sigma, spend.astype(np.float64, copy=False)
+
+
+def _smoothed(
+    p: FloatArray, edges: _Edges, phi: FloatArray, mu: float
+) -> tuple[float, FloatArray, FloatArray]:
+    """``f_μ(p)``, the softmax ``σ`` per edge, and the spending per node ``Σ_n φ_n σ_{n,i}``."""
+    value, ez, s = _value(p, edges, phi, mu)
+    sigma, spend = _softmax(ez, s, edges, phi)
+    return value, sigma, spend
 
 
 def _hessian(
@@ -220,9 +236,10 @@ def _newton_stage(
         dec = float(grad @ step)
         while t > 1e-8:
             cand = p + t * step
-            v2, s2, sp2 = _smoothed(cand, edges, phi, mu)
+            v2, ez, sums = _value(cand, edges, phi, mu)  # softmax only once accepted
             if v2 <= value + 1e-4 * t * dec:
-                p, value, sigma, spend = cand, v2, s2, sp2
+                p, value = cand, v2
+                sigma, spend = _softmax(ez, sums, edges, phi)
                 break
             t *= 0.5
         else:

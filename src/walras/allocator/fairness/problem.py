@@ -249,18 +249,19 @@ def monopoly_tasks(problem: FairnessProblem) -> FloatArray:
     return gamma
 
 
-def dominant_resources(problem: FairnessProblem) -> IntArray:
+def dominant_resources(problem: FairnessProblem, *, gamma: FloatArray | None = None) -> IntArray:
     """``ρ (N, K)``: index of ``argmax_r d[n,r] / c[i,r]``; ``-1`` where ``γ[n,i] = 0``.
 
     Ties go to the lowest resource index (deterministic). A demanded resource the node lacks has
-    an infinite share, so it is dominant, and then γ is 0 and the entry is ``-1``.
+    an infinite share, so it is dominant, and then γ is 0 and the entry is ``-1``. ``gamma``
+    (the problem's :func:`monopoly_tasks`, when the caller already has it) saves recomputing it.
     """
     d = problem.demand[:, None, :]
     c = problem.capacity[None, :, :]
     with np.errstate(divide="ignore", invalid="ignore"):
         share = np.where(d > 0, d / c, 0.0)
     rho: IntArray = np.argmax(share, axis=2).astype(np.int64)
-    rho[monopoly_tasks(problem) <= 0] = -1
+    rho[(monopoly_tasks(problem) if gamma is None else gamma) <= 0] = -1
     return rho
 
 

@@ -193,7 +193,7 @@ def solve(
         market = tdm_market(problem, gamma, active)
         if market is not None:
             iterations = market.iterations
-            violation = certificate(problem, market.tasks, "tdm")
+            violation = certificate(problem, market.tasks, "tdm", gamma=gamma)
             if violation <= MARKET_ACCEPT:
                 return _result(
                     problem,
@@ -333,8 +333,8 @@ def _result(
         vds = np.where(gamma > 0, totals[:, None] / (problem.phi[:, None] * gamma), np.inf)
     levels = node_levels(problem, tasks, gamma=gamma)
     if violation is None:
-        violation = certificate(problem, tasks, mode)
-    dominant = dominant_resources(problem)
+        violation = certificate(problem, tasks, mode, gamma=gamma)
+    dominant = dominant_resources(problem, gamma=gamma)
     for arr in (tasks, totals, vds, levels, dominant):
         arr.setflags(write=False)
     return FairnessResult(
