@@ -90,6 +90,9 @@ SIGMA_FLOOR = 1e-12
 DENSE_MAX_K = 300
 CG_RTOL = 1e-3
 CG_MAXITER = 300
+# Newton at temperature μ ignores edges more than PRUNE_MUS·μ/MU_FACTOR below the tenant's best
+# at the start of the stage (the previous temperature's answer).
+PRUNE_MUS = 10.0
 SINKHORN_MAX = 3000
 # Rounds before deciding the scaling is slow (an edge forced to zero) and pruning edges.
 SINKHORN_QUICK = 300
@@ -174,6 +177,23 @@ def _hessian(
     out: FloatArray = np.asarray(H, dtype=np.float64) * (-1.0 / mu)
     out[np.diag_indices_from(out)] += lam + spend / mu
     return out
+
+
+def _relevant(edges: _Edges, p: FloatArray, slack_max: float) -> _Edges:
+    """Edges within ``slack_max`` (log units) of their tenant's best bang per buck at ``p``.
+
+    An edge further than ``PRUNE_MUS`` temperatures below its tenant's best gets a softmax
+    weight below ``e^-PRUNE_MUS``, and prices move by ``O(μ)`` during a stage, so it cannot
+    matter; it is reconsidered at every stage, from all edges.
+    """
+    bpb = edges.logg - p[edges.cols]
+    best = np.maximum.reduceat(bpb, edges.starts)
+    keep = best[edges.rows] - bpb <= slack_max
+    if keep.all():
+        return edges
+    rows = edges.rows[keep]
+    starts = np.searchsorted(rows, np.arange(edges.shape[0]))
+    return _Edges(rows, edges.cols[keep], edges.logg[keep], starts, edges.shape)
 
 
 def _cg_step(
@@ -395,7 +415,11 @@ def tdm_market(
     iterations = 0
     found = None
     while mu >= MU_MIN:
-        p, steps = _newton_stage(p, edges, phi, mu, STAGE_GTOL)
+        # Newton works on the edges that can still matter at this temperature; the exact-price
+        # check below always looks at every eligible edge.
+        p, steps = _newton_stage(
+            p, _relevant(edges, p, PRUNE_MUS * mu / MU_FACTOR), phi, mu, STAGE_GTOL
+        )
         iterations += steps
         if mu <= TRY_EXACT_BELOW:
             found = _exact_prices(p, edges, L, phi, TIGHT_MUS * mu)
