@@ -132,7 +132,9 @@ def _value(
     zmax = np.maximum.reduceat(z, edges.starts)
     ez = np.exp(z - zmax[edges.rows])
     s = np.add.reduceat(ez, edges.starts)
-    value = float(np.exp(p).sum() + np.dot(phi, mu * (zmax + np.log(s))))
+    with np.errstate(over="ignore"):
+        # A wild trial step may overflow; its value is then +inf and the line search backs off.
+        value = float(np.exp(p).sum() + np.dot(phi, mu * (zmax + np.log(s))))
     return value, ez, s
 
 
@@ -175,7 +177,20 @@ def _hessian(
         H = blas.dsyrk(1.0, Wd, trans=1)
         H = np.triu(H) + np.triu(H, 1).T
     out: FloatArray = np.asarray(H, dtype=np.float64) * (-1.0 / mu)
-    out[np.diag_indices_from(out)] += lam + spend / mu
+    # The diagonal directly as λ_i + (1/μ) Σ_n φ_n σ(1 − σ): spend/μ − Σ φσ²/μ cancels badly
+    # when μ is small and a tenant sits on one node (σ = 1).
+    out[np.diag_indices_from(out)] = _diagonal(sigma, edges, phi, lam, mu)
+    return out
+
+
+def _diagonal(
+    sigma: FloatArray, edges: _Edges, phi: FloatArray, lam: FloatArray, mu: float
+) -> FloatArray:
+    """Hessian diagonal ``λ_i + (1/μ) Σ_n φ_n σ_{n,i}(1 − σ_{n,i})`` without cancellation."""
+    lap = np.bincount(
+        edges.cols, weights=phi[edges.rows] * sigma * (1.0 - sigma), minlength=edges.shape[1]
+    )
+    out: FloatArray = lam + lap / mu
     return out
 
 
@@ -188,7 +203,12 @@ def _relevant(edges: _Edges, p: FloatArray, slack_max: float) -> _Edges:
     """
     bpb = edges.logg - p[edges.cols]
     best = np.maximum.reduceat(bpb, edges.starts)
-    keep = best[edges.rows] - bpb <= slack_max
+    slack = best[edges.rows] - bpb
+    keep = slack <= slack_max
+    # Every node keeps its least-slack edges, so that no price loses all its buyers.
+    node_min = np.full(edges.shape[1], np.inf)
+    np.minimum.at(node_min, edges.cols, slack)
+    keep |= slack <= node_min[edges.cols]
     if keep.all():
         return edges
     rows = edges.rows[keep]
@@ -212,16 +232,19 @@ def _cg_step(
     takes care of the inexactness.
     """
     N, K = edges.shape
-    w = sigma * np.sqrt(phi)[edges.rows]
     keep = sigma > SIGMA_FLOOR
-    Ws = sp.csr_matrix((w[keep], (edges.rows[keep], edges.cols[keep])), shape=(N, K))
-    Wt = Ws.T.tocsr()
-    diag = lam + spend / mu
-    # Jacobi preconditioner: the diagonal of H (diag − (1/μ) Σ_n φ_n σ_{n,i}²).
-    hdiag = diag - np.bincount(edges.cols[keep], weights=w[keep] ** 2, minlength=K) / mu
+    rows, cols, sig = edges.rows[keep], edges.cols[keep], sigma[keep]
+    S = sp.csr_matrix((sig, (rows, cols)), shape=(N, K))
+    weight = phi[rows] * sig
+    # Jacobi preconditioner: the diagonal of H.
+    hdiag = _diagonal(sigma, edges, phi, lam, mu)
 
     def hv(v: FloatArray) -> FloatArray:
-        out: FloatArray = diag * v - (Wt @ (Ws @ v)) / mu
+        # Σ_n φ_n σ_n ∘ (v − σ_nᵀ v): the Laplacian form, free of the cancellation in
+        # diag(spend)·v − Σ φ σ (σᵀv) when μ is small.
+        mean = S @ v
+        lap = np.bincount(cols, weights=weight * (v[cols] - mean[rows]), minlength=K)
+        out: FloatArray = lam * v + lap / mu
         return out
 
     H = spla.LinearOperator((K, K), matvec=hv, dtype=np.float64)
@@ -251,7 +274,7 @@ def _newton_stage(
                     sla.cho_factor(H, check_finite=False), grad, check_finite=False
                 )
             except (sla.LinAlgError, ValueError):
-                step = -grad / np.diag(H)
+                step = -grad / np.maximum(np.diag(H), lam)
         t = 1.0
         dec = float(grad @ step)
         while t > 1e-8:
