@@ -122,6 +122,9 @@ class _Edges:
     logg: FloatArray
     starts: npt.NDArray[np.int64]  # first entry of each tenant (every tenant has one)
     shape: tuple[int, int]
+    # Entries ordered by node, and each node's first one (full edge set only; empty if pruned).
+    by_col: npt.NDArray[np.int64]
+    col_starts: npt.NDArray[np.int64]
 
 
 def _value(
@@ -206,14 +209,14 @@ def _relevant(edges: _Edges, p: FloatArray, slack_max: float) -> _Edges:
     slack = best[edges.rows] - bpb
     keep = slack <= slack_max
     # Every node keeps its least-slack edges, so that no price loses all its buyers.
-    node_min = np.full(edges.shape[1], np.inf)
-    np.minimum.at(node_min, edges.cols, slack)
+    node_min = np.minimum.reduceat(slack[edges.by_col], edges.col_starts)
     keep |= slack <= node_min[edges.cols]
     if keep.all():
         return edges
     rows = edges.rows[keep]
     starts = np.searchsorted(rows, np.arange(edges.shape[0]))
-    return _Edges(rows, edges.cols[keep], edges.logg[keep], starts, edges.shape)
+    none = np.zeros(0, dtype=np.int64)
+    return _Edges(rows, edges.cols[keep], edges.logg[keep], starts, edges.shape, none, none)
 
 
 def _cg_step(
@@ -239,12 +242,14 @@ def _cg_step(
     # Jacobi preconditioner: the diagonal of H.
     hdiag = _diagonal(sigma, edges, phi, lam, mu)
 
+    St = S.T.tocsr()
+    phi_r = phi
+    spend_k = np.bincount(cols, weights=weight, minlength=K)
+
     def hv(v: FloatArray) -> FloatArray:
-        # Σ_n φ_n σ_n ∘ (v − σ_nᵀ v): the Laplacian form, free of the cancellation in
-        # diag(spend)·v − Σ φ σ (σᵀv) when μ is small.
-        mean = S @ v
-        lap = np.bincount(cols, weights=weight * (v[cols] - mean[rows]), minlength=K)
-        out: FloatArray = lam * v + lap / mu
+        # Σ_n φ_n (σ_n ∘ v − σ_n σ_nᵀ v); its rounding error is ~eps·spend/μ·|v|, harmless
+        # in a product (unlike in a factorised diagonal).
+        out: FloatArray = lam * v + (spend_k * v - St @ (phi_r * (S @ v))) / mu
         return out
 
     H = spla.LinearOperator((K, K), matvec=hv, dtype=np.float64)
@@ -430,7 +435,11 @@ def tdm_market(
         L = np.where(e, np.log(np.where(e, g, 1.0)), -np.inf)
     rows, cols = np.nonzero(e)
     starts = np.searchsorted(rows, np.arange(len(ten)))
-    edges = _Edges(rows, cols, np.log(g[rows, cols]), starts, (len(ten), len(nodes)))
+    by_col = np.argsort(cols, kind="stable")
+    col_starts = np.searchsorted(cols[by_col], np.arange(len(nodes)))
+    edges = _Edges(
+        rows, cols, np.log(g[rows, cols]), starts, (len(ten), len(nodes)), by_col, col_starts
+    )
     # Start: every tenant spreads its budget evenly over its eligible nodes.
     spread = (e / e.sum(axis=1, keepdims=True)) * phi[:, None]
     p = np.log(spread.sum(axis=0))
