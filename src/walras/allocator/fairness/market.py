@@ -315,7 +315,7 @@ def _exact_prices(
     # Bipartite graph: vertices 0..K-1 nodes, K..K+N-1 tenants, K+N a virtual root that joins
     # one vertex of every tree (so one breadth-first walk reaches all of them).
     G = sp.coo_matrix((1.0 + slack[near], (i_idx, K + n_idx)), shape=(K + N, K + N)).tocsr()
-    forest = minimum_spanning_tree(G + G.T).tocoo()
+    forest = minimum_spanning_tree(G).tocoo()  # undirected: one triangle suffices
     fr, fc = forest.row, forest.col
     ncomp, label = connected_components(forest, directed=False)
     reps = np.unique(label, return_index=True)[1]

@@ -256,11 +256,17 @@ def dominant_resources(problem: FairnessProblem, *, gamma: FloatArray | None = N
     an infinite share, so it is dominant, and then γ is 0 and the entry is ``-1``. ``gamma``
     (the problem's :func:`monopoly_tasks`, when the caller already has it) saves recomputing it.
     """
-    d = problem.demand[:, None, :]
-    c = problem.capacity[None, :, :]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        share = np.where(d > 0, d / c, 0.0)
-    rho: IntArray = np.argmax(share, axis=2).astype(np.int64)
+    N, K, M = problem.shape
+    # One resource at a time (temporaries stay N × K); strict ">" keeps the lowest index on ties.
+    rho: IntArray = np.zeros((N, K), dtype=np.int64)
+    best = np.full((N, K), -np.inf)
+    for r in range(M):
+        d = problem.demand[:, r, None]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            share = np.where(d > 0, d / problem.capacity[None, :, r], 0.0)
+        better = share > best
+        rho[better] = r
+        best = np.where(better, share, best)
     rho[(monopoly_tasks(problem) if gamma is None else gamma) <= 0] = -1
     return rho
 
