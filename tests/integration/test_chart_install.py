@@ -277,10 +277,20 @@ def _job_pods(kube: Any, namespace: str, name: str) -> list[Any]:
 # filesystem is read-only, a fresh tmpfs on /tmp (the chart's emptyDir), no capabilities at all,
 # no_new_privs and the image's environment (HOME and caches under /tmp, no bytecode writes).
 # Not emulated: the non-root uid (the test's Python lives under /root, readable only by root).
+# When the checkout itself lives under /tmp (a CI clone may), the fresh tmpfs would hide the
+# interpreter and the editable sources: the script keeps a handle on the old directory (its cwd,
+# passed to mount uncanonicalised, since the path would now resolve into the tmpfs) and
+# bind-mounts it back read-only over the tmpfs.
 _SANDBOX = """
 set -o errexit
 mount -o remount,bind,ro /
+if [ -n "$SANDBOX_KEEP" ]; then cd "$SANDBOX_KEEP"; fi
 mount -t tmpfs -o size=256m,mode=1777 tmpfs /tmp
+if [ -n "$SANDBOX_KEEP" ]; then
+    mkdir -p "$SANDBOX_KEEP"
+    mount --no-canonicalize --bind . "$SANDBOX_KEEP"
+    mount -o remount,bind,ro "$SANDBOX_KEEP"
+fi
 printf '%s' "$SANDBOX_KUBECONFIG" > /tmp/kubeconfig
 cd /tmp
 exec setpriv --inh-caps=-all --bounding-set=-all --no-new-privs env -i PATH="$SANDBOX_PATH" \
@@ -349,6 +359,8 @@ def _walras(
     if sandbox:
         env["SANDBOX_KUBECONFIG"] = _self_contained(kubeconfig)
         env["SANDBOX_PATH"] = f"{Path(walras).parent}:/usr/bin:/bin"
+        repo = Path(__file__).resolve().parents[2]
+        env["SANDBOX_KEEP"] = str(repo) if repo.is_relative_to("/tmp") else ""
         unshare = ["unshare", "--mount", "--propagation", "private", "sh", "-c", _SANDBOX, "sh"]
         cmd = [*unshare, walras, *args, "--kubeconfig", "/tmp/kubeconfig"]
     else:
