@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from tests.unit.fairness_helpers import eisenberg_gale_totals, random_problem
 
+from walras.allocator import fairness
 from walras.allocator.errors import InvalidProblem
 from walras.allocator.fairness import FairnessProblem, certificate, monopoly_tasks, solve
 from walras.allocator.fairness.certificates import feasibility_violation
@@ -214,3 +215,36 @@ def test_warm_start_from_the_answer_or_a_perturbed_one(mode: str) -> None:
         np.testing.assert_allclose(warm.totals, cold.totals, rtol=1e-6)
     with pytest.raises(InvalidProblem, match="warm_start"):
         solve(problem, mode=mode, warm_start=np.zeros((2, 2)))
+
+
+def test_rdm_with_throughput_respects_capacity_in_pods() -> None:
+    """With the GPU extension x counts work; RDM must charge resources per pod (x / throughput)."""
+    rng = np.random.default_rng(7)
+    N, K = 5, 4
+    capacity = rng.uniform(4, 16, size=(K, 3)).round()
+    demand = rng.uniform(0.5, 4, size=(N, 3)).round(1)
+    throughput = rng.uniform(0.3, 3.0, size=(N, K))
+    problem = fairness.FairnessProblem(capacity=capacity, demand=demand, throughput=throughput)
+    result = fairness.solve(problem, mode="rdm")
+    pods = result.tasks / throughput
+    use = pods.T @ demand
+    assert (use <= capacity * (1 + 1e-9) + 1e-9).all()
+    assert result.certificate_violation <= 1e-6
+    # every node has some saturated resource (RDM bottlenecks exist), measured in pods
+    assert (np.isclose(use, capacity, rtol=1e-6).any(axis=1)).all()
+
+
+def test_rdm_node_update_with_throughput_fits_the_node() -> None:
+    """The agents' one-node update charges pods, not work units (regression: 0.86 work/pod)."""
+    x = fairness.node_update(
+        np.array([8.0, 64.0, 512.0]),
+        np.array([[1.0, 8.0, 48.0]]),
+        np.array([1.0]),
+        np.array([True]),
+        np.array([0.0]),
+        np.array([0.0]),
+        throughput_i=np.array([0.86]),
+        mode="rdm",
+    )
+    pods = x[0] / 0.86
+    assert pods == pytest.approx(8.0)

@@ -61,6 +61,18 @@ def _check_shape(problem: FairnessProblem, tasks: FloatArray) -> FloatArray:
     return arr
 
 
+def _pods(problem: FairnessProblem, x: FloatArray) -> FloatArray:
+    """Tasks in pods: with throughput, ``x`` counts work, so each pod is ``x / t`` of them.
+
+    Resources are used per pod, so RDM capacity checks must divide work by throughput first.
+    """
+    if problem.throughput is None:
+        return x
+    t = np.asarray(problem.throughput, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(t > 0, x / np.where(t > 0, t, 1.0), x)
+
+
 def feasibility_violation(
     problem: FairnessProblem, tasks: FloatArray, mode: str, *, gamma: FloatArray | None = None
 ) -> float:
@@ -83,7 +95,7 @@ def feasibility_violation(
             y = np.where(g > 0, x / g, 0.0)
         worst = max(worst, float(np.max(y.sum(axis=0) - 1.0, initial=0.0)))
     else:
-        use = x.T @ problem.demand  # (K, M)
+        use = _pods(problem, x).T @ problem.demand  # (K, M)
         c = problem.capacity
         with np.errstate(divide="ignore", invalid="ignore"):
             rel = np.where(c > 0, (use - c) / np.where(c > 0, c, 1.0), np.where(use > 0, use, 0.0))
@@ -143,7 +155,7 @@ def theorem1_violation(
     s = _vds(problem, totals, g)
     open_ = _open(problem, totals)
     c = problem.capacity
-    use = x.T @ problem.demand  # (K, M)
+    use = _pods(problem, x).T @ problem.demand  # (K, M)
     with np.errstate(divide="ignore", invalid="ignore"):
         unused = np.where(c > 0, np.maximum(c - use, 0.0) / np.where(c > 0, c, 1.0), 1.0)
         y = np.where(g > 0, x / g, 0.0)

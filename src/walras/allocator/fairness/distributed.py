@@ -111,7 +111,11 @@ def node_update(
         if mode == "tdm":
             x, _ = tdm_fill(gamma[idx], phi[idx], b, upper)
         else:
-            x, _ = rdm_fill(gamma[idx], phi[idx], b, upper, d[idx], c)
+            d_live = d[idx]
+            if throughput_i is not None:
+                # x counts work units; resources are used per pod, i.e. per x / throughput.
+                d_live = d_live / np.asarray(throughput_i, dtype=np.float64)[idx][:, None]
+            x, _ = rdm_fill(gamma[idx], phi[idx], b, upper, d_live, c)
         new[idx] = x
     if damping == 1.0:
         return new

@@ -125,7 +125,11 @@ def _blocks(problem: FairnessProblem, gamma: FloatArray, active: BoolArray) -> _
         blocks.gamma.append(np.ascontiguousarray(gamma[idx, i]))
         blocks.phi.append(problem.phi[idx])
         blocks.cap.append(problem.caps[idx])
-        blocks.demand.append(problem.demand[idx])
+        demand = problem.demand[idx]
+        if problem.throughput is not None:
+            # x counts work units; resources are used per pod, i.e. per x / throughput.
+            demand = demand / problem.throughput[idx, i][:, None]
+        blocks.demand.append(demand)
     return blocks
 
 
