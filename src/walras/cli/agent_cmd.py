@@ -13,37 +13,17 @@ import logging
 import signal
 import threading
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
+from walras import kubeclient
 from walras.cli.app import app
 
 
 class Mode(StrEnum):
     tdm = "tdm"
     rdm = "rdm"
-
-
-def _api_client(kubeconfig: str | None) -> Any:
-    from kubernetes import client, config
-
-    configuration = client.Configuration()
-    if kubeconfig:
-        config.load_kube_config(  # type: ignore[no-untyped-call]  # untyped library
-            config_file=kubeconfig, client_configuration=configuration
-        )
-    else:
-        try:
-            config.load_incluster_config(  # type: ignore[no-untyped-call]  # untyped library
-                client_configuration=configuration
-            )
-        except config.ConfigException:
-            config.load_kube_config(  # type: ignore[no-untyped-call]  # untyped library
-                client_configuration=configuration
-            )
-    configuration.connection_pool_maxsize = 16
-    return client.ApiClient(configuration)
 
 
 @app.command("agent")
@@ -118,7 +98,7 @@ def agent_command(
     names = list(node_name or [])
     if not aggregate and not names:
         raise typer.BadParameter("--node-name is required (or --aggregate)")
-    kube = Kube(_api_client(kubeconfig))
+    kube = Kube(kubeclient.api_client(kubeconfig))
     if aggregate:
         aggregator.run(kube, stop=stop, stale_after=stale_after, period=aggregate_period)
         return

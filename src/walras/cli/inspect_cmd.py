@@ -23,6 +23,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from walras import kubeclient
 from walras.cli.app import app
 
 GROUP, VERSION = "walras.dev", "v1alpha1"
@@ -273,21 +274,6 @@ def render_explanation(console: Console, e: Explanation) -> None:
 # ----------------------------------------------------------------------------- API access
 
 
-def api_client(kubeconfig: str | None) -> Any:
-    """An admin or user ApiClient: the given file, else $KUBECONFIG/~/.kube, else in-cluster."""
-    from kubernetes import client, config
-
-    # kubernetes.config carries no annotations; typing it as Any keeps mypy --strict honest.
-    loader: Any = config
-    if kubeconfig:
-        return loader.new_client_from_config(config_file=kubeconfig)
-    try:
-        return loader.new_client_from_config()
-    except loader.ConfigException:
-        loader.load_incluster_config()
-        return client.ApiClient()
-
-
 def list_pools(api: Any) -> list[Obj]:
     from kubernetes import client
 
@@ -318,7 +304,7 @@ def explain_command(
     namespace, sep, name = job.partition("/")
     if not sep or not namespace or not name:
         raise typer.BadParameter("expected NAMESPACE/JOB", param_hint="JOB")
-    api = api_client(kubeconfig)
+    api = kubeclient.api_client(kubeconfig)
     try:
         obj: Any = client.CustomObjectsApi(api).get_namespaced_custom_object(
             GROUP, VERSION, namespace, "fungiblejobs", name
@@ -334,7 +320,7 @@ def explain_command(
 @app.command("status")
 def status_command(kubeconfig: KubeconfigOption = None) -> None:
     """Pools (capacity, allocation, price, utilisation), jobs by phase, top pending reasons."""
-    api = api_client(kubeconfig)
+    api = kubeclient.api_client(kubeconfig)
     console = Console()
     jobs = list_jobs(api)
     console.print(pools_table(pool_views(list_pools(api))))

@@ -21,6 +21,7 @@ from typing import Any
 
 import kopf
 
+from walras import kubeclient
 from walras.operator import handlers, kubeapi, loop, snapshot
 
 logger = logging.getLogger("walras.operator")
@@ -59,26 +60,9 @@ def configure_logging(log_format: str) -> None:
 
 
 def api_client(kubeconfig: str | None) -> Any:
-    """A ``kubernetes`` ApiClient: the kubeconfig, else in-cluster, else $KUBECONFIG."""
-    from kubernetes import client, config
-
-    configuration = client.Configuration()
-    if kubeconfig:
-        config.load_kube_config(  # type: ignore[no-untyped-call]  # untyped library
-            config_file=kubeconfig, client_configuration=configuration
-        )
-    else:
-        try:
-            config.load_incluster_config(  # type: ignore[no-untyped-call]  # untyped library
-                client_configuration=configuration
-            )
-        except config.ConfigException:
-            config.load_kube_config(  # type: ignore[no-untyped-call]  # untyped library
-                client_configuration=configuration
-            )
+    """The operator's ApiClient (see ``walras.kubeclient``)."""
     # Many writes of one round run in parallel threads; give each a pooled connection.
-    configuration.connection_pool_maxsize = 32
-    return client.ApiClient(configuration)
+    return kubeclient.api_client(kubeconfig, pool_size=32)
 
 
 def connection_info(api_client: Any) -> kopf.ConnectionInfo:
