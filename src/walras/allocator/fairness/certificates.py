@@ -116,17 +116,23 @@ def node_levels(
     return levels
 
 
+def _state(
+    problem: FairnessProblem, tasks: FloatArray, gamma: FloatArray | None
+) -> tuple[FloatArray, FloatArray, FloatArray, BoolArray]:
+    """What both theorem checks start from: tasks, γ, VDS ``s`` and the open (below-cap) mask."""
+    x = _check_shape(problem, tasks)
+    g = monopoly_tasks(problem) if gamma is None else gamma
+    totals = x.sum(axis=1)
+    return x, g, _vds(problem, totals, g), _open(problem, totals)
+
+
 def theorem2_violation(
     problem: FairnessProblem, tasks: FloatArray, *, gamma: FloatArray | None = None
 ) -> float:
     """Largest violation of the TDM characterisation (Theorem 2); feasibility not included."""
-    x = _check_shape(problem, tasks)
-    g = monopoly_tasks(problem) if gamma is None else gamma
+    x, g, s, open_ = _state(problem, tasks, gamma)
     if x.size == 0:
         return 0.0
-    totals = x.sum(axis=1)
-    s = _vds(problem, totals, g)
-    open_ = _open(problem, totals)
     smin = np.min(np.where(open_[:, None], s, np.inf), axis=0, initial=np.inf)  # (K,)
     with np.errstate(divide="ignore", invalid="ignore"):
         y = np.where(g > 0, x / g, 0.0)
@@ -147,13 +153,9 @@ def theorem1_violation(
     share_tol: float = 1e-9,
 ) -> float:
     """Largest violation of the RDM characterisation (Theorem 1); feasibility not included."""
-    x = _check_shape(problem, tasks)
-    g = monopoly_tasks(problem) if gamma is None else gamma
+    x, g, s, open_ = _state(problem, tasks, gamma)
     if x.size == 0:
         return 0.0
-    totals = x.sum(axis=1)
-    s = _vds(problem, totals, g)
-    open_ = _open(problem, totals)
     c = problem.capacity
     use = _pods(problem, x).T @ problem.demand  # (K, M)
     with np.errstate(divide="ignore", invalid="ignore"):
