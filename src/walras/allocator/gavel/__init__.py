@@ -1,0 +1,65 @@
+"""Gavel's baseline policies (space sharing off), as exact optimisations with Gavel's meaning.
+
+Gavel (Narayanan et al., OSDI 2020; github.com/stanford-futuredata/gavel, ``scheduler/policies``)
+turns the active jobs into time fractions ``x[j, t]``: the share of wall time job ``j`` should run
+on GPU type ``t``. Its round-based mechanism then realises them. The simulator
+(``walras simulate --semantics gavel``) calls :func:`make_policy` once per run and
+``policy.allocate(inputs)`` wherever Gavel calls ``Scheduler._compute_allocation``; the round
+mechanics are not here.
+
+Every policy returns a ``(J, T)`` matrix with rows summing to ≤ 1 and
+``Σ_j x[j, t] · scale[j] ≤ capacity[t]`` (except where Gavel's agnostic FIFO itself overbooks a
+type, documented in :mod:`.fifo`). LPs are solved with scipy's HiGHS. Gavel solved them with
+ECOS, an interior-point method; where an LP has several optima, the two may return different
+(equally optimal) matrices.
+
+Stateful policies (FIFO, finish-time fairness) keep Gavel's per-job state inside the policy
+object, keyed by job id, exactly as Gavel's policy objects do: create one object per simulation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from walras.allocator.errors import InvalidProblem
+from walras.allocator.gavel.inputs import FloatArray, GavelInputs, IntArray
+from walras.allocator.gavel.lp import SolverError
+from walras.allocator.gavel.max_min_fairness import MaxMinFairness
+
+
+class GavelPolicy(Protocol):
+    """One Gavel policy: a name and ``allocate(inputs) -> (J, T) time fractions``."""
+
+    name: str
+
+    def allocate(self, inputs: GavelInputs) -> FloatArray: ...
+
+
+_REGISTRY: dict[str, Callable[[int], GavelPolicy]] = {
+    "max_min_fairness_perf": lambda seed: MaxMinFairness(aware=True),
+    "max_min_fairness": lambda seed: MaxMinFairness(aware=False),
+}
+
+POLICY_NAMES: tuple[str, ...] = tuple(_REGISTRY)
+
+
+def make_policy(name: str, *, seed: int = 0) -> GavelPolicy:
+    """A fresh policy object for Gavel's policy ``name``; ``seed`` seeds the agnostic FIFO."""
+    factory = _REGISTRY.get(name)
+    if factory is None:
+        raise InvalidProblem(
+            f"unknown Gavel policy {name!r}; known: {', '.join(POLICY_NAMES)}", field="policy"
+        )
+    return factory(seed)
+
+
+__all__ = [
+    "POLICY_NAMES",
+    "FloatArray",
+    "GavelInputs",
+    "GavelPolicy",
+    "IntArray",
+    "SolverError",
+    "make_policy",
+]

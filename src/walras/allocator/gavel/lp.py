@@ -1,0 +1,119 @@
+"""Sparse linear programs shared by the Gavel policies, solved with scipy's HiGHS.
+
+Every Gavel LP (space sharing off) lives on the same polytope of time fractions ``x[j, t]``
+(``Policy.get_base_constraints`` in Gavel)::
+
+    x ≥ 0,    Σ_t x[j, t] ≤ 1  (a job runs on one type at a time),
+    Σ_j scale[j] · x[j, t] ≤ capacity[t]  (a gang of scale[j] GPUs holds all of them),
+
+plus one row per job that the policy adds: a lower bound on a weighted throughput
+``Σ_t C[j, t] · x[j, t] ≥ lower[j]`` (min-total-duration, finish-time fairness) or ``≥ s``
+with ``s`` maximised (max-min fairness). Variables are flattened row-major, ``x[j, t]`` at
+``j·T + t``; the constraint matrix has ``J·T`` columns and ``2J + T`` rows with ``3·J·T``
+non-zeros, so HiGHS solves 2,048 jobs × 3 types in well under a second.
+
+Called by :mod:`.max_min_fairness`, :mod:`.min_total_duration`, :mod:`.finish_time_fairness`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.optimize as opt
+import scipy.sparse as sp
+
+from walras.allocator.gavel.inputs import FloatArray, IntArray
+
+FEASIBLE = 0
+INFEASIBLE = 2
+"""``scipy.optimize.linprog`` status codes: 0 optimal, 2 infeasible."""
+
+
+class SolverError(RuntimeError):
+    """HiGHS stopped without an optimum or an infeasibility proof (numerical trouble)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Polytope:
+    """Gavel's base constraints as ``A_ub @ x ≤ b_ub`` over the flattened ``x`` (``J·T``)."""
+
+    n_jobs: int
+    n_types: int
+    rows: sp.csr_matrix  # (J + T, J·T): the J row sums, then the T capacity rows
+    rhs: FloatArray  # (J + T,)
+
+
+def base_polytope(scale_factors: IntArray, capacity: FloatArray) -> Polytope:
+    """Row-sum and capacity rows of Gavel's ``get_base_constraints`` (``x ≥ 0`` is a bound)."""
+    J, T = scale_factors.shape[0], capacity.shape[0]
+    cols = np.arange(J * T)
+    job_of_col, type_of_col = np.divmod(cols, T)
+    data = np.concatenate([np.ones(J * T), np.repeat(scale_factors.astype(np.float64), T)])
+    row = np.concatenate([job_of_col, J + type_of_col])
+    rows = sp.csr_matrix((data, (row, np.concatenate([cols, cols]))), shape=(J + T, J * T))
+    return Polytope(J, T, rows, np.concatenate([np.ones(J), capacity]))
+
+
+def per_job_rows(coef: FloatArray) -> sp.csr_matrix:
+    """``(J, J·T)`` matrix whose row ``j`` is ``Σ_t coef[j, t] · x[j, t]``."""
+    J, T = coef.shape
+    cols = np.arange(J * T)
+    return sp.csr_matrix((coef.ravel(), (cols // T, cols)), shape=(J, J * T))
+
+
+def solve(
+    c: FloatArray, A: sp.csr_matrix, b: FloatArray, bounds: list[tuple[float, float | None]]
+) -> opt.OptimizeResult:
+    """``min c·v  s.t.  A v ≤ b`` with HiGHS; optimal or infeasible, else :class:`SolverError`."""
+    res = opt.linprog(c, A_ub=A, b_ub=b, bounds=bounds, method="highs")
+    if res.status not in (FEASIBLE, INFEASIBLE):
+        raise SolverError(f"HiGHS stopped with status {res.status}: {res.message}")
+    return res
+
+
+def max_min(poly: Polytope, coef: FloatArray) -> tuple[FloatArray, float]:
+    """``max s  s.t.  Σ_t coef[j, t] x[j, t] ≥ s  ∀j``, ``x`` in ``poly``; returns ``(x, s*)``."""
+    J, T = poly.n_jobs, poly.n_types
+    # Variables (x, s): rows  s − Σ_t coef·x ≤ 0,  then the base rows (no s).
+    A = sp.vstack(
+        [
+            sp.hstack([-per_job_rows(coef), sp.csr_matrix(np.ones((J, 1)))]),
+            sp.hstack([poly.rows, sp.csr_matrix((J + T, 1))]),
+        ],
+        format="csr",
+    )
+    b = np.concatenate([np.zeros(J), poly.rhs])
+    c = np.zeros(J * T + 1)
+    c[-1] = -1.0
+    res = solve(c, A, b, [(0.0, None)] * (J * T + 1))
+    if res.status != FEASIBLE:  # x = 0, s = 0 is always feasible
+        raise SolverError(f"max-min LP reported infeasible: {res.message}")
+    v = np.asarray(res.x, dtype=np.float64)
+    return v[:-1].reshape(J, T), float(v[-1])
+
+
+def feasible_point(poly: Polytope, coef: FloatArray, lower: FloatArray) -> FloatArray | None:
+    """Some ``x`` in ``poly`` with ``Σ_t coef[j, t] x[j, t] ≥ lower[j]`` for all ``j``, or None."""
+    J, T = poly.n_jobs, poly.n_types
+    A = sp.vstack([-per_job_rows(coef), poly.rows], format="csr")
+    b = np.concatenate([-lower, poly.rhs])
+    res = solve(np.zeros(J * T), A, b, [(0.0, None)] * (J * T))
+    if res.status != FEASIBLE:
+        return None
+    return np.asarray(res.x, dtype=np.float64).reshape(J, T)
+
+
+def finish(x: FloatArray, scale_factors: IntArray, capacity: FloatArray) -> FloatArray:
+    """Clip to ``[0, 1]`` as Gavel does, then remove solver-tolerance overshoot (≈1e-9).
+
+    Rows whose sum exceeds 1 and types whose GPU use exceeds capacity are scaled down, so the
+    result is feasible exactly, which the rounds mechanics and POP's merge rely on.
+    """
+    x = np.clip(x, 0.0, 1.0) + 0.0  # + 0.0 turns the -0.0 that clipping keeps into 0.0
+    row = x.sum(axis=1)
+    over = row > 1.0
+    x[over] /= row[over, None]
+    used = scale_factors.astype(np.float64) @ x
+    scale = np.where(used > capacity, capacity / np.where(used > 0.0, used, 1.0), 1.0)
+    return np.asarray(x * scale[None, :], dtype=np.float64)
