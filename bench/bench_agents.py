@@ -50,9 +50,9 @@ TOL = 1e-3
 def worker(kubeconfig: str, nodes: list[str], stop_file: str, out: str, damping: float) -> None:
     """Run ``nodes``' agents as asyncio tasks until ``stop_file`` exists; dump counters to ``out``
     every second."""
-    from walras import devcluster
-    from walras.agent.kube import Kube
     from walras.agent.runner import Agent, AgentConfig, SharedReads
+    from walras.kube.agents import Kube
+    from walras.testing import devcluster
 
     api = devcluster.new_client(kubeconfig)
     api.configuration.connection_pool_maxsize = 16
@@ -97,7 +97,7 @@ def worker(kubeconfig: str, nodes: list[str], stop_file: str, out: str, damping:
 
 
 def setup(kube: Any, n_nodes: int) -> list[str]:
-    from walras import devcluster
+    from walras.testing import devcluster
 
     devcluster.reset(kube)
     devcluster.install_crds(kube, CRDS)
@@ -146,20 +146,20 @@ def setup(kube: Any, n_nodes: int) -> list[str]:
 
 
 def reference(kube: Any) -> dict[str, float]:
-    from walras import devcluster
     from walras.allocator import fairness
-    from walras.operator import snapshot
+    from walras.core.tenants import psdsf_problem
+    from walras.testing import devcluster
 
     jobs = devcluster.request(kube, "GET", f"{BASE}/fungiblejobs")["items"]
     pools = devcluster.request(kube, "GET", f"{BASE}/resourcepools")["items"]
     nodes = devcluster.request(kube, "GET", "/api/v1/nodes")["items"]
-    problem, tenants, _ = snapshot.psdsf_problem(jobs, nodes, pools)
+    problem, tenants, _ = psdsf_problem(jobs, nodes, pools)
     result = fairness.solve(problem)
     return {t: float(v) for t, v in zip(tenants, result.totals, strict=True)}
 
 
 def published(kube: Any) -> dict[str, Any]:
-    from walras import devcluster
+    from walras.testing import devcluster
 
     try:
         obj = devcluster.request(kube, "GET", f"{BASE}/nodeallocations/walras-tenant-totals")
@@ -286,7 +286,7 @@ def main(argv: list[str]) -> int:
     if argv and argv[0] == "--worker":
         worker(argv[1], argv[2].split(","), argv[3], argv[4], float(argv[5]))
         return 0
-    from walras import devcluster
+    from walras.testing import devcluster
 
     # "N" runs N agents with the shipped damping, "N@theta" with base damping theta.
     cases = [(int(a.split("@")[0]), float(a.split("@")[1]) if "@" in a else None) for a in argv]

@@ -1,4 +1,4 @@
-"""Benchmark of the local control plane (walras.devcluster, hack/control-plane.sh).
+"""Benchmark of the local control plane (walras.testing.devcluster, hack/control-plane.sh).
 
 Prints one JSON line per case:
 
@@ -27,7 +27,7 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from walras import devcluster
+from walras.testing import devcluster
 
 NODES = 200
 PODS = 1_000

@@ -1,4 +1,4 @@
-"""Benchmark of the operator on the real local control plane (walras.devcluster).
+"""Benchmark of the operator on the real local control plane (walras.testing.devcluster).
 
 Prints one JSON line per case:
 
@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from walras import devcluster
+from walras.testing import devcluster
 
 REPO = Path(__file__).resolve().parents[1]
 CRDS = sorted((REPO / "crds").glob("*.yaml"))
@@ -202,7 +202,7 @@ def case_first_binding(cp: devcluster.ControlPlane, kube: Any, workdir: Path) ->
 
 def synthetic_store(jobs: int, nodes: int, seed: int = 0) -> Any:
     """The operator's indexes filled with the same synthetic cluster, without an API server."""
-    from walras.operator import snapshot
+    from walras.core import snapshot
 
     store = snapshot.Store()
     for t in TYPES:
@@ -226,20 +226,21 @@ def synthetic_store(jobs: int, nodes: int, seed: int = 0) -> Any:
 
 
 def case_pipeline(jobs: int, nodes: int) -> None:
-    from walras.operator import policies, realise, rounds_state, snapshot, status
+    from walras.core import history, policies, realise, snapshot
+    from walras.operator import status
 
     store = synthetic_store(jobs, nodes)
-    policy = policies.Policy("price-discovery", backend="numpy")
+    policy = policies.create("price-discovery", policies.PolicyOptions(backend="numpy"))
     policy.warm_up()
     runs: dict[str, list[float]] = {"snapshot": [], "solve": [], "realise": [], "status": []}
     for _ in range(3):
         t0 = time.perf_counter()
-        snap = store.freeze()
+        snap = store.freeze(now=time.time())
         view = snapshot.cluster_view(snap)
         t1 = time.perf_counter()
         sol = policy.solve(snap, view)
         t2 = time.perf_counter()
-        hists = {j.key: rounds_state.History() for j in sol.jobs}
+        hists = {j.key: history.History() for j in sol.jobs}
         plan = realise.realise(sol, snap, view, hists, 1)
         t3 = time.perf_counter()
         for r, j in enumerate(sol.jobs):

@@ -13,7 +13,7 @@
 # (pins), WALRAS_OWNER_PID, WALRAS_APISERVER_READY_TIMEOUT (s, default 60),
 # WALRAS_APISERVER_VERBOSITY (default 1), WALRAS_FAILED_LOGS_DIR (where a failed start copies logs).
 #
-# Called by walras.devcluster (the pytest fixtures in tests/conftest.py use that), by `make`
+# Called by walras.testing.devcluster (the pytest fixtures in tests/conftest.py use that), by `make`
 # and by .ci/run.
 #
 # Binaries are built from the Go module proxy and cached under
@@ -160,7 +160,7 @@ cmd_paths() {
 
 # Loopback ports only: the kernel picks N distinct free ports (all bound at once, then released)
 # and we hand them to the servers. A port could in principle be taken in between; start then
-# fails loudly and walras.devcluster retries. One interpreter start, not one per port: behind a
+# fails loudly and walras.testing.devcluster retries. One interpreter start, not one per port: behind a
 # pyenv shim each start costs about a second.
 free_ports() {
 	local python=python3
@@ -432,7 +432,7 @@ ETCD_VERSION=$ETCD_VERSION
 KWOK_VERSION=$KWOK_VERSION
 TOOLS_BIN=$CACHE/bin
 EOF
-	# Watchdog: when WALRAS_OWNER_PID is set (walras.devcluster sets it to the Python process),
+	# Watchdog: when WALRAS_OWNER_PID is set (walras.testing.devcluster sets it to the Python process),
 	# stop this control plane as soon as that process is gone, so a killed test run (timeout,
 	# Ctrl-C, OOM) leaves no apiserver behind on a shared machine.
 	if [[ -n "${WALRAS_OWNER_PID:-}" ]]; then

@@ -1,4 +1,4 @@
-"""Shared pytest fixtures: the real local Kubernetes control plane (see walras.devcluster).
+"""Shared pytest fixtures: the real local Kubernetes control plane (see walras.testing.devcluster).
 
 The control plane starts lazily: only when a test asks for ``control_plane``, ``kube`` or
 ``namespace``, once per session, and stops when the session ends. Unit-test runs never start it.
@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from walras import devcluster
+from walras.testing import devcluster
 
 _CLUSTER_FIXTURES = {"control_plane", "kube", "namespace"}
 

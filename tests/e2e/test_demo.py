@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from walras import devcluster
+from walras.testing import devcluster
 
 REPO = Path(__file__).resolve().parents[2]
 ROUNDS = 3

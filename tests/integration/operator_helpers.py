@@ -29,8 +29,8 @@ from typing import Any, TypeVar
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from walras import devcluster
-from walras.operator import model
+from walras.core import model
+from walras.testing import devcluster
 
 REPO = Path(__file__).resolve().parents[2]
 CRDS = sorted((REPO / "crds").glob("*.yaml"))

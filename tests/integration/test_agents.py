@@ -4,7 +4,7 @@
 restricted by their template ``nodeSelector``), one ``walras agent --node-name`` *process* per
 node plus one ``walras agent --aggregate`` process, all with the shipped defaults (τ = 1 s,
 jitter 0.2, damping 1.0, aggregator every 0.1 s). The oracle is ``fairness.solve`` on the same
-snapshot, built with the operator's tenant model (``walras.operator.snapshot.psdsf_problem``),
+snapshot, built with the operator's tenant model (``walras.core.tenants.psdsf_problem``),
 and its Theorem 2 certificate on the agents' x_{n,i}.
 
 The tests share one cluster and run in order (converge → no oscillation → churn → crash); the
@@ -25,11 +25,11 @@ from typing import Any
 
 import pytest
 
-from walras import devcluster
-from walras.agent import aggregator
-from walras.agent.totals import TOTALS_NAME, align
 from walras.allocator import fairness
-from walras.operator import snapshot
+from walras.core.tenants import psdsf_problem
+from walras.core.totals import TOTALS_NAME, align
+from walras.kube import nodeallocations
+from walras.testing import devcluster
 
 pytestmark = pytest.mark.slow
 
@@ -103,7 +103,7 @@ def reference(kube: Any, *, without: set[str] = frozenset()) -> tuple[Any, list[
     jobs = _items(kube, f"{BASE}/fungiblejobs")
     pools = _items(kube, f"{BASE}/resourcepools")
     nodes = [n for n in _items(kube, "/api/v1/nodes") if n["metadata"]["name"] not in without]
-    return snapshot.psdsf_problem(jobs, nodes, pools)
+    return psdsf_problem(jobs, nodes, pools)
 
 
 def published_totals(kube: Any) -> dict[str, float]:
@@ -206,7 +206,9 @@ def central_totals(problem: Any, tenants: list[str]) -> dict[str, float]:
 def check_certificate(
     cluster: Cluster, problem: Any, tenants: list[str], nodes: list[str]
 ) -> float:
-    tasks, t_names, n_names = aggregator.distributed_tasks(cluster.kube, stale_after=STALE_AFTER)
+    tasks, t_names, n_names = nodeallocations.distributed_tasks(
+        cluster.kube, stale_after=STALE_AFTER
+    )
     aligned = align(tasks, t_names, n_names, tenants, nodes)
     return fairness.certificate(problem, aligned, "tdm")
 

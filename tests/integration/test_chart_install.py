@@ -66,7 +66,7 @@ def _wait(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
 
 
 def _helm(cp: Any, *args: str) -> subprocess.CompletedProcess[str]:
-    from walras import devcluster
+    from walras.testing import devcluster
 
     return subprocess.run(
         [str(devcluster.tool("helm")), *args],
@@ -177,7 +177,7 @@ def _foreign_bindings(kube: Any) -> list[str]:
 
 @pytest.fixture
 def gpu_node(kube: Any) -> Iterator[str]:
-    from walras import devcluster
+    from walras.testing import devcluster
 
     name = "chart-gpu-0"
     devcluster.create_gpu_node(kube, name, gpu_type=GPU_TYPE, gpus=4)
@@ -346,7 +346,7 @@ def _walras(
     (tests/integration/operator_helpers.start_operator runs with the admin kubeconfig and cannot
     run inside the sandbox, hence this launcher.)
     """
-    from walras import devcluster
+    from walras.testing import devcluster
 
     kubeconfig = devcluster.service_account_kubeconfig(
         cp, NAMESPACE, account, str(tmp_path / f"{account}.kubeconfig")
@@ -486,7 +486,7 @@ def test_every_ci_rendering_passes_server_side_dry_run(
     control_plane: Any, release: str, values: Path
 ) -> None:
     """The apiserver itself (admission, defaulting, validation) accepts each rendering."""
-    from walras import devcluster
+    from walras.testing import devcluster
 
     rendered = _helm(
         control_plane,

@@ -18,7 +18,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from walras import devcluster
+from walras.testing import devcluster
 
 pytestmark = pytest.mark.integration
 

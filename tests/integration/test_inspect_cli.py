@@ -17,8 +17,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from walras import devcluster
 from walras.cli import app
+from walras.testing import devcluster
 
 REPO = Path(__file__).resolve().parents[2]
 BASE = "/apis/walras.dev/v1alpha1"

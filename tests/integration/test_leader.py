@@ -29,13 +29,13 @@ import pytest
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
-from walras import devcluster
 from walras.operator.leader import (
     KubernetesLeaseStore,
     LeaderElector,
     LeaseConflictError,
     LeaseRecord,
 )
+from walras.testing import devcluster
 
 REPO = Path(__file__).resolve().parents[2]
 LEASE, RENEW, RETRY = 3.0, 0.5, 0.2

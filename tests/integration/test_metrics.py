@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from walras import devcluster
+from walras.testing import devcluster
 
 REPO = Path(__file__).resolve().parents[2]
 BASE = "/apis/walras.dev/v1alpha1"

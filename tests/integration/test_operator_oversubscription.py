@@ -28,8 +28,8 @@ from operator_helpers import (
     wait_for,
 )
 
-from walras import devcluster
-from walras.operator import rounds_state
+from walras.core import history
+from walras.testing import devcluster
 
 pytestmark = pytest.mark.slow
 
@@ -44,7 +44,7 @@ def share_error(jobs: list[dict[str, Any]], now: float) -> float:
     for job in jobs:
         status = job.get("status") or {}
         target = float(status.get("fairShare") or 0.0)
-        share = sum(rounds_state.realised_share(status, now).values())
+        share = sum(history.realised_share(status, now).values())
         worst = max(worst, abs(share - target))
     return worst
 

@@ -41,8 +41,8 @@ from operator_helpers import (
     wait_for,
 )
 
-from walras import devcluster
 from walras.allocator import pricing
+from walras.testing import devcluster
 
 pytestmark = pytest.mark.slow
 

@@ -2,7 +2,7 @@
 
 ``walras operator --policy psdsf`` on two GPU types and three tenants with different per-task
 demands (GPUs and CPU) and weights. The test rebuilds the PS-DSF problem from the API objects with
-``walras.operator.snapshot.psdsf_problem`` (the shared tenant model), solves it centrally with
+``walras.core.tenants.psdsf_problem`` (the shared tenant model), solves it centrally with
 ``walras.allocator.fairness`` and compares every tenant's total with the ``tenantTasks`` the
 operator reports; the central solution itself is checked by its Theorem 2 certificate. Pods land
 only on nodes their tenant is eligible for.
@@ -30,9 +30,9 @@ from operator_helpers import (
     wait_for,
 )
 
-from walras import devcluster
 from walras.allocator import fairness
-from walras.operator import snapshot
+from walras.core.tenants import psdsf_problem
+from walras.testing import devcluster
 
 pytestmark = pytest.mark.slow
 
@@ -85,7 +85,7 @@ def test_tenant_totals_match_central_psdsf(
         totals = wait_for(reported, 60, "tenant totals in every job's status")
         jobs = list_jobs(kube, namespace)
         pools = devcluster.request(kube, "GET", f"{BASE}/resourcepools")["items"]
-        problem, tenants, node_names = snapshot.psdsf_problem(jobs, list_nodes(kube), pools)
+        problem, tenants, node_names = psdsf_problem(jobs, list_nodes(kube), pools)
         assert sorted(tenants) == sorted(TENANT_JOBS)
         result = fairness.solve(problem, mode="tdm")
         assert result.converged

@@ -31,7 +31,7 @@ from operator_helpers import (
     wait_for,
 )
 
-from walras import devcluster
+from walras.testing import devcluster
 
 pytestmark = pytest.mark.slow
 

@@ -1,6 +1,6 @@
 """A node's column (walras.agent.columns) is that node's column of the centralised tenant model.
 
-Oracle: ``walras.operator.snapshot.psdsf_problem`` over all nodes at once (what the ``psdsf``
+Oracle: ``walras.core.tenants.psdsf_problem`` over all nodes at once (what the ``psdsf``
 policy solves). Every agent sees only its own node; stacking their columns must give the same
 capacity, demand, weight, eligibility, throughput and cap arrays.
 """
@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from walras import devcluster
 from walras.agent import columns
-from walras.operator import snapshot
+from walras.core.tenants import psdsf_problem
+from walras.testing import devcluster
 
 TYPES = ("a100", "v100", "t4")
 
@@ -71,7 +71,7 @@ def test_stacked_columns_equal_the_central_tenant_model(seed: int) -> None:
     nodes.append(node("n-not-ready", "a100", 8, "east", ready=False))
     pools = [pool(t) for t in TYPES]
     jobs = [job(rng, k, ["alpha", "beta", "gamma", "delta"]) for k in range(10)]
-    problem, tenants, node_names = snapshot.psdsf_problem(jobs, nodes, pools)
+    problem, tenants, node_names = psdsf_problem(jobs, nodes, pools)
     cols = {n["metadata"]["name"]: columns.node_column(n, jobs, pools) for n in nodes}
     assert "n-not-ready" not in node_names
     assert not cols["n-not-ready"].eligible.any()

@@ -1,4 +1,4 @@
-"""Summing NodeAllocations (walras.agent.totals): freshness, staleness, sums, matrix, alignment.
+"""Summing NodeAllocations (walras.core.totals): freshness, staleness, sums, matrix, alignment.
 
 Table-driven cases with named scenarios; the oracle is a direct sum over the hand-built objects.
 """
@@ -10,7 +10,7 @@ import datetime as dt
 import numpy as np
 import pytest
 
-from walras.agent import totals
+from walras.core import totals
 
 NOW = dt.datetime(2026, 11, 22, 8, 0, 0, tzinfo=dt.UTC)
 

@@ -37,7 +37,7 @@ Manifest = dict[str, Any]
 
 def _helm_path() -> str | None:
     try:
-        from walras import devcluster
+        from walras.testing import devcluster
 
         return str(devcluster.tool("helm"))
     except Exception:  # devcluster not there yet, or helm not installed: look in the cache

@@ -1,4 +1,4 @@
-"""Parsing of FungibleJob/ResourcePool/Node/Pod dicts (walras.operator.model), table-driven."""
+"""Parsing of FungibleJob/ResourcePool/Node/Pod dicts (walras.core.model), table-driven."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from walras.operator import model
+from walras.core import model
 
 
 @pytest.mark.parametrize(

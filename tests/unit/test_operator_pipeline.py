@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from walras.allocator import fairness, pricing
-from walras.operator import crd, policies, realise, rounds_state, snapshot
+from walras.core import crd, history, policies, realise, snapshot
+from walras.core.tenants import fairness_problem, psdsf_problem, tenant_model
 
 
 def node(name: str, gpu_type: str, gpus: int, **labels: str) -> dict[str, Any]:
@@ -114,15 +115,17 @@ def test_cluster_view_excludes_unusable_nodes_and_foreign_gpus() -> None:
             "status": {"phase": "Running"},
         },
     )
-    view = snapshot.cluster_view(store.freeze())
+    view = snapshot.cluster_view(store.freeze(now=0.0))
     assert [n.name for n in view.nodes] == ["k80-0", "k80-1", "k80-2", "v100-0", "v100-1"]
     assert view.type_capacity.tolist() == [12.0, 13.0]  # 3 GPUs on v100-0 are not Walras's
 
 
 def test_price_discovery_targets_are_feasible() -> None:
-    snap = cluster(workload()).freeze()
+    snap = cluster(workload()).freeze(now=0.0)
     view = snapshot.cluster_view(snap)
-    sol = policies.Policy("price-discovery", backend="numpy").solve(snap, view)
+    sol = policies.create("price-discovery", policies.PolicyOptions(backend="numpy")).solve(
+        snap, view
+    )
     demand = np.array([[j.replicas] * 2 for j in sol.jobs], dtype=float)
     assert np.all(sol.targets >= 0)
     assert np.all(sol.targets.sum(axis=1) <= 1 + 1e-9)
@@ -139,11 +142,11 @@ def test_impossible_jobs_are_dropped_and_do_not_change_the_others() -> None:
         job("zz-huge", {"v100": 1.0, "k80": 1.0}, replicas=100),
         job("zz-mars", {"v100": 1.0}, selector={"zone": "mars"}),
     ]
-    clean = cluster(workload()).freeze()
-    mixed = cluster(workload() + bad).freeze()
-    pol = policies.Policy("price-discovery", backend="numpy")
+    clean = cluster(workload()).freeze(now=0.0)
+    mixed = cluster(workload() + bad).freeze(now=0.0)
+    pol = policies.create("price-discovery", policies.PolicyOptions(backend="numpy"))
     sol_clean = pol.solve(clean, snapshot.cluster_view(clean))
-    sol_mixed = policies.Policy("price-discovery", backend="numpy").solve(
+    sol_mixed = policies.create("price-discovery", policies.PolicyOptions(backend="numpy")).solve(
         mixed, snapshot.cluster_view(mixed)
     )
     reasons = {i.key[1]: (i.reason, i.field) for i in sol_mixed.issues}
@@ -157,9 +160,11 @@ def test_impossible_jobs_are_dropped_and_do_not_change_the_others() -> None:
 
 
 def test_alternatives_are_single_type_best_responses() -> None:
-    snap = cluster(workload()).freeze()
+    snap = cluster(workload()).freeze(now=0.0)
     view = snapshot.cluster_view(snap)
-    sol = policies.Policy("price-discovery", backend="numpy").solve(snap, view)
+    sol = policies.create("price-discovery", policies.PolicyOptions(backend="numpy")).solve(
+        snap, view
+    )
     prices = np.array([sol.prices[t] for t in sol.groups])
     for key, alts in sol.alternatives.items():
         r = next(i for i, j in enumerate(sol.jobs) if j.key == key)
@@ -176,8 +181,10 @@ def test_realise_respects_node_capacity_and_is_a_fixed_point() -> None:
     store = cluster(workload())
     snap = store.freeze(now=100.0)
     view = snapshot.cluster_view(snap)
-    sol = policies.Policy("price-discovery", backend="numpy").solve(snap, view)
-    hists = {j.key: rounds_state.History() for j in sol.jobs}
+    sol = policies.create("price-discovery", policies.PolicyOptions(backend="numpy")).solve(
+        snap, view
+    )
+    hists = {j.key: history.History() for j in sol.jobs}
     plan = realise.realise(sol, snap, view, hists, round_no=5)
     used: dict[str, int] = {}
     for c in plan.creates:
@@ -222,9 +229,11 @@ def test_pods_of_deleted_jobs_and_gone_nodes_are_deleted() -> None:
         if terminating:
             meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
         store.upsert("pod", {"metadata": meta, "spec": {"nodeName": node_name}})
-    snap = store.freeze()
+    snap = store.freeze(now=0.0)
     view = snapshot.cluster_view(snap)
-    sol = policies.Policy("price-discovery", backend="numpy").solve(snap, view)
+    sol = policies.create("price-discovery", policies.PolicyOptions(backend="numpy")).solve(
+        snap, view
+    )
     plan = realise.realise(sol, snap, view, {}, round_no=2)
     reasons = {d.pod.name: d.reason for d in plan.deletes}
     assert reasons == {"gone-r1-0": "JobGone", "a-r1-0": "NodeGone"}
@@ -232,15 +241,19 @@ def test_pods_of_deleted_jobs_and_gone_nodes_are_deleted() -> None:
 
 def test_incremental_round_keeps_running_gangs() -> None:
     store = cluster([job("a", {"v100": 1.0}, replicas=8)])
-    snap = store.freeze()
+    snap = store.freeze(now=0.0)
     view = snapshot.cluster_view(snap)
-    sol = policies.Policy("price-discovery", backend="numpy").solve(snap, view)
+    sol = policies.create("price-discovery", policies.PolicyOptions(backend="numpy")).solve(
+        snap, view
+    )
     first = realise.realise(sol, snap, view, {}, round_no=1)
     for c in first.creates:
         store.upsert("pod", {**c.manifest, "spec": {**c.manifest["spec"], "nodeName": c.node}})
     store.upsert("job", job("b", {"v100": 1.0}, replicas=8))
-    snap2 = store.freeze()
-    sol2 = policies.Policy("price-discovery", backend="numpy").solve(snap2, view)
+    snap2 = store.freeze(now=0.0)
+    sol2 = policies.create("price-discovery", policies.PolicyOptions(backend="numpy")).solve(
+        snap2, view
+    )
     plan = realise.realise(sol2, snap2, view, {}, round_no=2, incremental=True)
     assert plan.jobs[("ns", "a")].kept and plan.deletes == ()
     assert {c.job.name for c in plan.creates} == {"b"}
@@ -253,7 +266,7 @@ def test_psdsf_problem_tenant_model() -> None:
         job("b1", {"k80": 1.5}, replicas=3, ns="other"),
     ]
     nodes = [node("v100-0", "v100", 8), node("k80-0", "k80", 4)]
-    problem, tenants, node_names = snapshot.psdsf_problem(jobs, nodes, [pool("v100"), pool("k80")])
+    problem, tenants, node_names = psdsf_problem(jobs, nodes, [pool("v100"), pool("k80")])
     assert tenants == ["other", "t1"] and node_names == ["k80-0", "v100-0"]
     np.testing.assert_array_equal(problem.demand[1], [2.0, 8.0, 0.0])  # elementwise max per pod
     np.testing.assert_array_equal(problem.demand[0], [1.0, 0.0, 0.0])
@@ -269,38 +282,38 @@ def test_psdsf_problem_tenant_model() -> None:
 
 def test_psdsf_policy_targets_fit_every_node_in_time() -> None:
     jobs = [*workload()[:6], job("t2", {"k80": 2.0}, replicas=2, tenant="t2")]
-    snap = cluster(jobs).freeze()
+    snap = cluster(jobs).freeze(now=0.0)
     view = snapshot.cluster_view(snap)
-    sol = policies.Policy("psdsf").solve(snap, view)
+    sol = policies.create("psdsf").solve(snap, view)
     assert sol.groups == tuple(n.name for n in view.nodes)
     gpus = np.array([j.replicas * int(g) for j, g in zip(sol.jobs, sol.gpus_per_pod, strict=True)])
     time_share = (sol.targets * gpus[:, None]).sum(axis=0) / view.node_gpus
     assert np.all(time_share <= 1 + 1e-6)
     assert np.all(sol.targets.sum(axis=1) <= 1 + 1e-9)
-    tm = snapshot.tenant_model(list(sol.jobs), view.nodes, snap.pools)
-    result = fairness.solve(snapshot.fairness_problem(tm), mode="tdm")
-    assert fairness.certificate(snapshot.fairness_problem(tm), result.tasks, "tdm") <= 1e-6
+    tm = tenant_model(list(sol.jobs), view.nodes, snap.pools)
+    result = fairness.solve(fairness_problem(tm), mode="tdm")
+    assert fairness.certificate(fairness_problem(tm), result.tasks, "tdm") <= 1e-6
     assert sol.tenant_tasks == pytest.approx(
         dict(zip(tm.tenants, np.asarray(result.totals).tolist(), strict=True))
     )
 
 
 def test_psdsf_distributed_without_agents_fails_clearly() -> None:
-    snap = cluster(workload()[:2]).freeze()
+    snap = cluster(workload()[:2]).freeze(now=0.0)
     view = snapshot.cluster_view(snap)
     with pytest.raises(policies.PolicyUnavailableError, match="node agents"):
-        policies.Policy("psdsf-distributed").solve(snap, view)
+        policies.create("psdsf-distributed").solve(snap, view)
 
 
 def test_psdsf_distributed_aligns_agent_tasks_by_name() -> None:
     """Agents that converged to the central solution give the central policy's targets, whatever
     order they list tenants and nodes in (and extra stale names are ignored)."""
     jobs = [*workload()[:4], job("t2", {"k80": 2.0}, replicas=2, tenant="t2")]
-    snap = cluster(jobs).freeze()
+    snap = cluster(jobs).freeze(now=0.0)
     view = snapshot.cluster_view(snap)
-    central = policies.Policy("psdsf").solve(snap, view)
-    tm = snapshot.tenant_model(list(central.jobs), view.nodes, snap.pools)
-    tasks = np.asarray(fairness.solve(snapshot.fairness_problem(tm), mode="tdm").tasks)
+    central = policies.create("psdsf").solve(snap, view)
+    tm = tenant_model(list(central.jobs), view.nodes, snap.pools)
+    tasks = np.asarray(fairness.solve(fairness_problem(tm), mode="tdm").tasks)
     tenants, nodes = list(tm.tenants)[::-1], [*list(tm.node_names)[::-1], "gone-node"]
     shuffled = np.zeros((len(tenants), len(nodes)))
     for n, tenant in enumerate(tenants):
@@ -310,6 +323,8 @@ def test_psdsf_distributed_aligns_agent_tasks_by_name() -> None:
     def reader() -> tuple[np.ndarray, list[str], list[str]]:
         return shuffled, tenants, nodes
 
-    dist = policies.Policy("psdsf-distributed", distributed_reader=reader).solve(snap, view)
+    dist = policies.create(
+        "psdsf-distributed", policies.PolicyOptions(distributed_reader=reader)
+    ).solve(snap, view)
     np.testing.assert_allclose(dist.targets, central.targets, atol=1e-12)
     assert dist.tenant_tasks == pytest.approx(central.tenant_tasks)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from walras.operator import conditions as cond
-from walras.operator import rounds_state, status
+from walras.core import conditions as cond
+from walras.core import history
+from walras.operator import status
 
 
 @pytest.mark.parametrize(
@@ -75,7 +76,7 @@ def test_status_changed_ignores_transition_times_only() -> None:
 
 def test_history_persisted_and_restored_continues_exactly() -> None:
     """Persisting at a change and rebuilding later gives the same history as never stopping."""
-    live = rounds_state.History()
+    live = history.History()
     live.advance(100.0)
     live.run_in("v100", 2.0, 100.0)
     live.advance(130.0)
@@ -84,18 +85,18 @@ def test_history_persisted_and_restored_continues_exactly() -> None:
     live.run_in("k80", 0.5, 150.0)
     persisted = live.status_fields()  # written with the status change at t = 150
     live.advance(200.0)
-    restored = rounds_state.History.from_status(persisted, {"k80": 0.5})
+    restored = history.History.from_status(persisted, {"k80": 0.5})
     restored.advance(200.0)
     assert restored.received == pytest.approx(live.received)
     assert restored.received == pytest.approx({"v100": 30.0, "k80": 50.0})
     assert restored.elapsed == pytest.approx(live.elapsed) == pytest.approx(100.0)
     assert restored.work_done == pytest.approx(live.work_done) == pytest.approx(30 * 2.0 + 50 * 0.5)
-    shares = rounds_state.realised_share(persisted, 200.0)
+    shares = history.realised_share(persisted, 200.0)
     assert shares == pytest.approx({"v100": 0.3, "k80": 0.5})
 
 
 def test_history_run_in_reports_changes() -> None:
-    hist = rounds_state.History()
+    hist = history.History()
     assert hist.run_in("g", 1.0, 0.0)
     assert not hist.run_in("g", 1.0, 5.0)
     assert hist.running_since == 0.0

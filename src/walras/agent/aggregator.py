@@ -2,7 +2,7 @@
 
 Every ``period`` seconds (default 0.1) :func:`aggregate_once` lists the NodeAllocations and the
 Node names, deletes allocations that are stale (older than ``stale_after`` or whose node is gone),
-sums the fresh ones (``walras.agent.totals``) and publishes the result in ONE object, the
+sums the fresh ones (``walras.core.totals``) and publishes the result in ONE object, the
 cluster-scoped ``NodeAllocation/walras-tenant-totals`` (label ``walras.dev/role=tenant-totals``):
 
 - ``status.tasks``: tenant → x_n; ``status.nodes``: tenant → fresh nodes where it is eligible;
@@ -28,12 +28,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import numpy as np
 from kubernetes import client, watch
 
-from walras.agent import totals as totals_mod
-from walras.agent.kube import ALLOCATIONS, GROUP, VERSION, Kube, NotFoundError
-from walras.agent.totals import (
+from walras.core import totals as totals_mod
+from walras.core.totals import (
     ROLE_LABEL,
     TOTALS_NAME,
     TOTALS_ROLE,
@@ -41,6 +39,7 @@ from walras.agent.totals import (
     format_time,
     parse_time,
 )
+from walras.kube.agents import ALLOCATIONS, GROUP, VERSION, Kube, NotFoundError
 
 log = logging.getLogger("walras.agent.aggregator")
 
@@ -228,22 +227,3 @@ def run(
         except Exception:  # keep publishing through API hiccups
             log.exception("aggregation failed")
         stop.wait(max(0.0, period - (time.monotonic() - started)))
-
-
-def distributed_tasks(
-    api_client: client.ApiClient, *, stale_after: float
-) -> tuple[np.ndarray, list[str], list[str]]:
-    """Converged x_{n,i} of the node agents: ``(tasks (N, K), tenant_names, node_names)``.
-
-    Only fresh allocations count (node exists, written within ``stale_after`` seconds); tenants
-    and nodes are sorted by name. ``tasks`` is in the PS-DSF model's units, like
-    ``fairness.FairnessResult.tasks``: work units when the jobs carry throughput tables (pods =
-    tasks / throughput_{n,i}; each NodeAllocation also carries ``status.pods``).
-    """
-    kube = Kube(api_client)
-    items, _ = kube.list_custom(ALLOCATIONS)
-    names = kube.node_names()
-    matrix, tenants, nodes = totals_mod.task_matrix(
-        items, names, now=dt.datetime.now(dt.UTC), stale_after=stale_after
-    )
-    return matrix, list(tenants), list(nodes)

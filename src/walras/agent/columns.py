@@ -2,7 +2,7 @@
 
 Called by the node agent (``walras.agent.runner``) each step with its own Node, every FungibleJob
 and every ResourcePool; it never sees another node. It reuses the operator's tenant model
-(``walras.operator.snapshot.tenant_model``, the one ``psdsf_problem`` builds for the centralised
+(``walras.core.tenants.tenant_model``, the one ``psdsf_problem`` builds for the centralised
 ``psdsf`` policy) restricted to this one node, so that the agents converge to exactly what the
 centralised policy computes. The one quantity of that model that depends on other nodes is the
 cap ``D_n = Σ_j r_j · max_i a_{j,type(i)}`` (replicas counted in work units at the job's best rate
@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from walras.agent.steps import Column
-from walras.operator import model, snapshot
+from walras.core import model, snapshot, tenants
 
 Obj = Mapping[str, Any]
 
@@ -45,7 +45,7 @@ def node_column(node: Obj, jobs: Sequence[Obj], pools: Sequence[Obj]) -> Column:
     specs = [j for j in parsed if isinstance(j, model.JobSpec)]
     pool_specs = [model.parse_pool(p) for p in pools]
     info = model.parse_node(node)
-    tm = snapshot.tenant_model(specs, [info], pool_specs)
+    tm = tenants.tenant_model(specs, [info], pool_specs)
     n = len(tm.tenants)
     # Cap in work units at each job's best rate over the cluster's GPU types (see docstring).
     types = _pool_types(pool_specs)

@@ -30,10 +30,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from walras.agent import columns, steps
-from walras.agent.kube import JOBS, POOLS, Kube, NotFoundError
-from walras.agent.totals import TOTALS_NAME, format_time, parse_time
-from walras.operator import metrics
+from walras.agent import columns, metrics, steps
+from walras.core.totals import TOTALS_NAME, format_time, parse_time
+from walras.kube.agents import JOBS, POOLS, Kube, NotFoundError
 
 log = logging.getLogger("walras.agent")
 

@@ -17,8 +17,8 @@ from typing import Annotated
 
 import typer
 
-from walras import kubeclient
 from walras.cli.app import app
+from walras.kube import client as kubeclient
 
 
 class Mode(StrEnum):
@@ -85,7 +85,7 @@ def agent_command(
 ) -> None:
     """Run a node agent (distributed PS-DSF) or the tenant-totals aggregator."""
     from walras.agent import aggregator, runner
-    from walras.agent.kube import Kube
+    from walras.kube.agents import Kube
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     stop = threading.Event()

@@ -23,8 +23,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from walras import kubeclient
 from walras.cli.app import app
+from walras.kube import client as kubeclient
 
 GROUP, VERSION = "walras.dev", "v1alpha1"
 # CRD utility kinds -> pricing kinds (the CRD uses user-facing names).

@@ -16,10 +16,18 @@ import typer
 from walras.cli.app import app
 
 
-class PolicyName(StrEnum):
-    price_discovery = "price-discovery"
-    psdsf = "psdsf"
-    psdsf_distributed = "psdsf-distributed"
+def policy_name(value: str) -> str:
+    """The registered policy ``value`` names (an alias maps to its policy); exit 2 otherwise.
+
+    The choices come from the policy registry (``walras.core.policies``), so a new policy needs no
+    change here.
+    """
+    from walras.core import policies
+
+    try:
+        return policies.canonical(value)
+    except policies.UnknownPolicyError as exc:
+        raise typer.BadParameter(str(exc)) from None
 
 
 class Backend(StrEnum):
@@ -36,8 +44,13 @@ class LogFormat(StrEnum):
 @app.command("operator")
 def operator_command(
     policy: Annotated[
-        PolicyName, typer.Option(envvar="WALRAS_POLICY", help="Allocation policy.")
-    ] = PolicyName.price_discovery,
+        str,
+        typer.Option(
+            envvar="WALRAS_POLICY",
+            callback=policy_name,
+            help="Allocation policy: a name from the policy registry (`walras policies`).",
+        ),
+    ] = "price-discovery",
     round_seconds: Annotated[
         float,
         typer.Option(
@@ -93,7 +106,7 @@ def operator_command(
     from walras.operator import main
 
     options = main.Options(
-        policy=policy.value,
+        policy=policy,
         round_seconds=round_seconds,
         eps=eps,
         backend=backend.value,
@@ -109,3 +122,25 @@ def operator_command(
     )
     main.configure_logging(options.log_format)
     asyncio.run(main.run(options))
+
+
+@app.command("policies")
+def policies_command() -> None:
+    """List the scheduling policies (the registry behind --policy of operator and simulate)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from walras.core import policies
+
+    table = Table(title="Policies")
+    table.add_column("name")
+    table.add_column("aliases")
+    table.add_column("what it does")
+    aliases = policies.aliases()
+    for name in policies.names():
+        table.add_row(
+            name,
+            ", ".join(a for a, n in aliases.items() if n == name),
+            policies.registry.summary(name),
+        )
+    Console().print(table)

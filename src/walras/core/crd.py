@@ -47,4 +47,3 @@ PHASE_SUCCEEDED: Final = "Succeeded"
 PHASE_FAILED: Final = "Failed"
 TERMINAL_PHASES: Final = frozenset({PHASE_SUCCEEDED, PHASE_FAILED})
 
-POLICIES: Final = ("price-discovery", "psdsf", "psdsf-distributed")

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from walras.operator import model
+from walras.core import model
 
 
 @dataclass(slots=True)

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from walras.operator import crd
+from walras.core import crd
 
 JobKey = tuple[str, str]
 """(namespace, name) of a FungibleJob or Pod; sorting these gives the stable order."""

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from walras.allocator import rounds
-from walras.operator import crd, model, policies, rounds_state, snapshot
+from walras.core import crd, history, model, policies, snapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,7 +172,7 @@ def realise(
     sol: policies.Solution,
     snap: snapshot.Snapshot,
     view: snapshot.ClusterView,
-    histories: Mapping[model.JobKey, rounds_state.History],
+    histories: Mapping[model.JobKey, history.History],
     round_no: int,
     *,
     incremental: bool = False,

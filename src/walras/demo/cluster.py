@@ -21,7 +21,7 @@ GROUP, VERSION = "walras.dev", "v1alpha1"
 
 def ensure_binaries(console: Console, repo_root: Path) -> None:
     """Build kube-apiserver/etcd/kwok and fetch kubectl/helm once (cached) if they are missing."""
-    from walras import devcluster
+    from walras.testing import devcluster
 
     if devcluster.binaries_available():
         return
@@ -33,7 +33,7 @@ def ensure_binaries(console: Console, repo_root: Path) -> None:
 def create_nodes_and_pools(api: Any, load: workload.Workload) -> None:
     from kubernetes import client
 
-    from walras import devcluster
+    from walras.testing import devcluster
 
     # Create all nodes first and wait for them together: kwok marks them Ready in one pass.
     for name, gpu_type, gpus in load.nodes:
@@ -47,7 +47,7 @@ def create_nodes_and_pools(api: Any, load: workload.Workload) -> None:
 
 
 def create_namespaces(api: Any, load: workload.Workload) -> None:
-    from walras import devcluster
+    from walras.testing import devcluster
 
     # devcluster's helper also creates the `default` ServiceAccount (no SA controller here).
     for namespace in sorted({job.namespace for job in load.jobs}):
@@ -66,7 +66,7 @@ def submit_jobs(api: Any, jobs: Sequence[workload.DemoJob]) -> None:
 
 def kubectl_get(control_plane: Any) -> str:
     """What a user sees with kubectl: the CRDs' printer columns for pools and jobs."""
-    from walras import devcluster
+    from walras.testing import devcluster
 
     kubectl = devcluster.tool("kubectl")
     out = []

@@ -171,7 +171,7 @@ def watch_rounds(
 
 def run(options: Options, console: Console | None = None) -> Path:
     """The whole demo; returns the PNG path. Raises DemoError (after tearing down) on failure."""
-    from walras import devcluster
+    from walras.testing import devcluster
 
     console = console or Console()
     started = time.monotonic()

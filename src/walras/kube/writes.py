@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import quote
 
-from walras.operator import crd, model
+from walras.core import crd, model
 
 logger = logging.getLogger(__name__)
 

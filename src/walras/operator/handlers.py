@@ -24,7 +24,8 @@ from typing import Any
 
 import kopf
 
-from walras.operator import crd, loop, snapshot
+from walras.core import crd, snapshot
+from walras.operator import loop
 
 logger = logging.getLogger("walras.operator.handlers")
 

@@ -16,7 +16,8 @@ from typing import Any
 
 import kopf
 
-from walras.operator import handlers, kubeapi, loop, main, snapshot
+from walras.core import snapshot
+from walras.operator import handlers, loop, main
 
 
 def _flag(name: str, default: str) -> str:
@@ -74,36 +75,12 @@ async def start_rounds(settings: kopf.OperatorSettings, **_: Any) -> None:
     """Build the round loop (and leader election) before kopf starts watching."""
     settings.posting.enabled = False
     settings.scanning.disabled = True
-    options = options_from_env()
-    client = main.api_client(options.kubeconfig)
-    _CLIENT.append(client)
-    elector: Any = None
-    if options.leader_elect:
-        from walras.operator import leader
-
-        elector = leader.LeaderElector(
-            client,
-            namespace=options.lease_namespace,
-            name=options.lease_name,
-            identity=options.identity or f"kopf-{os.getpid()}",
-        )
-        _TASKS.append(asyncio.create_task(elector.run(_STOP)))
-    rounds = loop.RoundLoop(
-        STORE,
-        kubeapi.Api(client),
-        loop.LoopConfig(
-            policy=options.policy,
-            round_seconds=options.round_seconds,
-            eps=options.eps,
-            backend=options.backend,
-        ),
-        is_leader=(lambda: True) if elector is None else (lambda: bool(elector.is_leader)),
-    )
-    expected = {
-        kind: await asyncio.to_thread(kubeapi.list_keys, client, path, label_selector=selector)
-        for kind, (path, selector) in handlers.kinds_paths().items()
-    }
-    readiness = handlers.Readiness(expected)
+    op = main.build(options_from_env(), default_identity=f"kopf-{os.getpid()}")
+    _CLIENT.append(op.client)
+    if op.elector is not None:
+        _TASKS.append(asyncio.create_task(op.elector.run(_STOP)))
+    rounds = op.rounds
+    readiness = await op.readiness()
     _WATCHER.readiness = readiness
     _ROUNDS.target = rounds
 

@@ -1,4 +1,4 @@
-"""The round loop: snapshot → solve (worker thread) → realise → the fewest API writes.
+"""The operator's round loop: snapshot → ``walras.core.cycle.plan`` (worker thread) → writes.
 
 Started by ``walras.operator.main`` next to kopf's watchers. Every ``round_seconds`` it runs a full
 round; a job arriving or finishing (``poke``) runs an *incremental* round within ``debounce``
@@ -18,22 +18,14 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from walras.operator import conditions as cond
-from walras.operator import (
-    crd,
-    kubeapi,
-    metrics,
-    model,
-    policies,
-    realise,
-    rounds_state,
-    snapshot,
-    status,
-)
+from walras.core import conditions as cond
+from walras.core import crd, cycle, model, policies, realise, snapshot
+from walras.kube import writes as kubeapi
+from walras.operator import metrics, status
 
 logger = logging.getLogger("walras.operator.loop")
 
@@ -99,19 +91,17 @@ class RoundLoop:
         self.api = api
         self.config = config
         self.is_leader = is_leader
-        self.policy = policies.Policy(
+        self.policy = policies.create(
             config.policy,
-            eps=config.eps,
-            backend=config.backend,
-            distributed_reader=distributed_reader,
+            policies.PolicyOptions(
+                eps=config.eps, backend=config.backend, distributed_reader=distributed_reader
+            ),
         )
         self.round_no = 0
-        self.histories: dict[str, rounds_state.History] = {}
+        self.state = cycle.CycleState()
         self.pending: dict[model.JobKey, list[_PendingBind]] = {}
         # Pods we bound that the watch has not shown bound yet: pod -> (node, gpus, when).
         self.ledger: dict[model.JobKey, tuple[str, int, float]] = {}
-        # Jobs finished by this process; their status patch may not have come back yet.
-        self.finished_uids: dict[str, str] = {}
         self.events_posted: dict[str, tuple[str, str]] = {}
         self.last_report: RoundReport | None = None
         self.last_solution: policies.Solution | None = None
@@ -211,123 +201,36 @@ class RoundLoop:
         logger.info("round %s", json.dumps(dataclasses.asdict(report), sort_keys=True))
         return report
 
-    def _history(self, job: model.JobSpec) -> rounds_state.History:
-        hist = self.histories.get(job.uid)
-        if hist is None:
-            hist = rounds_state.History.from_status(job.status, {})
-            if hist.running_group:
-                hist.running_rate = self._rate(job, hist.running_group)
-            self.histories[job.uid] = hist
-        return hist
-
-    def _rate(self, job: model.JobSpec, group: str) -> float:
-        """Work per second of a job in a group (group = GPU type, or a node under PS-DSF)."""
-        if group in job.throughput:
-            return job.throughput[group]
-        node = self.store.nodes.get(group)
-        if node is None:
-            return 0.0
-        pool = snapshot.node_pool(node, sorted(self.store.pools.values(), key=lambda p: p.name))
-        return job.throughput.get(pool.gpu_type, 0.0) if pool is not None else 0.0
-
     async def _round(self, report: RoundReport, incremental: bool, t0: float) -> None:
         now = time.time()
         snap = self.store.freeze(now)
-        if self.finished_uids:
-            live = {j.uid for j in snap.jobs}
-            self.finished_uids = {u: p for u, p in self.finished_uids.items() if u in live}
-            snap = dataclasses.replace(
-                snap,
-                jobs=tuple(
-                    dataclasses.replace(j, status={**j.status, "phase": self.finished_uids[j.uid]})
-                    if j.uid in self.finished_uids and not j.finished
-                    else j
-                    for j in snap.jobs
-                ),
-            )
-        view = snapshot.cluster_view(snap)
-        report.nodes = len(view.nodes)
-        active = snap.active_jobs
-        report.jobs = len(active)
-        hists = {}
-        for job in active:
-            hist = self._history(job)
-            hist.advance(now)
-            hists[job.key] = hist
-        live_uids = {j.uid for j in snap.jobs}
-        for uid in [u for u in self.histories if u not in live_uids]:
-            del self.histories[uid]
-
-        finished = self._completions(snap, hists)
-        for key, (phase, _, _) in finished.items():
-            self.finished_uids[next(j.uid for j in active if j.key == key)] = phase
-        if finished:
-            jobs = tuple(
-                dataclasses.replace(j, status={**j.status, "phase": finished[j.key][0]})
-                if j.key in finished
-                else j
-                for j in snap.jobs
-            )
-            snap = dataclasses.replace(snap, jobs=jobs)
-        report.snapshot = time.perf_counter() - t0
-
-        t1 = time.perf_counter()
-        sol = await asyncio.to_thread(self.policy.solve, snap, view)
-        report.solve = time.perf_counter() - t1
+        planned = await asyncio.to_thread(
+            cycle.plan,
+            self.state,
+            self.policy,
+            snap,
+            now=now,
+            round_no=self.round_no,
+            incremental=incremental,
+        )
+        sol = planned.solution
+        report.nodes = len(planned.view.nodes)
+        report.jobs = len(planned.active)
+        report.snapshot = (
+            time.perf_counter() - t0 - sum(v for k, v in planned.timings.items() if k != "snapshot")
+        )
+        report.solve = planned.timings["solve"]
+        report.realise = planned.timings["realise"]
         report.iterations, report.gap = sol.iterations, sol.gap
         report.prices = {t: round(p, 6) for t, p in sol.prices.items()}
         self.last_solution = sol
 
-        t2 = time.perf_counter()
-        plan = realise.realise(sol, snap, view, hists, self.round_no, incremental=incremental)
-        for job in sol.jobs:
-            jr = plan.jobs[job.key]
-            hists[job.key].run_in(jr.group, self._rate(job, jr.group) if jr.group else 0.0, now)
-        solved = {j.key for j in sol.jobs}
-        for job in active:
-            if job.key not in solved:
-                hists[job.key].run_in("", 0.0, now)
-        report.realise = time.perf_counter() - t2
-
         t3 = time.perf_counter()
-        await self._act(plan, report)
+        await self._act(planned.realisation, report)
         t4 = time.perf_counter()
-        await self._statuses(snap, view, sol, plan, finished, hists, report, now)
+        await self._statuses(planned, report)
         report.status_s = time.perf_counter() - t4
         report.writes = time.perf_counter() - t3
-
-    # ------------------------------------------------------------------ completion
-
-    def _completions(
-        self, snap: snapshot.Snapshot, hists: Mapping[model.JobKey, rounds_state.History]
-    ) -> dict[model.JobKey, tuple[str, str, str]]:
-        """Jobs that finished since the last round: (phase, reason, message)."""
-        out: dict[model.JobKey, tuple[str, str, str]] = {}
-        pods_by_job = snap.pods_by_job()
-        for job in snap.active_jobs:
-            pods = [p for p in pods_by_job.get(job.key, []) if not p.terminating]
-            failed = [p for p in pods if p.phase == crd.PHASE_FAILED]
-            done = [p for p in pods if p.phase == crd.PHASE_SUCCEEDED]
-            hist = hists[job.key]
-            if failed:
-                out[job.key] = (
-                    crd.PHASE_FAILED,
-                    cond.POD_FAILED,
-                    f"pod {failed[0].name} failed on {failed[0].node or 'no node'}",
-                )
-            elif len(done) >= job.replicas and len(done) == len(pods):
-                out[job.key] = (
-                    crd.PHASE_SUCCEEDED,
-                    cond.COMPLETED,
-                    f"all {job.replicas} pods succeeded",
-                )
-            elif job.total_work is not None and hist.work_done >= job.total_work:
-                out[job.key] = (
-                    crd.PHASE_SUCCEEDED,
-                    cond.WORK_DONE,
-                    f"work done {cond.fmt(hist.work_done)} >= totalWork {cond.fmt(job.total_work)}",
-                )
-        return out
 
     # ------------------------------------------------------------------ writes
 
@@ -455,17 +358,10 @@ class RoundLoop:
 
     # ------------------------------------------------------------------ status
 
-    async def _statuses(
-        self,
-        snap: snapshot.Snapshot,
-        view: snapshot.ClusterView,
-        sol: policies.Solution,
-        plan: realise.Realisation,
-        finished: Mapping[model.JobKey, tuple[str, str, str]],
-        hists: Mapping[model.JobKey, rounds_state.History],
-        report: RoundReport,
-        now: float,
-    ) -> None:
+    async def _statuses(self, planned: cycle.CyclePlan, report: RoundReport) -> None:
+        snap, view, sol = planned.snapshot, planned.view, planned.solution
+        plan, finished, hists = planned.realisation, planned.finished, planned.histories
+        now = planned.now
         stamp = model.format_time(now)
         patches: list[tuple[str, str, dict[str, Any]]] = []
         events: list[tuple[model.JobSpec | model.JobDefect, str, str, str, str]] = []
@@ -532,8 +428,9 @@ class RoundLoop:
                     cond.issue_message(defect.field, defect.message),
                 )
             )
-        for key, (phase, reason, message) in finished.items():
+        for key, done in finished.items():
             job = by_key[key]
+            phase, reason, message = done.phase, done.reason, done.message
             add(job, status.finished_status(job, phase, reason, message), force=True)
             events.append(
                 (

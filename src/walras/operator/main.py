@@ -21,8 +21,11 @@ from typing import Any
 
 import kopf
 
-from walras import kubeclient
-from walras.operator import handlers, kubeapi, loop, snapshot
+from walras.core import policies, snapshot
+from walras.kube import client as kubeclient
+from walras.kube import nodeallocations
+from walras.kube import writes as kubeapi
+from walras.operator import handlers, loop
 
 logger = logging.getLogger("walras.operator")
 
@@ -60,7 +63,7 @@ def configure_logging(log_format: str) -> None:
 
 
 def api_client(kubeconfig: str | None) -> Any:
-    """The operator's ApiClient (see ``walras.kubeclient``)."""
+    """The operator's ApiClient (see ``walras.kube.client``)."""
     # Many writes of one round run in parallel threads; give each a pooled connection.
     return kubeclient.api_client(kubeconfig, pool_size=32)
 
@@ -117,12 +120,35 @@ async def _serve(options: Options, ready: Any) -> list[Any]:
     return servers
 
 
-async def run(options: Options) -> None:
-    """Run until SIGTERM/SIGINT (or kopf stops)."""
+@dataclass(slots=True)
+class Operator:
+    """The operator's parts, built from one :class:`Options` by :func:`build` (both entry points:
+    ``walras operator`` and ``kopf run -m walras.operator.kopf_entry``)."""
+
+    options: Options
+    client: Any
+    api: kubeapi.Api
+    store: snapshot.Store
+    rounds: loop.RoundLoop
+    elector: Any
+
+    def is_leader(self) -> bool:
+        return True if self.elector is None else bool(self.elector.is_leader)
+
+    async def readiness(self) -> handlers.Readiness:
+        """Readiness over every object that exists now (one LIST per watched kind)."""
+        expected: dict[str, set[tuple[str, str]]] = {}
+        for kind, (path, selector) in handlers.kinds_paths().items():
+            expected[kind] = await asyncio.to_thread(
+                kubeapi.list_keys, self.client, path, label_selector=selector
+            )
+        return handlers.Readiness(expected)
+
+
+def build(options: Options, *, default_identity: str | None = None) -> Operator:
+    """Client, writes, store, leader election, the policy's reader and the round loop."""
     client = api_client(options.kubeconfig)
-    api = kubeapi.Api(client)
-    store = snapshot.Store()
-    identity = options.identity or f"{socket.gethostname()}-{os.getpid()}"
+    identity = options.identity or default_identity or f"{socket.gethostname()}-{os.getpid()}"
     elector: Any = None
     if options.leader_elect:
         from walras.operator import leader
@@ -133,17 +159,14 @@ async def run(options: Options) -> None:
             name=options.lease_name,
             identity=identity,
         )
+    reader = None
+    if policies.canonical(options.policy) == "psdsf-distributed":
+        reader = nodeallocations.reader(client, stale_after=options.stale_after)
+    store = snapshot.Store()
+    api = kubeapi.Api(client)
 
     def is_leader() -> bool:
         return True if elector is None else bool(elector.is_leader)
-
-    reader = None
-    if options.policy == "psdsf-distributed":
-
-        def reader() -> tuple[Any, Any, Any]:
-            from walras import agent
-
-            return agent.distributed_tasks(client, stale_after=options.stale_after)
 
     rounds = loop.RoundLoop(
         store,
@@ -158,13 +181,16 @@ async def run(options: Options) -> None:
         is_leader=is_leader,
         distributed_reader=reader,
     )
+    return Operator(options, client, api, store, rounds, elector)
+
+
+async def run(options: Options) -> None:
+    """Run until SIGTERM/SIGINT (or kopf stops)."""
+    op = build(options)
+    client, api, store, rounds, elector = op.client, op.api, op.store, op.rounds, op.elector
+    is_leader = op.is_leader
     warm = asyncio.create_task(asyncio.to_thread(rounds.policy.warm_up), name="warm-up")
-    expected: dict[str, set[tuple[str, str]]] = {}
-    for kind, (path, selector) in handlers.kinds_paths().items():
-        expected[kind] = await asyncio.to_thread(
-            kubeapi.list_keys, client, path, label_selector=selector
-        )
-    readiness = handlers.Readiness(expected)
+    readiness = await op.readiness()
     registry = kopf.OperatorRegistry()
     watcher = handlers.Watcher(store, rounds, readiness)
     handlers.register(registry, watcher)

@@ -1,4 +1,4 @@
-"""Prometheus metrics of the Walras controller and agents (prefix ``walras_``).
+"""Prometheus metrics of the Walras controller (prefix ``walras_``).
 
 Every metric lives in one private registry, ``REGISTRY``, so tests and several in-process operators
 never collide with the default global registry. The controller updates them once per round; the
@@ -63,12 +63,6 @@ BINDINGS = Counter(
 PREEMPTIONS = Counter(
     "walras_preemptions",
     "Pods deleted because their time slice ended.",
-    registry=REGISTRY,
-)
-AGENT_RESIDUAL = Gauge(
-    "walras_agent_residual",
-    "Largest change of the node's PS-DSF allocation in the agent's last step.",
-    ["node"],
     registry=REGISTRY,
 )
 ROUNDS = Counter(

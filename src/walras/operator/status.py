@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from walras.operator import conditions as cond
-from walras.operator import crd, model, policies, realise, snapshot
+from walras.core import conditions as cond
+from walras.core import crd, model, policies, realise, snapshot
 
 CORE_KEYS = (
     "phase",

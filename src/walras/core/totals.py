@@ -1,7 +1,7 @@
 """Summing NodeAllocations into tenant totals x_n = Σ_i x_{n,i} (pure).
 
 Called by the aggregator (``walras.agent.aggregator``) on each listing of NodeAllocations, and by
-``walras.agent.kube.distributed_tasks`` for the operator's ``psdsf-distributed`` policy. An
+``walras.kube.agents.distributed_tasks`` for the operator's ``psdsf-distributed`` policy. An
 allocation counts only while it is *fresh*: its node still exists and its ``status.timestamp`` is
 at most ``stale_after`` seconds old. Stale ones are reported so that the caller deletes them; the
 totals object itself (``TOTALS_NAME``) is never summed.

@@ -2,7 +2,7 @@
 
 Used by the agent loop (``walras.agent.runner``), the totals aggregator
 (``walras.agent.aggregator``) and the benchmark. Responses are read as raw JSON (plain dicts, the
-shape ``walras.operator.model`` parses) rather than through the client's model classes, which
+shape ``walras.core.model`` parses) rather than through the client's model classes, which
 costs far less CPU per call. Every call is counted so that the benchmark can report API requests
 per agent step.
 """

@@ -1,0 +1,57 @@
+"""Which active jobs finished since the last round, and how.
+
+Called by :func:`walras.core.cycle.plan` at the start of every round, before the solve, so that a
+finished job's GPUs go to others in the same round. A job is finished when:
+
+- one of its pods failed (phase ``Failed``),
+- every pod of its gang succeeded, or
+- its accounted work reached ``spec.totalWork``: ``workDone ≥ totalWork``, where ``workDone`` is
+  the history's ``∫ throughput(type running) dt`` (``walras.core.history``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from walras.core import conditions as cond
+from walras.core import crd, history, model, snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """A job that finished: its terminal phase and the condition's reason and message."""
+
+    phase: str
+    reason: str
+    message: str
+
+
+def completions(
+    snap: snapshot.Snapshot, hists: Mapping[model.JobKey, history.History]
+) -> dict[model.JobKey, Completion]:
+    """Active jobs of ``snap`` that finished (see the module docstring)."""
+    out: dict[model.JobKey, Completion] = {}
+    pods_by_job = snap.pods_by_job()
+    for job in snap.active_jobs:
+        pods = [p for p in pods_by_job.get(job.key, []) if not p.terminating]
+        failed = [p for p in pods if p.phase == crd.PHASE_FAILED]
+        done = [p for p in pods if p.phase == crd.PHASE_SUCCEEDED]
+        hist = hists[job.key]
+        if failed:
+            out[job.key] = Completion(
+                crd.PHASE_FAILED,
+                cond.POD_FAILED,
+                f"pod {failed[0].name} failed on {failed[0].node or 'no node'}",
+            )
+        elif len(done) >= job.replicas and len(done) == len(pods):
+            out[job.key] = Completion(
+                crd.PHASE_SUCCEEDED, cond.COMPLETED, f"all {job.replicas} pods succeeded"
+            )
+        elif job.total_work is not None and hist.work_done >= job.total_work:
+            out[job.key] = Completion(
+                crd.PHASE_SUCCEEDED,
+                cond.WORK_DONE,
+                f"work done {cond.fmt(hist.work_done)} >= totalWork {cond.fmt(job.total_work)}",
+            )
+    return out

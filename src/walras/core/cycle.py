@@ -1,0 +1,163 @@
+"""One scheduling cycle: snapshot + clock → completions → policy → round plan. Both shells run it.
+
+The operator (``walras.operator.loop``) calls :func:`plan` every round on a snapshot of the live
+cluster and its wall clock, then carries the plan out as API writes; the simulator
+(``walras.sim``) calls the same function on a snapshot of its simulated cluster and its simulated
+clock, then applies the plan to that cluster. Only the clock and the cluster differ, so a policy or
+realiser change is measured in simulation exactly as it will behave in production.
+
+The pipeline (Kueue's numbered scheduling cycle, with per-phase timings):
+
+1. **Completions.** Jobs this process finished earlier keep their terminal phase even if the
+   snapshot predates the status write; histories are advanced to ``now``
+   (``History.advance``: time eligible, time received per group, work done); jobs that finished
+   since the last round (``walras.core.completion``) are marked finished in the snapshot.
+2. **Solve.** ``policy.solve(snapshot, view)``: target fractions per (job, group).
+3. **Realise.** ``walras.core.realise.realise``: this round's placements, as pods to create,
+   keep and delete (``incremental`` rounds only fill free GPUs).
+4. **Account.** Each job's history records the group it runs in from ``now`` on, at its
+   throughput there.
+
+:class:`CycleState` is everything the cycle remembers between rounds; the shell owns it (one per
+operator process or simulation run). Nothing here reads a clock, calls the API or logs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from walras.core import completion, history, model, realise
+from walras.core import snapshot as snapshots
+from walras.core.policies import Policy, Solution
+
+
+@dataclass(slots=True)
+class CycleState:
+    """What the cycle remembers between rounds, owned by one shell.
+
+    Attributes:
+        histories: per job UID, its schedule history (rebuilt from the persisted status the first
+            time a job is seen, so a restarted operator continues the schedule).
+        finished: per job UID, the terminal phase this process gave it (its status patch may not
+            have come back through the watch yet).
+    """
+
+    histories: dict[str, history.History] = field(default_factory=dict)
+    finished: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class CyclePlan:
+    """The outcome of one cycle: what to write (operator) or to apply (simulator)."""
+
+    round_no: int
+    now: float
+    incremental: bool
+    snapshot: snapshots.Snapshot
+    view: snapshots.ClusterView
+    active: tuple[model.JobSpec, ...]
+    finished: Mapping[model.JobKey, completion.Completion]
+    solution: Solution
+    realisation: realise.Realisation
+    histories: Mapping[model.JobKey, history.History]
+    timings: Mapping[str, float]
+
+
+def rate(job: model.JobSpec, group: str, snap: snapshots.Snapshot) -> float:
+    """Work per second of ``job`` in ``group`` (a GPU type, or a node name under PS-DSF)."""
+    if group in job.throughput:
+        return job.throughput[group]
+    node = next((n for n in snap.nodes if n.name == group), None)
+    if node is None:
+        return 0.0
+    pool = snapshots.node_pool(node, snap.pools)
+    return job.throughput.get(pool.gpu_type, 0.0) if pool is not None else 0.0
+
+
+def _with_phases(snap: snapshots.Snapshot, phases: Mapping[str, str]) -> snapshots.Snapshot:
+    """``snap`` with the given terminal phase (by job UID) on jobs not finished in it yet."""
+    if not phases:
+        return snap
+    jobs = tuple(
+        dataclasses.replace(j, status={**j.status, "phase": phases[j.uid]})
+        if j.uid in phases and not j.finished
+        else j
+        for j in snap.jobs
+    )
+    return dataclasses.replace(snap, jobs=jobs)
+
+
+def _history(state: CycleState, job: model.JobSpec, snap: snapshots.Snapshot) -> history.History:
+    hist = state.histories.get(job.uid)
+    if hist is None:
+        hist = history.History.from_status(job.status, {})
+        if hist.running_group:
+            hist.running_rate = rate(job, hist.running_group, snap)
+        state.histories[job.uid] = hist
+    return hist
+
+
+def plan(
+    state: CycleState,
+    policy: Policy,
+    snap: snapshots.Snapshot,
+    *,
+    now: float,
+    round_no: int,
+    incremental: bool = False,
+) -> CyclePlan:
+    """Plan one round (see the module docstring); updates ``state`` in place.
+
+    Raises whatever the policy raises (e.g. ``PolicyUnavailableError``); the shell decides whether
+    a failed round is retried.
+    """
+    t0 = time.perf_counter()
+    live = {j.uid for j in snap.jobs}
+    state.finished = {u: p for u, p in state.finished.items() if u in live}
+    snap = _with_phases(snap, state.finished)
+    view = snapshots.cluster_view(snap)
+    active = snap.active_jobs
+    hists: dict[model.JobKey, history.History] = {}
+    for job in active:
+        hist = _history(state, job, snap)
+        hist.advance(now)
+        hists[job.key] = hist
+    for uid in [u for u in state.histories if u not in live]:
+        del state.histories[uid]
+
+    finished = completion.completions(snap, hists)
+    if finished:
+        by_key = {j.key: j for j in active}
+        for key, done in finished.items():
+            state.finished[by_key[key].uid] = done.phase
+        snap = _with_phases(snap, state.finished)
+    t1 = time.perf_counter()
+
+    sol = policy.solve(snap, view)
+    t2 = time.perf_counter()
+
+    real = realise.realise(sol, snap, view, hists, round_no, incremental=incremental)
+    for job in sol.jobs:
+        jr = real.jobs[job.key]
+        hists[job.key].run_in(jr.group, rate(job, jr.group, snap) if jr.group else 0.0, now)
+    solved = {j.key for j in sol.jobs}
+    for job in active:
+        if job.key not in solved:
+            hists[job.key].run_in("", 0.0, now)
+    t3 = time.perf_counter()
+    return CyclePlan(
+        round_no=round_no,
+        now=now,
+        incremental=incremental,
+        snapshot=snap,
+        view=view,
+        active=active,
+        finished=finished,
+        solution=sol,
+        realisation=real,
+        histories=hists,
+        timings={"snapshot": t1 - t0, "solve": t2 - t1, "realise": t3 - t2},
+    )

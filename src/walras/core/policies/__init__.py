@@ -1,0 +1,33 @@
+"""Scheduling policies, registered by name (see :mod:`walras.core.policies.registry`).
+
+One module per policy. Importing this package registers the built-in ones; the list below is the
+only place that names them.
+"""
+
+from walras.core.policies import price_discovery, psdsf, psdsf_distributed  # noqa: F401  (registration side effect)
+from walras.core.policies.base import (
+    DistributedReader,
+    JobIssue,
+    Policy,
+    PolicyOptions,
+    PolicyUnavailableError,
+    Solution,
+)
+from walras.core.policies.eligibility import Capacity, usable_types
+from walras.core.policies.registry import UnknownPolicyError, aliases, canonical, create, names
+
+__all__ = [
+    "Capacity",
+    "DistributedReader",
+    "JobIssue",
+    "Policy",
+    "PolicyOptions",
+    "PolicyUnavailableError",
+    "Solution",
+    "UnknownPolicyError",
+    "aliases",
+    "canonical",
+    "create",
+    "names",
+    "usable_types",
+]

@@ -1,0 +1,201 @@
+"""``price-discovery``: utility-maximising time shares per GPU type (paper 000).
+
+Groups are GPU types. ``walras.allocator.pricing`` maximises ``Σ_i u_i(a_i^T x_i)`` subject to
+``Σ_i d_i x_i ≤ R`` (``d_i`` = replicas × GPUs per pod, ``R`` = free GPUs per type); the targets are
+``X``, and the prices ``p`` (the marginal utility of one more GPU of each type) are shown on the
+pools and jobs. Prices are warm-started from the previous round.
+
+Jobs the allocator would reject are dropped with a :class:`JobIssue` (``pricing.screen_jobs``, or
+the solver's own ``InvalidProblem`` naming a row), and the rest are solved.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from walras.allocator.errors import InvalidProblem
+from walras.core import model, snapshot
+from walras.core.policies.base import (
+    FloatArray,
+    JobIssue,
+    PolicyOptions,
+    Solution,
+    empty_solution,
+    with_seconds,
+)
+from walras.core.policies.eligibility import Capacity, usable_types
+from walras.core.policies.registry import register
+
+
+@register(
+    "price-discovery", summary="utility-maximising shares per GPU type, with prices (paper 000)"
+)
+class PriceDiscovery:
+    """Price discovery with warm-started prices."""
+
+    name = "price-discovery"
+
+    def __init__(self, options: PolicyOptions) -> None:
+        self.eps = options.eps
+        self.backend = options.backend
+        self.max_iter = options.max_iter
+        self._warm: tuple[tuple[str, ...], FloatArray] | None = None
+
+    def warm_up(self) -> None:
+        """Import the solver and its backend (torch for ``auto``) before the first round, so the
+        first binding after start-up does not pay for it."""
+        from walras.allocator import pricing
+
+        problem = pricing.PricingProblem(throughput=[[1.0]], capacity=[1.0])
+        pricing.solve(problem, eps=self.eps, backend=self.backend)
+
+    def solve(self, snap: snapshot.Snapshot, view: snapshot.ClusterView) -> Solution:
+        start = time.perf_counter()
+        return with_seconds(self._solve(snap, view), time.perf_counter() - start)
+
+    def _solve(self, snap: snapshot.Snapshot, view: snapshot.ClusterView) -> Solution:
+        from walras.allocator import pricing
+
+        types = view.gpu_types
+        issues: list[JobIssue] = []
+        rows: list[model.JobSpec] = []
+        masks: list[list[bool]] = []
+        capacity = Capacity(view)
+        for job in snap.active_jobs:
+            usable, issue = usable_types(job, view, capacity)
+            if issue is not None:
+                issues.append(issue)
+                continue
+            rows.append(job)
+            masks.append([usable.get(t, False) for t in types])
+        n, m = len(rows), len(types)
+        resource_of_type = [
+            next((p.resource_name for p in snap.pools if p.gpu_type == t), "") for t in types
+        ]
+        A = np.zeros((n, m))
+        D = np.ones((n, m))
+        for i, job in enumerate(rows):
+            for g, t in enumerate(types):
+                if masks[i][g]:
+                    A[i, g] = job.throughput.get(t, 0.0)
+                D[i, g] = job.replicas * job.gpus_per_pod(resource_of_type[g])
+        kinds = [j.utility.kind for j in rows]
+        weight = np.array([j.utility.weight for j in rows], dtype=np.float64)
+        target = np.array([j.utility.target for j in rows], dtype=np.float64)
+        alpha = np.array([j.utility.alpha for j in rows], dtype=np.float64)
+
+        def make(a: FloatArray, d: FloatArray, sel: Sequence[int]) -> Any:
+            idx = list(sel)
+            return pricing.PricingProblem(
+                throughput=a[idx],
+                capacity=view.type_capacity.copy(),
+                demand=d[idx],
+                kind=[kinds[i] for i in idx],
+                weight=weight[idx],
+                target=target[idx],
+                alpha=alpha[idx],
+            )
+
+        keep = list(range(n))
+        if n and m:
+            for bad in pricing.screen_jobs(make(A, D, keep)):
+                job = rows[keep[bad.index]]
+                issues.append(JobIssue(job.key, bad.field, "Unsolvable", bad.reason))
+            dropped = {i.key for i in issues}
+            keep = [i for i in keep if rows[i].key not in dropped]
+        solved = [rows[i] for i in keep]
+        gpp = np.array(
+            [max(j.gpus_per_pod(r) for r in resource_of_type) if m else 1 for j in solved],
+            dtype=np.int64,
+        )
+        if not solved or m == 0:
+            return empty_solution(self.name, view, solved, issues, gpp)
+        warm = None
+        if self._warm is not None and self._warm[0] == types:
+            warm = self._warm[1]
+        while True:
+            try:
+                result = pricing.solve(
+                    make(A, D, keep),
+                    eps=self.eps,
+                    max_iter=self.max_iter,
+                    backend=self.backend,
+                    warm_prices=warm,
+                    strict=False,
+                )
+                break
+            except InvalidProblem as exc:
+                # A job the screening missed: drop it with the solver's reason, solve the rest.
+                if exc.index is None or not 0 <= exc.index < len(keep) or len(keep) == 1:
+                    raise
+                job = rows[keep[exc.index]]
+                issues.append(JobIssue(job.key, exc.field or "spec", "Unsolvable", str(exc)))
+                del keep[exc.index]
+        solved = [rows[i] for i in keep]
+        gpp = np.array(
+            [max(j.gpus_per_pod(r) for r in resource_of_type) if m else 1 for j in solved],
+            dtype=np.int64,
+        )
+        prices = np.asarray(result.prices, dtype=np.float64)
+        self._warm = (types, prices.copy())
+        X = np.clip(np.asarray(result.allocation, dtype=np.float64), 0.0, 1.0)
+        sums = X.sum(axis=1)
+        X = np.where(sums[:, None] > 1.0, X / np.maximum(sums, 1e-300)[:, None], X)
+        Ak = A[keep]
+        alternatives = self._alternatives(pricing, make, A, D, keep, X, prices, solved, types)
+        return Solution(
+            policy=self.name,
+            groups=types,
+            group_type=types,
+            node_group=view.node_type.copy(),
+            jobs=tuple(solved),
+            targets=X,
+            gpus_per_pod=gpp,
+            prices={t: float(prices[g]) for g, t in enumerate(types)},
+            expected_throughput=(Ak * X).sum(axis=1),
+            tenant_tasks={},
+            alternatives=alternatives,
+            issues=tuple(issues),
+            iterations=int(result.iterations),
+            gap=float(result.gap),
+            converged=bool(result.converged),
+            timings=dict(result.timings),
+        )
+
+    @staticmethod
+    def _alternatives(
+        pricing: Any,
+        make: Callable[[FloatArray, FloatArray, Sequence[int]], Any],
+        A: FloatArray,
+        D: FloatArray,
+        keep: Sequence[int],
+        X: FloatArray,
+        prices: FloatArray,
+        solved: Sequence[model.JobSpec],
+        types: Sequence[str],
+    ) -> dict[model.JobKey, dict[str, float]]:
+        """For jobs short of a full share: the fraction each type alone would give them.
+
+        ``pricing.best_response`` at the current prices with every other type's throughput
+        masked to 0 (the "on k80 you would get 0.90" of the Pending condition). ``A`` and ``D``
+        are the full (pre-screening) arrays; ``keep[r]`` is solved row ``r``'s index in them.
+        """
+        out: dict[model.JobKey, dict[str, float]] = {}
+        short = [r for r in range(len(solved)) if X[r].sum() < 0.999]
+        for g, gpu_type in enumerate(types):
+            rows = [r for r in short if A[keep[r], g] > 0]
+            if not rows:
+                continue
+            masked = np.zeros_like(A)
+            masked[:, g] = A[:, g]
+            x = np.asarray(
+                pricing.best_response(make(masked, D, [keep[r] for r in rows]), prices),
+                dtype=np.float64,
+            )
+            for pos, r in enumerate(rows):
+                out.setdefault(solved[r].key, {})[gpu_type] = float(x[pos, g])
+        return out

@@ -1,0 +1,150 @@
+"""``psdsf``: per-server dominant-share fairness over nodes (paper 004), time-shared (TDM).
+
+Groups are nodes. ``walras.allocator.fairness`` (TDM) on the tenant model of
+``walras.core.tenants.tenant_model`` gives tasks ``x_{n,i}`` in work units; a tenant's pods on
+node ``i`` are ``P_{n,i} = x_{n,i} / throughput_{n,i}``, shared by its jobs that fit on ``i`` in
+proportion to their gang sizes, so job ``j`` runs on ``i`` a fraction
+``P_{n,i} / Σ_{j' fits i} r_{j'}`` of the time (rows scaled to sum ≤ 1). A gang must fit on one
+node (its placement group).
+
+``psdsf-distributed`` (``walras.core.policies.psdsf_distributed``) is the same model with the
+tasks read from the node agents' converged NodeAllocations instead of solved here.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import numpy.typing as npt
+
+from walras.core import model, snapshot, tenants
+from walras.core.policies.base import (
+    DistributedReader,
+    JobIssue,
+    PolicyOptions,
+    PolicyUnavailableError,
+    Solution,
+    align_tasks,
+    empty_solution,
+    with_seconds,
+)
+from walras.core.policies.eligibility import Capacity, usable_types
+from walras.core.policies.registry import register
+
+
+@register("psdsf", summary="fair multi-resource shares per node, time-shared (paper 004)")
+class PSDSF:
+    """PS-DSF solved centrally each round."""
+
+    name = "psdsf"
+    distributed = False
+
+    def __init__(self, options: PolicyOptions) -> None:
+        self.reader: DistributedReader | None = options.distributed_reader
+
+    def warm_up(self) -> None:
+        from walras.allocator import fairness
+
+        del fairness
+
+    def solve(self, snap: snapshot.Snapshot, view: snapshot.ClusterView) -> Solution:
+        start = time.perf_counter()
+        return with_seconds(self._solve(snap, view), time.perf_counter() - start)
+
+    def _solve(self, snap: snapshot.Snapshot, view: snapshot.ClusterView) -> Solution:
+        from walras.allocator import fairness
+
+        issues: list[JobIssue] = []
+        fits: dict[model.JobKey, npt.NDArray[np.bool_]] = {}
+        jobs: list[model.JobSpec] = []
+        free = np.maximum(view.node_gpus - view.node_foreign, 0)
+        capacity = Capacity(view)
+        for job in snap.active_jobs:
+            _, issue = usable_types(job, view, capacity)
+            if issue is not None and issue.reason != "GangTooLarge":
+                issues.append(issue)
+                continue
+            row = np.zeros(len(view.nodes), dtype=bool)
+            for gpu_type, rate in job.throughput.items():
+                if rate <= 0 or gpu_type not in capacity.type_nodes:
+                    continue
+                ks = capacity.type_nodes[gpu_type]
+                if job.node_selector:
+                    ks = np.array(capacity.nodes_matching(job, gpu_type), dtype=np.int64)
+                if ks.size == 0:
+                    continue
+                per_pod = job.gpus_per_pod(view.node_pool[int(ks[0])].resource_name)
+                row[ks] = job.replicas * per_pod <= free[ks]
+            if not row.any():
+                issues.append(
+                    JobIssue(
+                        job.key,
+                        "spec.replicas",
+                        "GangTooLarge",
+                        f"under PS-DSF a gang runs on one node; {job.replicas} pods do not fit "
+                        f"on any single node it can use (largest has {int(free.max(initial=0))} "
+                        "free GPUs)",
+                    )
+                )
+                continue
+            fits[job.key] = row
+            jobs.append(job)
+        tm = tenants.tenant_model(jobs, view.nodes, snap.pools)
+        K = len(view.nodes)
+        gpp = np.array(
+            [job.gpus_per_pod(view.node_pool[0].resource_name) if K else 1 for job in jobs],
+            dtype=np.int64,
+        )
+        groups = tuple(n.name for n in view.nodes)
+        group_type = tuple(view.gpu_types[g] for g in view.node_type)
+        if not jobs or K == 0:
+            return empty_solution(self.name, view, jobs, issues, gpp, by_node=True)
+        iterations, converged = 0, True
+        if self.distributed:
+            if self.reader is None:
+                raise PolicyUnavailableError(
+                    "psdsf-distributed requires the node agents (walras agent) and a reader of "
+                    "their NodeAllocations; none is configured"
+                )
+            tasks = align_tasks(tm, *self.reader())
+        else:
+            result = fairness.solve(tenants.fairness_problem(tm), mode="tdm")
+            tasks = np.asarray(result.tasks, dtype=np.float64)
+            iterations, converged = int(result.sweeps), bool(result.converged)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            pods = np.where(tm.throughput > 0, tasks / tm.throughput, 0.0)
+        t_index = {t: n for n, t in enumerate(tm.tenants)}
+        targets = np.zeros((len(jobs), K))
+        for n, tenant in enumerate(tm.tenants):
+            members = [j for j, job in enumerate(jobs) if job.tenant == tenant]
+            reps = np.array([jobs[j].replicas for j in members], dtype=np.float64)
+            mask = np.array([fits[jobs[j].key] for j in members]).reshape(len(members), K)
+            denom = (mask * reps[:, None]).sum(axis=0)
+            share = np.where(denom > 0, pods[n] / np.maximum(denom, 1e-300), 0.0)
+            for r, j in enumerate(members):
+                targets[j] = np.where(mask[r], share, 0.0)
+        sums = targets.sum(axis=1)
+        targets = np.where(
+            sums[:, None] > 1.0, targets / np.maximum(sums, 1e-300)[:, None], targets
+        )
+        speeds = np.array(
+            [[job.throughput.get(t, 0.0) for t in group_type] for job in jobs], dtype=np.float64
+        ).reshape(len(jobs), K)
+        totals = tasks.sum(axis=1)
+        return Solution(
+            policy=self.name,
+            groups=groups,
+            group_type=group_type,
+            node_group=np.arange(K, dtype=np.int64),
+            jobs=tuple(jobs),
+            targets=targets,
+            gpus_per_pod=gpp,
+            prices={},
+            expected_throughput=(targets * speeds).sum(axis=1),
+            tenant_tasks={t: float(totals[t_index[t]]) for t in tm.tenants},
+            alternatives={},
+            issues=tuple(issues),
+            iterations=iterations,
+            converged=converged,
+        )
