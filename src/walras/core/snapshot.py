@@ -13,7 +13,7 @@ simulated one).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -26,8 +26,27 @@ IntArray = npt.NDArray[np.int64]
 
 
 @dataclass(frozen=True, slots=True)
+class JobProgress:
+    """How far a job has come, from its schedule history (``walras.core.history``).
+
+    ``work_done`` is in the job's work units (``∫ throughput dt``), ``elapsed`` the seconds it has
+    been schedulable, ``received`` the seconds it has run (any group), ``arrival`` its creation
+    time (the shell's clock). Policies that weigh remaining work (``totalWork − work_done``) or
+    time since arrival read it; the cycle fills it in before the solve.
+    """
+
+    work_done: float = 0.0
+    elapsed: float = 0.0
+    received: float = 0.0
+    arrival: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
-    """One consistent view of the cluster; every tuple is sorted by namespace/name."""
+    """One consistent view of the cluster; every tuple is sorted by namespace/name.
+
+    ``progress`` is empty in a frozen store and filled by ``walras.core.cycle.plan``.
+    """
 
     taken_at: float
     jobs: tuple[model.JobSpec, ...]
@@ -36,6 +55,7 @@ class Snapshot:
     nodes: tuple[model.NodeInfo, ...]
     pods: tuple[model.PodInfo, ...]
     foreign_pods: tuple[model.PodInfo, ...]
+    progress: Mapping[model.JobKey, JobProgress] = field(default_factory=dict)
 
     @property
     def active_jobs(self) -> tuple[model.JobSpec, ...]:
@@ -201,3 +221,11 @@ def cluster_view(snap: Snapshot) -> ClusterView:
         type_capacity=capacity,
         pool_nodes={k: tuple(v) for k, v in pool_nodes.items()},
     )
+
+
+def remaining_work(job: model.JobSpec, snap: Snapshot) -> float | None:
+    """``totalWork − work done`` (≥ 0), or None when the job declares no ``totalWork``."""
+    if job.total_work is None:
+        return None
+    done = snap.progress.get(job.key, JobProgress()).work_done
+    return max(job.total_work - done, 0.0)
