@@ -1,0 +1,65 @@
+"""Entry point of a simulation: inputs in, :class:`~walras.sim.metrics.SimResult` out.
+
+``run`` builds the shared pieces (workload arrays, ledger) and hands them to the round mechanics
+named by ``config.semantics``. Mechanics are modules with one ``run(workload, cluster, policy,
+config, ledger, progress) -> final clock`` function, registered in :data:`MECHANICS`; the Gavel
+one is :mod:`walras.sim.gavel_mechanics`. The clock is simulated, so nothing here sleeps or reads
+the wall clock except to time the run itself.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from walras.sim import gavel_mechanics
+from walras.sim.cluster import Cluster
+from walras.sim.config import SimConfig
+from walras.sim.errors import SimInputError
+from walras.sim.ledger import Ledger
+from walras.sim.metrics import SimResult
+from walras.sim.policies import Policy
+from walras.sim.workload import Workload
+
+Mechanics = Callable[
+    [Workload, Cluster, Policy, SimConfig, Ledger, Callable[[int, int], None] | None], float
+]
+
+MECHANICS: dict[str, Mechanics] = {"gavel": gavel_mechanics.run}
+
+
+def run(
+    workload: Workload,
+    cluster: Cluster,
+    policy: Policy,
+    config: SimConfig,
+    progress: Callable[[int, int], None] | None = None,
+) -> SimResult:
+    """Simulate ``workload`` on ``cluster`` under ``policy``."""
+    mechanics = MECHANICS.get(config.semantics)
+    if mechanics is None:
+        raise SimInputError(
+            f"--semantics: {config.semantics!r} is not available (have: {', '.join(MECHANICS)})"
+        )
+    if config.round_s <= 0:
+        raise SimInputError(f"--round-seconds must be > 0, got {config.round_s:g}")
+    if not 0 <= config.restart_s < config.round_s:
+        raise SimInputError(
+            f"--restart-seconds must be in [0, round length {config.round_s:g}), "
+            f"got {config.restart_s:g}"
+        )
+    if config.window is not None:
+        a, b = config.window
+        if not 0 <= a < b:
+            raise SimInputError(f"--window: expected A:B with 0 ≤ A < B, got {a}:{b}")
+    started = time.perf_counter()
+    ledger = Ledger(workload, cluster.n_gpus)
+    makespan = mechanics(workload, cluster, policy, config, ledger, progress)
+    return SimResult(
+        policy=policy.name,
+        config=config,
+        cluster=cluster,
+        ledger=ledger,
+        makespan_s=makespan,
+        wall_s=time.perf_counter() - started,
+    )
