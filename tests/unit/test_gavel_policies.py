@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from walras.allocator.errors import InvalidProblem
-from walras.allocator.gavel import POLICY_NAMES, GavelInputs, make_policy
+from walras.allocator.gavel import POLICY_NAMES, GavelInputs, center, lp, make_policy
+from walras.allocator.gavel.max_min_fairness import MaxMinFairness
 
 FEAS_TOL = 1e-9  # lp.finish rescales solver overshoot, so outputs are feasible to rounding
 OBJ_RTOL = 1e-5  # CLARABEL's default accuracy is ~1e-8 relative; HiGHS's 1e-7 primal/dual
@@ -186,3 +187,70 @@ def test_job_without_throughput_is_named() -> None:
     inp = GavelInputs(np.array([[1.0], [0.0]]), np.ones(2, dtype=int), np.ones(1), np.array([3, 9]))
     with pytest.raises(InvalidProblem, match="job 9"):
         make_policy("max_min_fairness_perf").allocate(inp)
+
+
+# --- central optimum (analytic center) ------------------------------------------------------
+
+
+def test_center_two_jobs_one_type_by_hand() -> None:
+    # center.py docstring: one type with 4 GPUs, two 1-GPU jobs, no throughput rows. By symmetry
+    # x0 = x1 = y maximising 2 log y + 2 log(1 − y) + log(4 − 2y): 5y² − 11y + 4 = 0.
+    k, cap = np.array([1, 1]), np.array([4.0])
+    x = center.analytic_center(np.full((2, 1), 0.25), np.zeros((2, 1)), -np.ones(2), k, cap)
+    np.testing.assert_allclose(x[:, 0], (11 - np.sqrt(41)) / 10, rtol=1e-9)
+
+
+def cvxpy_center(coef: np.ndarray, lower: np.ndarray, k: np.ndarray, cap: np.ndarray) -> np.ndarray:
+    """The analytic center written directly as a cvxpy log-barrier problem (exp cones)."""
+    x = cp.Variable(coef.shape)
+    terms = [
+        cp.sum(cp.log(x)),
+        cp.sum(cp.log(1 - cp.sum(x, axis=1))),
+        cp.sum(cp.log(cap - k @ x)),
+        cp.sum(cp.log(cp.sum(cp.multiply(coef, x), axis=1) - lower)),
+    ]
+    prob = cp.Problem(cp.Maximize(sum(terms)))
+    # Exponential cones: CLARABEL's default tolerances (1e-8 on the gap) leave x off by ~1e-5.
+    prob.solve(solver=cp.CLARABEL, tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12)
+    assert prob.status == cp.OPTIMAL
+    return np.asarray(x.value)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_center_matches_cvxpy_log_barrier(seed: int) -> None:
+    # The analytic center is unique (strictly concave barrier), so here x itself is compared.
+    rng = np.random.default_rng(100 + seed)
+    J, T = int(rng.integers(1, 7)), int(rng.integers(1, 4))
+    k = rng.choice(np.array([1, 2, 4]), J)
+    cap = rng.integers(2, 9, T).astype(float)
+    coef = rng.uniform(0.5, 3.0, (J, T))
+    inside = lp.strictly_inside(k, cap)
+    lower = 0.5 * (coef * inside).sum(axis=1)  # the start keeps half its throughput slack
+    x = center.analytic_center(inside, coef, lower, k, cap)
+    np.testing.assert_allclose(x, cvxpy_center(coef, lower, k, cap), atol=1e-6)
+    # Certificate: the barrier's gradient vanishes at its (unique) maximiser. Written out here
+    # from the barrier's definition: 1/x − 1/row − k/cap_slack + C/throughput_slack.
+    grad = (
+        1 / x
+        - (1 / (1 - x.sum(axis=1)))[:, None]
+        - k[:, None] * (1 / (cap - k @ x))[None, :]
+        + coef * (1 / ((coef * x).sum(axis=1) - lower))[:, None]
+    )
+    # Newton stops at decrement² < 1e-12; the gradient is then ≲ 1e-6 times the Hessian's scale.
+    assert np.abs(grad).max() < 1e-5
+
+
+@pytest.mark.parametrize("aware", [True, False])
+def test_central_and_vertex_optima_have_equal_value(aware: bool) -> None:
+    # Both are optima of the same LP; the center is strictly inside every non-tight inequality.
+    rng = np.random.default_rng(7)
+    inp = random_inputs(rng, 12, 3)
+    name = "max_min_fairness_perf" if aware else "max_min_fairness"
+    central = MaxMinFairness(aware=aware, central=True).allocate(inp)
+    vertex = MaxMinFairness(aware=aware, central=False).allocate(inp)
+    assert make_policy(name).allocate(inp) == pytest.approx(central)  # central is the default
+    assert_feasible(central, inp)
+    want = cvxpy_mmf(inp, aware)
+    assert mmf_value(central, inp, aware) == pytest.approx(want, rel=1e-6)
+    assert mmf_value(vertex, inp, aware) == pytest.approx(want, rel=1e-6)
+    assert central.min() > 0.0  # the analytic center leaves every x ≥ 0 strictly

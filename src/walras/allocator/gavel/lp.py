@@ -30,6 +30,10 @@ INFEASIBLE = 2
 """``scipy.optimize.linprog`` status codes: 0 optimal, 2 infeasible."""
 
 
+Bound = tuple[float | None, float | None]
+"""A variable's (lower, upper) bound for linprog; None is unbounded."""
+
+
 class SolverError(RuntimeError):
     """HiGHS stopped without an optimum or an infeasibility proof (numerical trouble)."""
 
@@ -63,7 +67,7 @@ def per_job_rows(coef: FloatArray) -> sp.csr_matrix:
 
 
 def solve(
-    c: FloatArray, A: sp.csr_matrix, b: FloatArray, bounds: list[tuple[float, float | None]]
+    c: FloatArray, A: sp.csr_matrix, b: FloatArray, bounds: list[Bound]
 ) -> opt.OptimizeResult:
     """``min c·v  s.t.  A v ≤ b`` with HiGHS; optimal or infeasible, else :class:`SolverError`."""
     res = opt.linprog(c, A_ub=A, b_ub=b, bounds=bounds, method="highs")
@@ -117,3 +121,51 @@ def finish(x: FloatArray, scale_factors: IntArray, capacity: FloatArray) -> Floa
     used = scale_factors.astype(np.float64) @ x
     scale = np.where(used > capacity, capacity / np.where(used > 0.0, used, 1.0), 1.0)
     return np.asarray(x * scale[None, :], dtype=np.float64)
+
+
+def interior_point(poly: Polytope, coef: FloatArray, lower: FloatArray) -> tuple[FloatArray, float]:
+    """A point deep inside ``poly ∩ {Σ_t coef[j, t] x[j, t] ≥ lower[j]}``: ``(x, margin)``.
+
+    Maximises the smallest slack ``m`` of every inequality (``x ≥ m``, row sums ``≤ 1 − m``,
+    capacity ``≤ cap − m``, throughput rows ``≥ lower + m``), with ``m ≤ 1`` to keep the LP
+    bounded. A positive ``margin`` means the point is strictly feasible, as Newton's method in
+    :mod:`.center` needs. Types with no GPUs are left out of ``x ≥ m`` (their column stays 0).
+    """
+    J, T = poly.n_jobs, poly.n_types
+    n = J * T
+    idx = np.flatnonzero(np.tile(poly.rhs[J:] > 0.0, J))
+    k = idx.size
+    # Variables (x, m). Rows: −C x + m ≤ −lower;  base rows + m ≤ rhs;  −x + m ≤ 0 (live types).
+    nonneg = sp.csr_matrix(
+        (
+            np.concatenate([-np.ones(k), np.ones(k)]),
+            (np.concatenate([np.arange(k), np.arange(k)]), np.concatenate([idx, np.full(k, n)])),
+        ),
+        shape=(k, n + 1),
+    )
+    A = sp.vstack(
+        [
+            sp.hstack([-per_job_rows(coef), sp.csr_matrix(np.ones((J, 1)))]),
+            sp.hstack([poly.rows, sp.csr_matrix(np.ones((J + T, 1)))]),
+            nonneg,
+        ],
+        format="csr",
+    )
+    c = np.zeros(n + 1)
+    c[-1] = -1.0
+    bounds: list[Bound] = [(0.0, None)] * n + [(None, 1.0)]
+    res = solve(c, A, np.concatenate([-lower, poly.rhs, np.zeros(k)]), bounds)
+    if res.status != FEASIBLE:
+        raise SolverError(f"interior-point LP reported infeasible: {res.message}")
+    v = np.asarray(res.x, dtype=np.float64)
+    return v[:n].reshape(J, T), float(v[-1])
+
+
+def strictly_inside(scale_factors: IntArray, capacity: FloatArray) -> FloatArray:
+    """A point strictly inside the base polytope: every row sum 1/2, every type half used at most.
+
+    ``x[j, t] = min(1 / (2T), cap[t] / (2 Σ_j k[j]))`` on types with GPUs, 0 elsewhere.
+    """
+    T = capacity.shape[0]
+    per = np.minimum(1.0 / (2 * T), capacity / (2.0 * float(scale_factors.sum())))
+    return np.tile(np.where(capacity > 0.0, per, 0.0), (scale_factors.shape[0], 1))

@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from walras.allocator.errors import InvalidProblem
-from walras.allocator.gavel import lp
+from walras.allocator.gavel import center, lp
 from walras.allocator.gavel.inputs import FloatArray, GavelInputs
 
 
@@ -61,11 +61,39 @@ def coefficients(inputs: GavelInputs, throughputs: FloatArray) -> FloatArray:
     return np.asarray(throughputs * scale[:, None], dtype=np.float64)
 
 
-class MaxMinFairness:
-    """``max_min_fairness_perf`` (``aware=True``) or ``max_min_fairness`` (``aware=False``)."""
+SLAB = 1e-7
+"""Relative thickness of the optimal face for the central optimum (ECOS stops at gaps ~1e-8)."""
 
-    def __init__(self, *, aware: bool) -> None:
+
+def central_optimum(x_opt: FloatArray, coef: FloatArray, inputs: GavelInputs) -> FloatArray:
+    """Analytic center of the max-min optimal face, thickened by ``SLAB`` (:mod:`.center`).
+
+    Start: ``(1 − ε)·x_opt + ε·x_in`` with ``x_in`` strictly inside the base polytope and
+    ``ε = SLAB / 2``, so every base inequality has slack ``≥ ε·slack(x_in) > 0`` and every job's
+    value is ``≥ (1 − ε)·s* > (1 − SLAB)·s* = s_lo``.
+    """
+    k, cap = inputs.scale_factors, inputs.capacity
+    x_opt = lp.finish(x_opt, k, cap)  # exactly feasible, so the start is strictly feasible
+    s_opt = float((coef * x_opt).sum(axis=1).min())
+    eps = SLAB / 2.0
+    start = (1.0 - eps) * x_opt + eps * lp.strictly_inside(k, cap)
+    s_lo = s_opt * (1.0 - SLAB)
+    s_start = 0.5 * (s_lo + float((coef * start).sum(axis=1).min()))
+    return center.analytic_center(
+        start, coef, np.zeros(inputs.n_jobs), k, cap, s_start=s_start, s_lower=s_lo
+    )
+
+
+class MaxMinFairness:
+    """``max_min_fairness_perf`` (``aware=True``) or ``max_min_fairness`` (``aware=False``).
+
+    ``central=True`` returns the analytic center of the optimal face (:mod:`.center`), the
+    optimum Gavel's interior-point solver returns; ``False`` returns HiGHS's vertex.
+    """
+
+    def __init__(self, *, aware: bool, central: bool = True) -> None:
         self.aware = aware
+        self.central = central
         self.name = "max_min_fairness_perf" if aware else "max_min_fairness"
 
     def allocate(self, inputs: GavelInputs) -> FloatArray:
@@ -73,7 +101,9 @@ class MaxMinFairness:
         if J == 0 or T == 0:
             return np.zeros((J, T))
         thr = inputs.throughputs if self.aware else np.ones((J, T))
-        x, _ = lp.max_min(
-            lp.base_polytope(inputs.scale_factors, inputs.capacity), coefficients(inputs, thr)
-        )
+        poly = lp.base_polytope(inputs.scale_factors, inputs.capacity)
+        coef = coefficients(inputs, thr)
+        x, s_opt = lp.max_min(poly, coef)
+        if self.central and s_opt > 0.0:
+            x = central_optimum(x, coef, inputs)
         return lp.finish(x, inputs.scale_factors, inputs.capacity)
