@@ -4,7 +4,15 @@ One module per policy. Importing this package registers the built-in ones; the l
 only place that names them.
 """
 
-from walras.core.policies import price_discovery, psdsf, psdsf_distributed  # noqa: F401  (registration side effect)
+from walras.core.policies import (  # noqa: F401  (imported for their registration)
+    fifo,
+    finish_time_fairness,
+    max_min_fairness,
+    min_total_duration,
+    price_discovery,
+    psdsf,
+    psdsf_distributed,
+)
 from walras.core.policies.base import (
     DistributedReader,
     JobIssue,

@@ -1,0 +1,154 @@
+"""Gavel's baseline policies (``walras.allocator.gavel``) behind the core's policy interface.
+
+Platform teams compare Walras with the policies they know; these are Gavel's (Narayanan et al.,
+OSDI 2020), solved exactly (HiGHS LPs; FIFO as Gavel's greedy). Groups are GPU types, as for price
+discovery, so the same realiser turns their time fractions into pods, in the operator and in
+``walras simulate --semantics walras``. (``--semantics gavel`` calls ``walras.allocator.gavel``
+directly, inside Gavel's own round mechanics.)
+
+Inputs with Gavel's meaning, from the snapshot:
+
+- ``throughputs[j, t]`` = the job's ``spec.throughput[t]`` (work/s of the whole gang), 0 where the
+  gang cannot run on ``t`` this round (``eligibility.usable_types``);
+- ``scale_factors[j]`` = replicas × GPUs per pod; ``capacity[t]`` = free GPUs of type ``t``;
+- ``job_ids[j]``: a stable integer per job UID, given in order of (creation time, namespace/name)
+  the first time the policy sees the job, so FIFO's queue and state survive across rounds;
+- ``priority_weights[j]`` = ``spec.utility.weight``;
+- ``num_steps_remaining[j]`` = ``totalWork − work done`` (``snapshot.remaining_work``); policies
+  that need it give jobs without ``totalWork`` a ``TotalWorkRequired`` issue;
+- ``times_since_start[j]`` = snapshot time − the job's arrival.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from walras.allocator.errors import InvalidProblem
+from walras.core import model, snapshot
+from walras.core.policies.base import (
+    JobIssue,
+    PolicyOptions,
+    PolicyUnavailableError,
+    Solution,
+    empty_solution,
+    with_seconds,
+)
+from walras.core.policies.eligibility import Capacity, usable_types
+
+
+class GavelBaseline:
+    """One Gavel policy (``gavel_name``), stateful across rounds like Gavel's policy objects."""
+
+    name: str
+    gavel_name: str
+    needs_remaining: bool = False
+
+    def __init__(self, options: PolicyOptions) -> None:
+        self.seed = options.seed
+        self._policy: Any = None
+        self._ids: dict[str, int] = {}
+
+    def warm_up(self) -> None:
+        self._gavel_policy()
+
+    def _gavel_policy(self) -> Any:
+        if self._policy is None:
+            from walras.allocator import gavel
+
+            self._policy = gavel.make_policy(self.gavel_name, seed=self.seed)
+        return self._policy
+
+    def solve(self, snap: snapshot.Snapshot, view: snapshot.ClusterView) -> Solution:
+        start = time.perf_counter()
+        return with_seconds(self._solve(snap, view), time.perf_counter() - start)
+
+    def _job_id(self, job: model.JobSpec) -> int:
+        if job.uid not in self._ids:
+            self._ids[job.uid] = len(self._ids)
+        return self._ids[job.uid]
+
+    def _solve(self, snap: snapshot.Snapshot, view: snapshot.ClusterView) -> Solution:
+        from walras.allocator import gavel
+
+        types = view.gpu_types
+        capacity = Capacity(view)
+        issues: list[JobIssue] = []
+        rows: list[model.JobSpec] = []
+        masks: list[list[bool]] = []
+        remaining: list[float] = []
+        for job in sorted(snap.active_jobs, key=lambda j: (j.created, j.key)):
+            usable, issue = usable_types(job, view, capacity)
+            left = snapshot.remaining_work(job, snap)
+            if issue is None and self.needs_remaining and left is None:
+                issue = JobIssue(
+                    job.key,
+                    "spec.totalWork",
+                    "TotalWorkRequired",
+                    f"policy {self.name} orders jobs by remaining work; set spec.totalWork",
+                )
+            if issue is not None:
+                issues.append(issue)
+                continue
+            rows.append(job)
+            masks.append([usable.get(t, False) for t in types])
+            remaining.append(left if left is not None else 0.0)
+        resources = [
+            next((p.resource_name for p in snap.pools if p.gpu_type == t), "") for t in types
+        ]
+        # Rows back in namespace/name order, as every Solution has them.
+        order = sorted(range(len(rows)), key=lambda r: rows[r].key)
+        rows = [rows[r] for r in order]
+        masks = [masks[r] for r in order]
+        remaining = [remaining[r] for r in order]
+        gpp = np.array(
+            [max((j.gpus_per_pod(r) for r in resources), default=1) for j in rows],
+            dtype=np.int64,
+        )
+        if not rows or not types:
+            return empty_solution(self.name, view, rows, issues, gpp)
+        thr = np.array(
+            [
+                [j.throughput.get(t, 0.0) if m[g] else 0.0 for g, t in enumerate(types)]
+                for j, m in zip(rows, masks, strict=True)
+            ],
+            dtype=np.float64,
+        )
+        now = snap.taken_at
+        since = [
+            max(now - snap.progress.get(j.key, snapshot.JobProgress(arrival=j.created)).arrival, 0)
+            for j in rows
+        ]
+        try:
+            inputs = gavel.GavelInputs(
+                throughputs=thr,
+                scale_factors=np.array([j.replicas for j in rows], dtype=np.int64) * gpp,
+                capacity=view.type_capacity.copy(),
+                job_ids=np.array([self._job_id(j) for j in rows], dtype=np.int64),
+                priority_weights=np.array([j.utility.weight for j in rows], dtype=np.float64),
+                num_steps_remaining=np.array(remaining, dtype=np.float64),
+                times_since_start=np.array(since, dtype=np.float64),
+                type_names=types,
+            )
+            X = np.asarray(self._gavel_policy().allocate(inputs), dtype=np.float64)
+        except InvalidProblem as exc:
+            raise PolicyUnavailableError(f"policy {self.name}: {exc}") from exc
+        X = np.clip(X, 0.0, 1.0)
+        sums = X.sum(axis=1)
+        X = np.where(sums[:, None] > 1.0, X / np.maximum(sums, 1e-300)[:, None], X)
+        return Solution(
+            policy=self.name,
+            groups=types,
+            group_type=types,
+            node_group=view.node_type.copy(),
+            jobs=tuple(rows),
+            targets=X,
+            gpus_per_pod=gpp,
+            prices={},
+            expected_throughput=(thr * X).sum(axis=1),
+            tenant_tasks={},
+            alternatives={},
+            issues=tuple(issues),
+        )
