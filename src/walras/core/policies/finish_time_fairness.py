@@ -1,4 +1,5 @@
-"""``finish-time-fairness`` and ``finish-time-fairness-agnostic``: Gavel's finish-time fairness: equal finish-time ratios (Themis).
+"""``finish-time-fairness`` and ``finish-time-fairness-agnostic``:
+Gavel's finish-time fairness: equal finish-time ratios (Themis).
 
 Aliases: Gavel's heterogeneity-aware ``finish_time_fairness_perf`` is ``finish-time-fairness``; its
 heterogeneity-agnostic ``finish_time_fairness`` is ``finish-time-fairness-agnostic``. Solved by

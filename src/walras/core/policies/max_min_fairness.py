@@ -1,4 +1,5 @@
-"""``max-min-fairness`` and ``max-min-fairness-agnostic``: Gavel's max-min fairness (least attained service) over GPU types.
+"""``max-min-fairness`` and ``max-min-fairness-agnostic``:
+Gavel's max-min fairness (least attained service) over GPU types.
 
 Aliases: Gavel's heterogeneity-aware ``max_min_fairness_perf`` is ``max-min-fairness``; its
 heterogeneity-agnostic ``max_min_fairness`` is ``max-min-fairness-agnostic``. Solved by

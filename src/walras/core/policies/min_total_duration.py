@@ -1,4 +1,5 @@
-"""``min-total-duration`` and ``min-total-duration-agnostic``: Gavel's min-total-duration: shortest makespan of the remaining work.
+"""``min-total-duration`` and ``min-total-duration-agnostic``:
+Gavel's min-total-duration: shortest makespan of the remaining work.
 
 Aliases: Gavel's heterogeneity-aware ``min_total_duration_perf`` is ``min-total-duration``; its
 heterogeneity-agnostic ``min_total_duration`` is ``min-total-duration-agnostic``. Solved by
