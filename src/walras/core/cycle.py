@@ -108,8 +108,12 @@ def plan(
     now: float,
     round_no: int,
     incremental: bool = False,
+    restart_s: float = 0.0,
 ) -> CyclePlan:
     """Plan one round (see the module docstring); updates ``state`` in place.
+
+    ``restart_s``: seconds a gang placed afresh (not kept on its nodes) works nothing (its
+    checkpoint reload); the history's work accounting leaves them out.
 
     Raises whatever the policy raises (e.g. ``PolicyUnavailableError``); the shell decides whether
     a failed round is retried.
@@ -154,7 +158,13 @@ def plan(
     real = realise.realise(sol, snap, view, hists, round_no, incremental=incremental)
     for job in sol.jobs:
         jr = real.jobs[job.key]
-        hists[job.key].run_in(jr.group, rate(job, jr.group, snap) if jr.group else 0.0, now)
+        hists[job.key].run_in(
+            jr.group,
+            rate(job, jr.group, snap) if jr.group else 0.0,
+            now,
+            restarted=bool(jr.group) and not jr.kept,
+            restart_s=restart_s,
+        )
     solved = {j.key for j in sol.jobs}
     for job in active:
         if job.key not in solved:

@@ -12,7 +12,13 @@ time follow from the persisted ones::
 
     elapsed(t)     = status.elapsed + (t - status.accountedAt)
     received_g(t)  = status.received[g] + (t - status.accountedAt)   if g == status.runningGroup
-    workDone(t)    = status.workDone + (t - status.accountedAt) · throughput(type of g)
+    workDone(t)    = status.workDone + (t - max(status.accountedAt, status.productiveFrom))⁺
+                     · throughput(type of g)
+
+A gang that (re)starts — its first dispatch, or a new set of nodes — does no work for the first
+``restart_s`` seconds (checkpoint reload; Hadar's restart cost, about 10 s): ``productiveFrom`` =
+start + ``restart_s``. The time still counts as received (the GPUs are held), as in Gavel's restart
+model that ``walras simulate`` reproduces.
 
 A restarted operator calls :meth:`History.from_status` and continues the schedule. The round loop
 calls :meth:`History.advance` at every round.
@@ -38,6 +44,7 @@ class History:
     running_rate: float = 0.0  # work units per second in the running group
     running_since: float | None = None
     accounted_at: float | None = None
+    productive_from: float | None = None
 
     @classmethod
     def from_status(cls, status: Mapping[str, Any], rate_of: Mapping[str, float]) -> History:
@@ -53,6 +60,7 @@ class History:
             running_rate=float(rate_of.get(group, 0.0)) if group else 0.0,
             running_since=model.parse_time(status.get("runningSince")),
             accounted_at=model.parse_time(status.get("accountedAt")),
+            productive_from=model.parse_time(status.get("productiveFrom")),
         )
 
     def advance(self, now: float) -> None:
@@ -64,16 +72,41 @@ class History:
         self.elapsed += dt
         if self.running_group:
             self.received[self.running_group] = self.received.get(self.running_group, 0.0) + dt
-            self.work_done += dt * self.running_rate
+            self.work_done += self.productive_seconds(now) * self.running_rate
         self.accounted_at = now
 
-    def run_in(self, group: str, rate: float, now: float) -> bool:
-        """Set the running group from ``now`` on ('' = not running); True if it changed."""
+    def productive_seconds(self, now: float) -> float:
+        """Seconds of real work since the last accounting (restart time excluded)."""
+        if self.accounted_at is None or not self.running_group:
+            return 0.0
+        begin = self.accounted_at
+        if self.productive_from is not None:
+            begin = max(begin, self.productive_from)
+        return max(0.0, now - begin)
+
+    def run_in(
+        self,
+        group: str,
+        rate: float,
+        now: float,
+        *,
+        restarted: bool = False,
+        restart_s: float = 0.0,
+    ) -> bool:
+        """Set the running group from ``now`` on ('' = not running); True if it changed.
+
+        ``restarted``: the gang starts on new nodes at ``now`` (first dispatch, a move, or a
+        resume), so it works only from ``now + restart_s``.
+        """
+        if restarted and group:
+            self.productive_from = now + restart_s
         if group == self.running_group:
             return False
         self.running_group = group
         self.running_rate = rate if group else 0.0
         self.running_since = now if group else None
+        if not group:
+            self.productive_from = None
         return True
 
     def status_fields(self) -> dict[str, Any]:
@@ -88,6 +121,9 @@ class History:
             ),
             "accountedAt": (
                 model.format_time(self.accounted_at) if self.accounted_at is not None else ""
+            ),
+            "productiveFrom": (
+                model.format_time(self.productive_from) if self.productive_from is not None else ""
             ),
         }
 
