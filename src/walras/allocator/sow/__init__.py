@@ -1,0 +1,97 @@
+"""Truthful posted-price scheduling of recurring jobs with statements of work (paper 002).
+
+ALGORITHMS.md §6. A customer declares a :class:`StatementOfWork` once; at its birth the platform
+posts unit prices ``p(τ) = p_min μ^{y(τ)/C'}`` and failure estimates ``q̂`` (Monte Carlo over
+earlier-born jobs only), chooses the launch plan maximising ``E[(1 − q̂)(v − P)]`` under the
+report, and commits to it. Each round, jobs start per plan and, when the committed load exceeds
+capacity, active jobs are evicted or cancelled in LIFO order of birth; only completed jobs pay.
+
+Modules, one concern each:
+
+- :mod:`.model`: the SoW (concurrency per type, value function, distribution, recurrence);
+- :mod:`.params`: bounds ``K, D, V``, ``ε``, ``p_min``, ``μ``, Hoeffding sample count, ``θ``;
+- :mod:`.prices`: unit and bundle prices; :mod:`.failure`: ``q̂``; :mod:`.plan`: launch plans;
+- :mod:`.ledger`: the immutable state; :mod:`.admission`: ``admit``; :mod:`.round_step`: rounds;
+- :mod:`.simulate`: drive a ledger over a known realisation; :mod:`.workload`: generator;
+  :mod:`.offline`: the offline optimum in hindsight (HiGHS MILP).
+
+Pure: numpy and scipy only. Callers: the operator (CRD ``StatementOfWork``) and the simulator
+(policy ``sow``); both keep the :class:`Ledger` and pass it in and out.
+"""
+
+from walras.allocator.sow.admission import admit
+from walras.allocator.sow.ledger import (
+    Admission,
+    FailureTable,
+    JobState,
+    LaunchPlan,
+    Ledger,
+    Phase,
+    PlanEntry,
+)
+from walras.allocator.sow.model import (
+    Distribution,
+    Instance,
+    Recurrence,
+    StatementOfWork,
+    TypeDemand,
+    ValueFunction,
+    instance_id,
+    instances,
+    validate,
+)
+from walras.allocator.sow.offline import OfflineResult, offline_optimum
+from walras.allocator.sow.params import MechanismParams, hoeffding_samples, log_kdv
+from walras.allocator.sow.prices import PriceMenu, unit_prices
+from walras.allocator.sow.round_step import (
+    Completions,
+    RoundReport,
+    end_round,
+    start_round,
+    step,
+)
+from walras.allocator.sow.simulate import (
+    MarketOutcome,
+    Realisation,
+    run_market,
+    sample_realisation,
+)
+from walras.allocator.sow.workload import WorkloadSpec, generate
+
+__all__ = [
+    "Admission",
+    "Completions",
+    "Distribution",
+    "FailureTable",
+    "Instance",
+    "JobState",
+    "LaunchPlan",
+    "Ledger",
+    "MarketOutcome",
+    "MechanismParams",
+    "OfflineResult",
+    "Phase",
+    "PlanEntry",
+    "PriceMenu",
+    "Realisation",
+    "Recurrence",
+    "RoundReport",
+    "StatementOfWork",
+    "TypeDemand",
+    "ValueFunction",
+    "WorkloadSpec",
+    "admit",
+    "end_round",
+    "generate",
+    "hoeffding_samples",
+    "instance_id",
+    "instances",
+    "log_kdv",
+    "offline_optimum",
+    "run_market",
+    "sample_realisation",
+    "start_round",
+    "step",
+    "unit_prices",
+    "validate",
+]
