@@ -1,0 +1,123 @@
+"""Solve the shards: in worker processes when more than one core is free, else in-process.
+
+``Runner(shared, workers).map(fn, payloads)`` returns ``[fn(shared, p) for p in payloads]`` in
+payload order, each with the wall and CPU seconds it took where it ran. The shards are
+independent sub-problems (paper 001 §3.2, the map step), so the only coordination is
+collecting the results in order: the answer does not depend on how many workers ran them.
+
+- ``shared`` is the read-only data every call needs (e.g. the k shard problems). The worker
+  processes receive it once, when they start, as the pool initializer's argument: under
+  ``fork`` (used where the platform has it) that is inherited memory, not a pickle, so a
+  10⁷-job problem is not copied through pipes on every call. Payloads and answers are pickled:
+  keep payloads small (a shard index and a capacity vector).
+- ``workers=None`` picks ``min(len(payloads), cores)`` with ``cores`` the CPUs this process may
+  run on (``os.sched_getaffinity``). One core, one payload or ``workers=1`` runs in-process (a
+  pool would only add start-up and pickling cost). ``fn`` must be a module-level function.
+- The pool is started lazily on the first parallel ``map`` and reused until ``close`` (the
+  price-spread repair maps several times over the same shards).
+
+Called by every POP solve (``pop.pricing_pop``, ``pop.fairness_pop``, ``pop.generic``).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, ProcessPoolExecutor
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Generic, TypeVar
+
+from walras.allocator.errors import InvalidProblem
+
+P = TypeVar("P")
+R = TypeVar("R")
+
+_SHARED: Any = None  # the worker's copy of ``shared`` (set by the pool initializer)
+
+
+@dataclass(frozen=True)
+class Timed(Generic[R]):
+    """One shard's answer and the wall/CPU seconds it took in the process that ran it."""
+
+    value: R
+    wall_s: float
+    cpu_s: float
+
+
+def cores() -> int:
+    """CPUs this process may use (``os.sched_getaffinity``; ``os.cpu_count`` elsewhere)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        return os.cpu_count() or 1
+
+
+def choose_workers(count: int, workers: int | None) -> int:
+    """Worker processes to use for ``count`` shards (1 means in-process)."""
+    if workers is not None and (isinstance(workers, bool) or workers < 1):
+        raise InvalidProblem(f"workers must be ≥ 1 or None, got {workers!r}", field="workers")
+    limit = cores() if workers is None else workers
+    return max(1, min(count, limit))
+
+
+def _install(shared: Any) -> None:
+    global _SHARED
+    _SHARED = shared
+
+
+def _timed(fn: Callable[[Any, P], R], shared: Any, payload: P) -> Timed[R]:
+    wall, cpu = time.perf_counter(), time.process_time()
+    value = fn(shared, payload)
+    return Timed(value, time.perf_counter() - wall, time.process_time() - cpu)
+
+
+def _in_worker(fn: Callable[[Any, P], R], payload: P) -> Timed[R]:
+    return _timed(fn, _SHARED, payload)
+
+
+def _context() -> multiprocessing.context.BaseContext:
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+
+
+class Runner:
+    """Maps shard functions in-process or over a lazily started process pool (module doc)."""
+
+    def __init__(self, shared: Any, count: int, workers: int | None = None) -> None:
+        self.shared = shared
+        self.workers = choose_workers(count, workers)
+        self._pool: Executor | None = None
+
+    def map(self, fn: Callable[[Any, P], R], payloads: Sequence[P]) -> list[Timed[R]]:
+        """``fn(shared, p)`` for every payload, in order."""
+        if self.workers <= 1 or len(payloads) <= 1:
+            return [_timed(fn, self.shared, p) for p in payloads]
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(
+                max_workers=self.workers,
+                mp_context=_context(),
+                initializer=_install,
+                initargs=(self.shared,),
+            )
+        futures = [self._pool.submit(_in_worker, fn, p) for p in payloads]
+        return [f.result() for f in futures]
+
+    def close(self) -> None:
+        """Stop the worker processes, if any were started."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    def __enter__(self) -> Runner:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
