@@ -1,0 +1,186 @@
+"""HadarE: forked copies of forkable jobs (paper 003 §V, ALGORITHMS.md §5).
+
+After Hadar has kept, moved and admitted jobs, HadarE puts the GPUs that are still free to work:
+
+1. **Fill.** A *forked-mode* job (``forkable``, active, and its gang fits on one node) may run one
+   copy per node that has room: a whole gang of ``W_j`` pods packed on that node, on a node where
+   the job has no pods yet. Copies are added one at a time, the largest marginal payoff first::
+
+       gain(j, k) = U_j(τ with the copy) − U_j(τ without) − k^{type(k)} · W_j,
+       τ = e_j + (rem_j + lost_j) / R_j
+
+   where ``R_j`` is the job's summed rate and ``lost_j = Σ_c rate_c · restart`` over its new
+   (not kept) gangs, the work their restarts cost. A job with no gang has utility 0, so every job
+   gets a first copy before a second one is worth much. Copies fill every node that has room
+   (HadarE's goal: no idle node while a copy could run), whatever the sign of the gain; the gain
+   only orders them. Ties: lower node, then lower job. Non-forkable jobs are never copied.
+2. **Last round.** If the job's gangs can finish its remaining work this round
+   (``Σ_c cap_c ≥ rem_j`` with ``cap_c = rate_c · (L − restart if not kept)``), only its fastest
+   gangs stay: the fewest, by ``cap_c`` descending (ties: kept first, lower node), whose caps cover
+   ``rem_j`` (the paper's "fastest β nodes"). The others are dropped and their GPUs refilled with
+   copies of other jobs; the job gets no more copies. Repeat until nothing is dropped.
+3. **Split.** A forked job's remaining steps are split across its gangs in proportion to
+   ``cap_c``, i.e. to their throughput over the usable part of the round, so the shares sum to
+   ``rem_j`` and, in the last round, every kept gang finishes its share within the round.
+   Example: gangs at 3 and 1 steps/s, both kept, 800 steps left, ``L = 360``: caps 1080 and 360
+   cover 800, so only the fast gang stays (1080 ≥ 800) and gets all 800 steps.
+
+The copies' progress adds up; the job is done when the sum reaches its total work (the caller's
+tracker, e.g. the simulator, sums it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from walras.allocator.hadar.admission import Market
+from walras.allocator.hadar.inputs import HadarInputs
+from walras.allocator.hadar.prices import job_utility
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+@dataclass(slots=True)
+class GangState:
+    """A gang while the plan is being built (mutable; frozen into a ``Gang`` at the end)."""
+
+    nodes: tuple[tuple[int, int], ...]
+    rate: float
+    kept: bool
+    cost: float
+
+
+def pooled(inputs: HadarInputs, free: IntArray) -> IntArray:
+    """Free GPUs per type, ``(T,)``."""
+    return np.bincount(inputs.node_type, weights=free, minlength=inputs.n_types).astype(np.int64)
+
+
+def usable_seconds(inputs: HadarInputs, kept: bool) -> float:
+    """Seconds of the round a gang computes: all of it if kept, less the restart if new."""
+    return inputs.round_seconds - (0.0 if kept else inputs.restart_seconds)
+
+
+def projected_utility(inputs: HadarInputs, job: int, gangs: list[GangState]) -> float:
+    """``U_j`` at ``τ = e + (rem + lost) / R`` (0 without gangs); see the module docstring."""
+    rate = sum(g.rate for g in gangs)
+    if rate <= 0:
+        return 0.0
+    lost = sum(g.rate * inputs.restart_seconds for g in gangs if not g.kept)
+    tau = inputs.elapsed[job] + (inputs.remaining[job] + lost) / rate
+    return float(job_utility(inputs, np.array([job]), np.array([tau]))[0])
+
+
+def fork(
+    inputs: HadarInputs,
+    jobs: IntArray,
+    gangs: dict[int, list[GangState]],
+    free: IntArray,
+    market: Market,
+) -> set[int]:
+    """Fill and trim (steps 1–2) in place; returns the jobs in their last round."""
+    last: set[int] = set()
+    while True:
+        _fill(inputs, jobs, gangs, free, market, last)
+        if not _trim(inputs, jobs, gangs, free, last):
+            return last
+
+
+def split_steps(inputs: HadarInputs, job: int, gangs: list[GangState]) -> list[float]:
+    """Step 3: the job's remaining work split in proportion to each gang's capacity this round."""
+    caps = np.array([g.rate * usable_seconds(inputs, g.kept) for g in gangs])
+    rem = float(inputs.remaining[job])
+    if len(gangs) == 1 or caps.sum() <= 0:
+        return [rem] + [0.0] * (len(gangs) - 1)
+    return [float(x) for x in rem * caps / caps.sum()]
+
+
+def _fill(
+    inputs: HadarInputs,
+    jobs: IntArray,
+    gangs: dict[int, list[GangState]],
+    free: IntArray,
+    market: Market,
+    last: set[int],
+) -> None:
+    cand = np.array([j for j in jobs if int(j) not in last], dtype=np.int64)
+    if cand.size == 0:
+        return
+    K = inputs.n_nodes
+    W = inputs.replicas[cand]
+    speed = inputs.throughput[cand][:, inputs.node_type]  # (n, K): a copy's rate on node k
+    kept_if = inputs.current[cand] == W[:, None]  # a copy there would keep its pods
+    occupied = np.zeros((cand.size, K), dtype=bool)
+    rate = np.zeros(cand.size)
+    lost = np.zeros(cand.size)
+    for i, job in enumerate(cand):
+        for g in gangs.get(int(job), []):
+            for k, _ in g.nodes:
+                occupied[i, k] = True
+            rate[i] += g.rate
+            lost[i] += 0.0 if g.kept else g.rate * inputs.restart_seconds
+    rem = inputs.remaining[cand]
+    ela = inputs.elapsed[cand]
+    restart = inputs.restart_seconds
+    while True:
+        ok = (free[None, :] >= W[:, None]) & ~occupied & (speed > 0)
+        if not ok.any():
+            return
+        with np.errstate(divide="ignore", invalid="ignore"):
+            tau0 = np.where(rate > 0, ela + (rem + lost) / rate, np.inf)
+            new_rate = rate[:, None] + speed
+            new_lost = lost[:, None] + np.where(kept_if, 0.0, speed * restart)
+            tau1 = ela[:, None] + (rem[:, None] + new_lost) / np.where(ok, new_rate, 1.0)
+        u0 = job_utility(inputs, cand, tau0)
+        u1 = job_utility(inputs, cand[:, None], tau1)
+        node_price = market.prices(pooled(inputs, free))[inputs.node_type]
+        gain = u1 - u0[:, None] - node_price[None, :] * W[:, None]
+        gain = np.where(ok, gain, -np.inf)
+        # Transposed so that argmax's first hit is the lowest node, then the lowest job.
+        flat = int(np.argmax(gain.T))
+        k, i = flat // cand.size, flat % cand.size
+        j = int(cand[i])
+        w = int(W[i])
+        gangs.setdefault(j, []).append(
+            GangState(((int(k), w),), float(speed[i, k]), bool(kept_if[i, k]), node_price[k] * w)
+        )
+        free[k] -= w
+        occupied[i, k] = True
+        rate[i] += speed[i, k]
+        lost[i] += 0.0 if kept_if[i, k] else speed[i, k] * restart
+
+
+def _trim(
+    inputs: HadarInputs,
+    jobs: IntArray,
+    gangs: dict[int, list[GangState]],
+    free: IntArray,
+    last: set[int],
+) -> bool:
+    dropped = False
+    for j in (int(x) for x in jobs):
+        mine = gangs.get(j, [])
+        if j in last or not mine:
+            continue
+        caps = [g.rate * usable_seconds(inputs, g.kept) for g in mine]
+        rem = float(inputs.remaining[j])
+        if sum(caps) < rem:
+            continue
+        last.add(j)
+        order = sorted(range(len(mine)), key=lambda c: (-caps[c], not mine[c].kept, mine[c].nodes))
+        keep: list[int] = []
+        covered = 0.0
+        for c in order:
+            keep.append(c)
+            covered += caps[c]
+            if covered >= rem:
+                break
+        for c in order[len(keep) :]:
+            for k, pods in mine[c].nodes:
+                free[k] += pods
+            dropped = True
+        gangs[j] = [mine[c] for c in sorted(keep)]
+    return dropped

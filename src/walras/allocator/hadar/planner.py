@@ -1,0 +1,188 @@
+"""One round of Hadar or HadarE: :func:`plan_round` (ALGORITHMS.md §5).
+
+Pipeline (each step only sees the GPUs the previous ones left free):
+
+1. **Keep or move running jobs** (incremental Hadar). A job is *running* if it holds a whole
+   gang now (not forked). All running jobs first hold their GPUs. Then, in job order, each one
+   releases its own GPUs and compares, at the current prices, keeping them (no restart) with its
+   best FIND_ALLOC allocation elsewhere, whose projected completion includes the restart::
+
+       move  iff  U_j(e + restart + rem/rate_new) − cost_new  >  U_j(e + rem/rate_now) − cost_now
+
+   i.e. only when moving gains more than the restart costs. Hadar never preempts a running job
+   to make room for a waiting one (the paper's incremental mode; only new or waiting jobs are
+   allocated).
+2. **Admit from the queue**: waiting jobs (and, under HadarE, every forked-mode job) go through
+   :mod:`~walras.allocator.hadar.admission` (exact payoff DP, or the greedy rule), then
+   :func:`~walras.allocator.hadar.find_alloc.layout` puts them on nodes, reusing current nodes.
+3. **HadarE only**: :mod:`~walras.allocator.hadar.forking` fills the remaining room with copies,
+   trims jobs in their last round to their fastest gangs and splits the steps.
+
+Prices follow every allocation (pooled per type, :mod:`~walras.allocator.hadar.prices`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import numpy.typing as npt
+
+from walras.allocator.hadar.admission import DP_MAX_CELLS, Market, Method, QueueJob, choose
+from walras.allocator.hadar.find_alloc import find_alloc, layout
+from walras.allocator.hadar.forking import (
+    GangState,
+    fork,
+    pooled,
+    projected_utility,
+    split_steps,
+)
+from walras.allocator.hadar.inputs import HadarInputs
+from walras.allocator.hadar.prices import capacity, competitive_ratio, default_bounds, job_utility
+from walras.allocator.hadar.results import Gang, HadarPlan, JobPlan
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+def plan_round(
+    inputs: HadarInputs,
+    *,
+    fork_jobs: bool = False,
+    method: Method = "auto",
+    dp_max_cells: int = DP_MAX_CELLS,
+) -> HadarPlan:
+    """Plan one round: Hadar (``fork_jobs=False``) or HadarE (``fork_jobs=True``).
+
+    Args:
+        inputs: the validated round (:func:`~walras.allocator.hadar.inputs.make_inputs`).
+        fork_jobs: run HadarE's copies for forkable jobs.
+        method: queue choice, ``"auto"`` (DP when small enough), ``"dp"`` or ``"greedy"``.
+        dp_max_cells: ``auto`` uses the DP while ``queue length × pooled states`` is at most this.
+    """
+    cap = capacity(inputs)
+    u_min, u_max = default_bounds(inputs)
+    market = Market(cap, u_min, u_max)
+    thr = inputs.throughput
+    K = inputs.n_nodes
+    active = (inputs.remaining > 0) & (thr.max(axis=1) > 0)
+    rows = inputs.current.sum(axis=1)
+    biggest = int(inputs.node_free.max()) if K else 0
+    forked_mode = active & inputs.forkable & (inputs.replicas <= biggest) & fork_jobs
+    free = inputs.node_free.astype(np.int64).copy()
+    gangs: dict[int, list[GangState]] = {}
+
+    running = np.flatnonzero(active & ~forked_mode & (rows == inputs.replicas))
+    rates_now = {int(j): _current_rate(inputs, int(j)) for j in running}
+    keepers = [int(j) for j in running if rates_now[int(j)] > 0]
+    for j in keepers:
+        free -= inputs.current[j]
+    for j in keepers:
+        gangs[j] = [_keep_or_move(inputs, j, rates_now[j], free, market)]
+
+    waiting = [int(j) for j in np.flatnonzero(active) if int(j) not in gangs]
+    waiting.sort(key=lambda j: (-float(inputs.elapsed[j]), j))
+    queue = [QueueJob(j, thr[j], int(inputs.replicas[j]), _value(inputs, j)) for j in waiting]
+    admitted, used = choose(queue, pooled(inputs, free), market, method, dp_max_cells)
+    for a in admitted:
+        prefer = inputs.current[a.job] if rows[a.job] > 0 else None
+        nodes = layout(a.counts, free, inputs.node_type, prefer)
+        gangs[a.job] = [GangState(nodes, a.rate, _is_kept(inputs, a.job, nodes), a.cost)]
+
+    last: set[int] = set()
+    if fork_jobs:
+        last = fork(inputs, np.flatnonzero(forked_mode), gangs, free, market)
+
+    plans = [_job_plan(inputs, j, gangs[j], bool(forked_mode[j]), j in last) for j in sorted(gangs)]
+    plans = [p for p in plans if p.gangs]
+    placed = {p.job for p in plans}
+    final = market.prices(pooled(inputs, free))
+    alpha, alpha_eff = competitive_ratio(u_min, u_max, cap, int(inputs.replicas.max(initial=1)))
+    return HadarPlan(
+        jobs=tuple(plans),
+        waiting=tuple(int(j) for j in np.flatnonzero(active) if int(j) not in placed),
+        type_prices=tuple(float(p) for p in final),
+        node_prices=tuple(float(final[t]) for t in inputs.node_type),
+        u_min=tuple(float(x) for x in u_min),
+        u_max=tuple(float(x) for x in u_max),
+        alpha=alpha,
+        alpha_eff=alpha_eff,
+        method=used,
+        total_payoff=float(sum(p.payoff for p in plans)),
+    )
+
+
+def _value(inputs: HadarInputs, j: int) -> Callable[[FloatArray], FloatArray]:
+    """Utility of job ``j`` started now (restart paid) at rates ``(S,)``."""
+    start = float(inputs.elapsed[j]) + inputs.restart_seconds
+    rem = float(inputs.remaining[j])
+    index = np.array([j])
+
+    def value(rate: FloatArray) -> FloatArray:
+        return job_utility(inputs, index, start + rem / rate)
+
+    return value
+
+
+def _keep_or_move(
+    inputs: HadarInputs, j: int, rate_now: float, free: IntArray, market: Market
+) -> GangState:
+    """Step 1 for running job ``j`` (its GPUs are held in ``free``; updates ``free``)."""
+    here = inputs.current[j]
+    free += here
+    pool = pooled(inputs, free)
+    prices = market.prices(pool)
+    counts_now = np.bincount(inputs.node_type, weights=here, minlength=inputs.n_types)
+    cost_now = float(np.where(counts_now > 0, counts_now * prices, 0.0).sum())
+    tau_now = float(inputs.elapsed[j]) + float(inputs.remaining[j]) / rate_now
+    keep = float(job_utility(inputs, np.array([j]), np.array([tau_now]))[0]) - cost_now
+    alt = find_alloc(
+        inputs.throughput[j],
+        int(inputs.replicas[j]),
+        pool[None, :],
+        prices[None, :],
+        _value(inputs, j),
+    )
+    if alt.payoff[0] > keep + 1e-12 * max(1.0, abs(keep)):
+        nodes = layout(alt.counts[0], free, inputs.node_type, here)
+        return GangState(nodes, float(alt.rate[0]), _is_kept(inputs, j, nodes), float(alt.cost[0]))
+    free -= here
+    nodes = tuple((int(k), int(here[k])) for k in np.flatnonzero(here))
+    return GangState(nodes, rate_now, True, cost_now)
+
+
+def _job_plan(
+    inputs: HadarInputs, j: int, gangs: list[GangState], forked_mode: bool, last: bool
+) -> JobPlan:
+    rem = float(inputs.remaining[j])
+    steps = split_steps(inputs, j, gangs) if forked_mode else [rem] * len(gangs)
+    row = np.zeros(inputs.n_nodes, dtype=np.int64)
+    for g in gangs:
+        for k, pods in g.nodes:
+            row[k] += pods
+    utility = projected_utility(inputs, j, gangs) if gangs else 0.0
+    cost = float(sum(g.cost for g in gangs))
+    kept = bool((row == inputs.current[j]).all())
+    return JobPlan(
+        job=j,
+        placement=tuple((int(k), int(row[k])) for k in np.flatnonzero(row)),
+        gangs=tuple(Gang(g.nodes, g.rate, s, g.kept) for g, s in zip(gangs, steps, strict=True)),
+        rate=float(sum(g.rate for g in gangs)),
+        utility=utility,
+        cost=cost,
+        payoff=utility - cost,
+        kept=kept,
+        moved=bool(inputs.current[j].sum() > 0) and not kept,
+        forked=len(gangs) > 1,
+        last_round=last,
+    )
+
+
+def _current_rate(inputs: HadarInputs, j: int) -> float:
+    """Rate of job ``j``'s current gang: its slowest member's type (0 if a type is unusable)."""
+    types = inputs.node_type[inputs.current[j] > 0]
+    return float(inputs.throughput[j, types].min()) if types.size else 0.0
+
+
+def _is_kept(inputs: HadarInputs, j: int, nodes: tuple[tuple[int, int], ...]) -> bool:
+    return all(int(inputs.current[j, k]) == pods for k, pods in nodes)
