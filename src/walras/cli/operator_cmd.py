@@ -87,6 +87,22 @@ def operator_command(
     lease_name: Annotated[
         str, typer.Option(envvar="WALRAS_LEASE_NAME", help="Name of the Lease.")
     ] = "walras-controller",
+    lease_seconds: Annotated[
+        float,
+        typer.Option(
+            envvar="WALRAS_LEASE_SECONDS",
+            min=1.0,
+            help="Lease duration: a standby takes over this long after the last renewal it saw.",
+        ),
+    ] = 15.0,
+    renew_seconds: Annotated[
+        float,
+        typer.Option(
+            envvar="WALRAS_RENEW_SECONDS",
+            min=0.1,
+            help="Seconds between Lease renewals (below 2/3 of --lease-seconds).",
+        ),
+    ] = 5.0,
     identity: Annotated[
         str | None,
         typer.Option(envvar="WALRAS_IDENTITY", help="Lease holder identity (default host-pid)."),
@@ -116,6 +132,8 @@ def operator_command(
         leader_elect=leader_elect,
         lease_namespace=lease_namespace,
         lease_name=lease_name,
+        lease_seconds=lease_seconds,
+        renew_seconds=renew_seconds,
         identity=identity,
         log_format=log_format.value,
         stale_after=stale_after,

@@ -13,18 +13,31 @@ parallel without blocking the event loop. Conflicts are idempotent outcomes, not
 - bind → 409 (already bound) is :attr:`Outcome.CONFLICT`, 404 is :attr:`Outcome.GONE`;
 - delete → 404 is :attr:`Outcome.GONE`.
 
-Server errors (5xx, timeouts) come back as :attr:`Outcome.ERROR` with the message; the next round
-retries from a fresh snapshot.
+Transient failures are retried inside the call, a bounded number of times with exponential backoff
+and full jitter (``base · 2^k``, at most ``max_attempts`` attempts): HTTP 429 and 5xx, connection
+errors and timeouts, and 409 Conflict on a status patch. A ``Retry-After`` header (seconds) replaces
+the computed delay, capped at ``max_delay``. What still fails comes back as :attr:`Outcome.ERROR`
+with the API server's message (one line; never the response headers) and its ``reason``
+(``Forbidden``, ``Invalid``, ...); the next round retries from a fresh snapshot.
+
+**Fencing.** ``fence`` (the leader elector's ``holds_lease``) is checked in the worker thread
+immediately before every request is sent, retries included; when it says no, nothing is sent and
+the call returns :attr:`Outcome.FENCED`. A deposed leader therefore writes nothing, even for
+requests that were queued before it lost the Lease.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
+import email.utils
 import enum
 import json
 import logging
+import random
+import time
 import uuid
-from collections.abc import Awaitable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -43,6 +56,11 @@ class Outcome(enum.Enum):
     CONFLICT = "conflict"
     GONE = "gone"
     ERROR = "error"
+    FENCED = "fenced"  # not sent: this process no longer holds the Lease
+
+
+# Answers worth another attempt: throttled, server-side trouble, or no answer at all (status 0).
+RETRY_STATUSES = frozenset({0, 429, 500, 502, 503, 504})
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +68,7 @@ class Result:
     outcome: Outcome
     status: int
     message: str = ""
+    reason: str = ""  # the API server's Status.reason (Forbidden, Invalid, AlreadyExists, ...)
 
     @property
     def ok(self) -> bool:
@@ -59,11 +78,28 @@ class Result:
 class Api:
     """Writes to the API server; every method is safe to call concurrently."""
 
-    def __init__(self, api_client: Any, *, workers: int = 16, timeout: float = 15.0) -> None:
+    def __init__(
+        self,
+        api_client: Any,
+        *,
+        workers: int = 16,
+        timeout: float = 15.0,
+        fence: Callable[[], bool] | None = None,
+        max_attempts: int = 4,
+        base_delay: float = 0.2,
+        max_delay: float = 5.0,
+    ) -> None:
         self.client = api_client
         self.timeout = timeout
+        self.fence = fence
+        self.max_attempts = max(1, max_attempts)
+        self.base_delay = base_delay
+        self.max_delay = max_delay
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="walras-api")
-        self.writes = 0
+        self.writes = 0  # requests actually sent (retries included)
+        self.fenced = 0  # requests the fence stopped
+        # Monotonic send time of the latest writes (the fencing test reads them).
+        self.sent_at: collections.deque[float] = collections.deque(maxlen=4096)
         # Whoever watches the pod events is the operator itself; a UID per process lets Events
         # name their reporting instance.
         self.instance = uuid.uuid4().hex[:8]
@@ -80,8 +116,33 @@ class Api:
         body: object = None,
         *,
         content_type: str = "application/json",
+        retry_conflict: bool = False,
     ) -> Result:
+        """Send with bounded retries (see the module docstring); blocking, in a worker thread."""
+        # Jitter only spreads retries of concurrent writers; its seed does not matter.
+        rng = random.Random(f"{self.instance}-{path}")
+        result = Result(Outcome.ERROR, 0, "not sent")
+        for attempt in range(self.max_attempts):
+            if self.fence is not None and not self.fence():
+                self.fenced += 1
+                return Result(Outcome.FENCED, 0, "not sent: this process does not hold the Lease")
+            result, retry_after = self._send(method, path, body, content_type)
+            retryable = result.status in RETRY_STATUSES and result.outcome == Outcome.ERROR
+            if retry_conflict and result.outcome == Outcome.CONFLICT:
+                retryable = True
+            if not retryable or attempt + 1 == self.max_attempts:
+                return result
+            delay = rng.uniform(0.0, self.base_delay * 2**attempt)
+            if retry_after is not None:
+                delay = retry_after
+            time.sleep(min(max(delay, 0.0), self.max_delay))
+        return result
+
+    def _send(
+        self, method: str, path: str, body: object, content_type: str
+    ) -> tuple[Result, float | None]:
         self.writes += 1
+        self.sent_at.append(time.monotonic())
         try:
             _method, url, headers, data, post = self.client.param_serialize(
                 method=method,
@@ -100,18 +161,19 @@ class Api:
             )
             resp.read()
             status = int(resp.status)
-        except Exception as exc:  # connection reset, timeout, TLS: the next round retries
-            return Result(Outcome.ERROR, 0, f"{type(exc).__name__}: {exc}")
+        except Exception as exc:  # connection reset, timeout, TLS: retried, then the next round
+            text = " ".join(str(exc).split())[:300]
+            return Result(Outcome.ERROR, 0, f"{type(exc).__name__}: {text}"), None
         if 200 <= status < 300:
-            return Result(Outcome.OK, status)
-        message = _message(resp.data)
+            return Result(Outcome.OK, status), None
+        message, reason = _message(resp.data), _reason(resp.data)
+        retry_after = _retry_after(resp)
         if status == 404:
-            return Result(Outcome.GONE, status, message)
+            return Result(Outcome.GONE, status, message, reason), None
         if status == 409:
-            reason = _reason(resp.data)
             outcome = Outcome.EXISTS if reason == "AlreadyExists" else Outcome.CONFLICT
-            return Result(outcome, status, message)
-        return Result(Outcome.ERROR, status, message)
+            return Result(outcome, status, message, reason), None
+        return Result(Outcome.ERROR, status, message or f"HTTP {status}", reason), retry_after
 
     async def _run(self, fn: Any, *args: Any, **kwargs: Any) -> Result:
         loop = asyncio.get_running_loop()
@@ -134,13 +196,23 @@ class Api:
         path = f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}/binding"
         return await self._run(self._request, "POST", path, body)
 
-    async def delete_pod(self, namespace: str, name: str, *, force: bool = False) -> Result:
+    async def delete_pod(
+        self, namespace: str, name: str, *, force: bool = False, uid: str = ""
+    ) -> Result:
         """Delete a pod; ``force`` (grace period 0) for a pod whose node is gone, since no
         kubelet will ever confirm its graceful deletion (the pod GC of kube-controller-manager
-        does the same)."""
+        does the same). With ``uid``, only that incarnation of the pod is deleted (a
+        precondition: a pod re-created under the same name by someone else is left alone)."""
         path = f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}"
-        body = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0}
-        return await self._run(self._request, "DELETE", path, body if force else None)
+        body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if force:
+            body["gracePeriodSeconds"] = 0
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        result = await self._run(self._request, "DELETE", path, body if force or uid else None)
+        if result.outcome == Outcome.CONFLICT:  # the uid precondition failed: not our pod
+            return Result(Outcome.GONE, result.status, result.message, result.reason)
+        return result
 
     # ------------------------------------------------------------------ status
 
@@ -157,6 +229,7 @@ class Api:
             path,
             {"status": dict(status)},
             content_type="application/merge-patch+json",
+            retry_conflict=True,
         )
 
     async def patch_pool_status(self, name: str, status: Mapping[str, Any]) -> Result:
@@ -167,6 +240,7 @@ class Api:
             path,
             {"status": dict(status)},
             content_type="application/merge-patch+json",
+            retry_conflict=True,
         )
 
     # ------------------------------------------------------------------ events
@@ -227,6 +301,26 @@ def _message(data: object) -> str:
 
 def _reason(data: object) -> str:
     return str(_decode(data).get("reason", ""))
+
+
+def _retry_after(resp: Any) -> float | None:
+    """Seconds from a ``Retry-After`` header (delta-seconds or an HTTP date), if any."""
+    try:
+        headers = resp.getheaders() if hasattr(resp, "getheaders") else resp.headers
+        value = headers.get("Retry-After") if headers is not None else None
+    except Exception:  # a response object without headers: no hint
+        return None
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(str(value))
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
 
 
 def list_keys(api_client: Any, path: str, *, label_selector: str = "") -> set[tuple[str, str]]:

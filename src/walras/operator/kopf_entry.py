@@ -35,6 +35,8 @@ def options_from_env() -> main.Options:
         leader_elect=_flag("LEADER_ELECT", "true").lower() in ("1", "true", "yes"),
         lease_namespace=_flag("LEASE_NAMESPACE", "walras-system"),
         lease_name=_flag("LEASE_NAME", "walras-controller"),
+        lease_seconds=float(_flag("LEASE_SECONDS", "15")),
+        renew_seconds=float(_flag("RENEW_SECONDS", "5")),
         identity=os.environ.get("WALRAS_IDENTITY") or None,
         stale_after=float(_flag("STALE_AFTER", "30")),
     )

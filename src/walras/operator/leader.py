@@ -22,6 +22,13 @@ The protocol is client-go's ``leaderelection`` with a Lease lock:
   ``renew_deadline = 2/3 · lease_seconds`` (client-go's 10 s of 15 s). A follower can take over
   only ``lease_seconds`` after it observed that renewal, which happened after ``t_sent``, so two
   leaders never overlap (for equal clock rates).
+- **Fencing**: :meth:`LeaderElector.holds_lease` is ``is_leader`` with a safety margin; the API
+  writes (``walras.kube.writes.Api``) check it right before sending each request, so a leader whose
+  renewals stopped (partition, RBAC, API trouble) writes nothing once its deadline minus the margin
+  has passed, whatever it was doing.
+- **Errors a person can act on**: an API failure is logged as one line (never a response-header
+  dump), and the same failure again only at debug level. A missing Lease namespace says so and
+  names the fix (create the namespace, or ``--no-leader-elect``).
 - **Release** on a clean stop: clear the holder and shorten the lease to 1 s, so a standby takes
   over at its next poll instead of waiting out the lease.
 
@@ -51,6 +58,28 @@ RENEW_DEADLINE_FRACTION = 2.0 / 3.0
 
 class LeaseConflictError(Exception):
     """The Lease changed (409) or already exists: someone else wrote first; re-read and retry."""
+
+
+class LeaseApiError(Exception):
+    """A Lease request failed; ``str()`` is one line a person can act on (no HTTP headers)."""
+
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _api_message(exc: Any) -> str:
+    """The API server's ``message`` of an ``ApiException`` body, else its reason (one line)."""
+    import json
+
+    body = getattr(exc, "body", None)
+    try:
+        parsed = json.loads(body) if body else {}
+    except (TypeError, ValueError):
+        parsed = {}
+    text = parsed.get("message") if isinstance(parsed, dict) else None
+    text = text or getattr(exc, "reason", None) or type(exc).__name__
+    return " ".join(str(text).split())[:300]
 
 
 @dataclass(frozen=True)
@@ -121,22 +150,41 @@ class KubernetesLeaseStore:
             ),
         )
 
-    def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    def _call(self, verb: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         from kubernetes.client.exceptions import ApiException
 
         try:
             return fn(*args, _request_timeout=self.timeout, **kwargs)
         except ApiException as exc:
             if exc.status == 409:
-                raise LeaseConflictError(str(exc.reason)) from exc
-            raise
+                raise LeaseConflictError(str(exc.reason)) from None
+            where = f"lease {self.namespace}/{self.name}"
+            if exc.status == 404 and verb == "create":
+                raise LeaseApiError(
+                    f"{where}: namespace {self.namespace!r} does not exist; create it "
+                    f"(kubectl create namespace {self.namespace}) or run with --no-leader-elect",
+                    404,
+                ) from None
+            if exc.status == 403:
+                raise LeaseApiError(
+                    f"{where}: not allowed to {verb} leases.coordination.k8s.io in "
+                    f"{self.namespace!r} ({_api_message(exc)}); grant it (the chart's Role does) "
+                    "or run with --no-leader-elect",
+                    403,
+                ) from None
+            raise LeaseApiError(
+                f"{where}: {verb} failed: HTTP {exc.status}: {_api_message(exc)}", exc.status or 0
+            ) from None
+        except Exception as exc:  # connection refused, timeout, TLS: one line, no traceback
+            text = " ".join(str(exc).split())[:300]
+            raise LeaseApiError(
+                f"lease {self.namespace}/{self.name}: {verb} failed: {type(exc).__name__}: {text}"
+            ) from None
 
     def get(self) -> LeaseRecord | None:
-        from kubernetes.client.exceptions import ApiException
-
         try:
-            lease = self._call(self._api.read_namespaced_lease, self.name, self.namespace)
-        except ApiException as exc:
+            lease = self._call("get", self._api.read_namespaced_lease, self.name, self.namespace)
+        except LeaseApiError as exc:
             if exc.status == 404:
                 return None
             raise
@@ -144,12 +192,16 @@ class KubernetesLeaseStore:
 
     def create(self, record: LeaseRecord) -> LeaseRecord:
         body = self._body(dataclasses.replace(record, resource_version=None))
-        return self._record(self._call(self._api.create_namespaced_lease, self.namespace, body))
+        return self._record(
+            self._call("create", self._api.create_namespaced_lease, self.namespace, body)
+        )
 
     def update(self, record: LeaseRecord) -> LeaseRecord:
         body = self._body(record)
         return self._record(
-            self._call(self._api.replace_namespaced_lease, self.name, self.namespace, body)
+            self._call(
+                "update", self._api.replace_namespaced_lease, self.name, self.namespace, body
+            )
         )
 
 
@@ -168,6 +220,7 @@ class LeaderElector:
         retry_seconds: float | None = None,
         store: LeaseStore | None = None,
         clock: Callable[[], float] = time.monotonic,
+        fence_margin: float | None = None,
     ) -> None:
         if not identity:
             raise ValueError("leader election needs a non-empty identity")
@@ -184,6 +237,13 @@ class LeaderElector:
         # renew period after the lease expires.
         self.retry_seconds = float(retry_seconds or min(renew_seconds, 2.0))
         self.renew_deadline = RENEW_DEADLINE_FRACTION * self.lease_seconds
+        # Writes stop this long before the renew deadline: a request sent just before it must
+        # still reach the API server before a standby can take over (lease_seconds after it saw
+        # our last renewal). The default leaves a third of the renew deadline, at most 2 s.
+        self.fence_margin = (
+            float(fence_margin) if fence_margin is not None else min(2.0, self.renew_deadline / 3.0)
+        )
+        self._last_error = ""
         self._store: LeaseStore = store or KubernetesLeaseStore(
             api_client, namespace, name, timeout=self.renew_seconds
         )
@@ -203,6 +263,15 @@ class LeaderElector:
         """True while we hold the Lease and our last renewal is younger than the renew deadline."""
         return self._clock() < self._valid_until
 
+    @property
+    def valid_until(self) -> float:
+        """Clock time (``clock``, monotonic by default) up to which we may act as leader."""
+        return self._valid_until
+
+    def holds_lease(self) -> bool:
+        """The write fence: leader, with ``fence_margin`` seconds to spare before the deadline."""
+        return self._clock() + self.fence_margin < self._valid_until
+
     async def wait_leader(self) -> None:
         """Return once this process leads (immediately if it already does)."""
         while not self.is_leader:
@@ -216,8 +285,9 @@ class LeaderElector:
             while not stop.is_set():
                 try:
                     delay = await asyncio.to_thread(self.tick)
+                    self._last_error = ""
                 except Exception as exc:  # API down, timeout, 5xx: keep campaigning
-                    logger.warning("lease %s/%s: %s", self.namespace, self.name, exc)
+                    self._report(exc)
                     delay = self.retry_seconds
                 self._sync_event()
                 with contextlib.suppress(TimeoutError):
@@ -307,6 +377,18 @@ class LeaderElector:
             logger.info("lease %s/%s: released by %s", self.namespace, self.name, self.identity)
         except Exception as exc:  # leaving anyway; the lease then simply expires
             logger.warning("lease %s/%s: release failed: %s", self.namespace, self.name, exc)
+
+    def _report(self, exc: Exception) -> None:
+        """One line per distinct failure; the same failure again only at debug level."""
+        text = str(exc) if isinstance(exc, LeaseApiError) else f"{type(exc).__name__}: {exc}"
+        text = " ".join(text.split())
+        if not text.startswith("lease "):
+            text = f"lease {self.namespace}/{self.name}: {text}"
+        if text == self._last_error:
+            logger.debug("%s (again)", text)
+            return
+        self._last_error = text
+        logger.warning("%s", text)
 
     def _sync_event(self) -> None:
         if self.is_leader:

@@ -44,6 +44,8 @@ class Options:
     leader_elect: bool = True
     lease_namespace: str = "walras-system"
     lease_name: str = "walras-controller"
+    lease_seconds: float = 15.0
+    renew_seconds: float = 5.0
     identity: str | None = None
     log_format: str = "text"
     stale_after: float = 30.0
@@ -158,12 +160,15 @@ def build(options: Options, *, default_identity: str | None = None) -> Operator:
             namespace=options.lease_namespace,
             name=options.lease_name,
             identity=identity,
+            lease_seconds=options.lease_seconds,
+            renew_seconds=options.renew_seconds,
         )
     reader = None
     if policies.canonical(options.policy) == "psdsf-distributed":
         reader = nodeallocations.reader(client, stale_after=options.stale_after)
     store = snapshot.Store()
-    api = kubeapi.Api(client)
+    # Fenced writes: every request checks, right before it is sent, that we still hold the Lease.
+    api = kubeapi.Api(client, fence=elector.holds_lease if elector is not None else None)
 
     def is_leader() -> bool:
         return True if elector is None else bool(elector.is_leader)
