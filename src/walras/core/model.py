@@ -3,8 +3,14 @@
 The watch handlers call ``parse_*`` once per event, so a round never re-parses the cluster. A
 FungibleJob that the CRD schema accepted but that makes no sense (``targetPriority`` without a
 target, a GPU limit of 0, throughput 0 everywhere) parses into a :class:`JobDefect` naming the
-field, which becomes an ``Admitted=False`` condition on the job; it never raises. Quantities
-follow the Kubernetes grammar (``500m``, ``256Gi``, ``1e3``).
+field, which becomes an ``Admitted=False`` condition on the job; it never raises, whatever the
+object holds (a template whose ``resources`` is a string, a GPU limit of ``1e400``, a weight of
+``"abc"``): ``walras.core.podtemplate`` checks the template's shapes as the API server would.
+Quantities follow the Kubernetes grammar (``500m``, ``256Gi``, ``1e3``).
+
+Resources are counted as Kubernetes counts them (``pod_requests``): per resource name, the sum
+over containers, at least the largest initContainer, plus the pod's overhead; a limit without a
+request is the request.
 """
 
 from __future__ import annotations
@@ -12,20 +18,15 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import math
-import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from walras.core import crd
+from walras.core import crd, podtemplate
+from walras.core.quantity import quantity as quantity  # re-exported: the model's grammar
 
 JobKey = tuple[str, str]
 """(namespace, name) of a FungibleJob or Pod; sorting these gives the stable order."""
-
-_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-_DECIMAL = {"n": 1e-9, "u": 1e-6, "m": 1e-3, "": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
-_DECIMAL |= {"P": 1e15, "E": 1e18}
-_QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)$")
 
 # CRD utility kinds -> the allocator's names (walras.allocator.pricing.PricingProblem.kind).
 UTILITY_KINDS: Mapping[str, str] = {
@@ -34,25 +35,6 @@ UTILITY_KINDS: Mapping[str, str] = {
     "targetPriority": "target",
     "alphaFair": "alpha",
 }
-
-
-def quantity(value: object, default: float = 0.0) -> float:
-    """A Kubernetes quantity as a float (``"500m"`` -> 0.5, ``"2Gi"`` -> 2147483648)."""
-    if value is None:
-        return default
-    if isinstance(value, bool):
-        raise ValueError(f"not a quantity: {value!r}")
-    if isinstance(value, int | float):
-        return float(value)
-    match = _QUANTITY.match(str(value).strip())
-    if match is None:
-        raise ValueError(f"not a quantity: {value!r}")
-    number, suffix = float(match.group(1)), match.group(2)
-    if suffix in _BINARY:
-        return number * _BINARY[suffix]
-    if suffix in _DECIMAL:
-        return number * _DECIMAL[suffix]
-    raise ValueError(f"unknown quantity suffix {suffix!r} in {value!r}")
 
 
 def parse_time(value: object) -> float | None:
@@ -79,6 +61,19 @@ def _str_map(value: object) -> dict[str, str]:
     return {str(k): str(v) for k, v in _mapping(value).items()}
 
 
+# Bounds on numbers a user sets (the CRD schema enforces the same; objects stored before the
+# schema had them are checked here). They keep the solver's numbers far from float overflow:
+# a weight of 1e308 would otherwise hold a full share whatever everyone else asks.
+MAX_WEIGHT = 1e6
+MAX_TARGET = 1e12
+MAX_ALPHA = 100.0
+MAX_THROUGHPUT = 1e12
+MAX_TOTAL_WORK = 1e18
+MAX_REPLICAS = 4096
+# The job's name is the value of the pods' walras.dev/job label: at most 63 characters.
+MAX_NAME = 63
+
+
 @dataclass(frozen=True, slots=True)
 class Utility:
     """``spec.utility`` in the allocator's vocabulary (``kind`` is log|linear|target|alpha)."""
@@ -90,8 +85,55 @@ class Utility:
 
 
 @dataclass(frozen=True, slots=True)
+class Taint:
+    """A node taint (``spec.taints[]``)."""
+
+    key: str
+    value: str
+    effect: str
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    """A pod toleration; ``operator`` is ``Equal`` (also for "") or ``Exists``."""
+
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+
+    def tolerates(self, taint: Taint) -> bool:
+        """Kubernetes' ``Toleration.ToleratesTaint``: an empty key with Exists matches all."""
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.key and self.key != taint.key:
+            return False
+        if self.operator == "Exists":
+            return True
+        return self.value == taint.value
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    """One node selector requirement (``matchExpressions`` or, with ``field``, ``matchFields``)."""
+
+    key: str
+    operator: str  # In | NotIn | Exists | DoesNotExist | Gt | Lt
+    values: tuple[str, ...] = ()
+    field: bool = False
+
+
+NodeSelectorTerm = tuple[Requirement, ...]
+"""Requirements that must all hold; the terms of a required node affinity are ORed."""
+
+
+@dataclass(frozen=True, slots=True)
 class JobSpec:
-    """One FungibleJob whose spec makes sense (the schema and :func:`parse_job` both passed)."""
+    """One FungibleJob whose spec makes sense (the schema and :func:`parse_job` both passed).
+
+    ``requests`` are one pod's requests as Kubernetes counts them (``pod_requests`` of the
+    template); ``gpu_limits`` the extended resources among them (whole numbers).
+    """
 
     namespace: str
     name: str
@@ -110,6 +152,9 @@ class JobSpec:
     memory: float
     node_selector: Mapping[str, str]
     status: Mapping[str, Any] = dataclasses.field(compare=False)
+    requests: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    tolerations: tuple[Toleration, ...] = ()
+    affinity: tuple[NodeSelectorTerm, ...] = ()
 
     @property
     def key(self) -> JobKey:
@@ -124,8 +169,15 @@ class JobSpec:
         return self.phase in crd.TERMINAL_PHASES
 
     def gpus_per_pod(self, resource_name: str) -> int:
-        """GPUs each pod asks of a pool using ``resource_name`` (first container's limit, or 1)."""
+        """GPUs each pod asks of a pool using ``resource_name`` (the pod's request, or 1)."""
         return self.gpu_limits.get(resource_name, 1)
+
+    def pod_requests(self, resource_name: str) -> dict[str, float]:
+        """One pod's requests on a node of a pool using ``resource_name`` (GPUs made explicit,
+        as ``walras.core.realise.pod_manifest`` writes them)."""
+        out = dict(self.requests)
+        out[resource_name] = float(self.gpus_per_pod(resource_name))
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +230,7 @@ class NodeInfo:
     allocatable: Mapping[str, float]
     ready: bool
     schedulable: bool
+    taints: tuple[Taint, ...] = ()
 
     def resource(self, name: str) -> float:
         return self.allocatable.get(name, 0.0)
@@ -185,7 +238,7 @@ class NodeInfo:
 
 @dataclass(frozen=True, slots=True)
 class PodInfo:
-    """A pod: Walras's own (``job`` set) or a foreign one that uses GPUs on some node."""
+    """A pod: Walras's own (``job`` set) or a foreign one that uses resources on some node."""
 
     namespace: str
     name: str
@@ -218,15 +271,28 @@ class PodInfo:
         return self.node or self.planned_node
 
 
+class _DefectError(Exception):
+    """Raised inside :func:`parse_job`; becomes the job's :class:`JobDefect`."""
+
+    def __init__(self, field: str, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.field, self.reason, self.message = field, reason, message
+
+
 def _defect(obj: Mapping[str, Any], fld: str, reason: str, message: str) -> JobDefect:
     meta = _mapping(obj.get("metadata"))
     namespace = str(meta.get("namespace", ""))
+    tenant = _mapping(obj.get("spec")).get("tenant")
+    try:
+        generation = int(meta.get("generation") or 0)
+    except (TypeError, ValueError, OverflowError):
+        generation = 0
     return JobDefect(
         namespace=namespace,
         name=str(meta.get("name", "")),
         uid=str(meta.get("uid", "")),
-        tenant=str(_mapping(obj.get("spec")).get("tenant") or namespace),
-        generation=int(meta.get("generation") or 0),
+        tenant=tenant if isinstance(tenant, str) and tenant else namespace,
+        generation=generation,
         field=fld,
         reason=reason,
         message=message,
@@ -234,111 +300,262 @@ def _defect(obj: Mapping[str, Any], fld: str, reason: str, message: str) -> JobD
     )
 
 
-def _container_resources(template: Mapping[str, Any]) -> tuple[Mapping[str, Any], ...]:
-    containers = _mapping(template.get("spec")).get("containers") or []
-    if not isinstance(containers, list) or not containers:
-        return ()
-    first = _mapping(containers[0])
-    res = _mapping(first.get("resources"))
-    return _mapping(res.get("limits")), _mapping(res.get("requests"))
+def _number(value: object, field: str, reason: str, low: float, high: float) -> float:
+    """A finite number in ``[low, high]`` (bools and strings are not numbers)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _DefectError(field, reason, f"{value!r} is not a number")
+    x = float(value)  # int beyond float range raises OverflowError, caught by parse_job
+    if not math.isfinite(x) or not low <= x <= high:
+        raise _DefectError(field, reason, f"{value!r} is not in [{low:g}, {high:g}]")
+    return x
+
+
+def _resource_map(entries: Mapping[str, Any]) -> dict[str, float]:
+    return {str(name): quantity(value) for name, value in entries.items()}
+
+
+def _container_requests(container: Mapping[str, Any]) -> dict[str, float]:
+    """A container's requests after API defaulting: a limit without a request is the request."""
+    res = _mapping(container.get("resources"))
+    return {
+        **_resource_map(_mapping(res.get("limits"))),
+        **_resource_map(_mapping(res.get("requests"))),
+    }
+
+
+def pod_requests(pod_spec: Mapping[str, Any]) -> dict[str, float]:
+    """One pod's requests per resource, as kube-scheduler counts them.
+
+    ``max(Σ containers + Σ sidecars, max over init containers i of (init_i + sidecars before i))
+    + overhead``, where sidecars are init containers with ``restartPolicy: Always``. E.g. two
+    containers of 1 and 2 GPUs and an initContainer of 4 GPUs: ``max(1 + 2, 4) = 4``. Entries
+    that are not quantities are skipped (the pod exists; its other resources still count).
+    """
+    total: dict[str, float] = {}
+
+    def add(into: dict[str, float], more: Mapping[str, float]) -> None:
+        for name, value in more.items():
+            into[name] = into.get(name, 0.0) + value
+
+    def requests_of(container: object) -> dict[str, float]:
+        res = _mapping(_mapping(container).get("resources"))
+        out: dict[str, float] = {}
+        for part in ("limits", "requests"):  # requests override limits
+            for name, value in _mapping(res.get(part)).items():
+                try:
+                    out[str(name)] = quantity(value)
+                except ValueError:
+                    continue
+        return out
+
+    containers = pod_spec.get("containers")
+    for container in containers if isinstance(containers, list) else ():
+        add(total, requests_of(container))
+    sidecars: dict[str, float] = {}
+    init_peak: dict[str, float] = {}
+    inits = pod_spec.get("initContainers")
+    for container in inits if isinstance(inits, list) else ():
+        req = requests_of(container)
+        if _mapping(container).get("restartPolicy") == "Always":
+            add(sidecars, req)
+            continue
+        for name, value in req.items():
+            init_peak[name] = max(init_peak.get(name, 0.0), value + sidecars.get(name, 0.0))
+    add(total, sidecars)
+    for name, value in init_peak.items():
+        total[name] = max(total.get(name, 0.0), value)
+    for name, value in _mapping(pod_spec.get("overhead")).items():
+        try:
+            total[str(name)] = total.get(str(name), 0.0) + quantity(value)
+        except ValueError:
+            continue
+    return total
+
+
+def _tolerations(spec: Mapping[str, Any]) -> tuple[Toleration, ...]:
+    out = []
+    for item in spec.get("tolerations") or []:
+        t = _mapping(item)
+        out.append(
+            Toleration(
+                key=str(t.get("key") or ""),
+                operator=str(t.get("operator") or "Equal"),
+                value=str(t.get("value") or ""),
+                effect=str(t.get("effect") or ""),
+            )
+        )
+    return tuple(out)
+
+
+def _requirements(items: object, *, field: bool) -> list[Requirement]:
+    return [
+        Requirement(
+            key=str(_mapping(r).get("key") or ""),
+            operator=str(_mapping(r).get("operator") or ""),
+            values=tuple(str(v) for v in _mapping(r).get("values") or []),
+            field=field,
+        )
+        for r in (items if isinstance(items, list) else [])
+    ]
+
+
+def _affinity(spec: Mapping[str, Any]) -> tuple[NodeSelectorTerm, ...]:
+    node = _mapping(_mapping(spec.get("affinity")).get("nodeAffinity"))
+    required = _mapping(node.get("requiredDuringSchedulingIgnoredDuringExecution"))
+    terms = []
+    for term in required.get("nodeSelectorTerms") or []:
+        t = _mapping(term)
+        reqs = _requirements(t.get("matchExpressions"), field=False)
+        reqs += _requirements(t.get("matchFields"), field=True)
+        terms.append(tuple(reqs))
+    return tuple(terms)
 
 
 def parse_job(obj: Mapping[str, Any]) -> JobSpec | JobDefect:
-    """Parse a FungibleJob dict; semantic problems come back as a :class:`JobDefect`."""
+    """Parse a FungibleJob dict; every problem comes back as a :class:`JobDefect`, never raised."""
+    try:
+        return _parse_job(obj)
+    except _DefectError as bad:
+        return _defect(obj, bad.field, bad.reason, bad.message)
+    except (ValueError, TypeError, OverflowError, AttributeError, KeyError) as exc:
+        # Not a shape this parser foresaw: still this job's problem alone.
+        return _defect(obj, "spec", "InvalidSpec", f"{type(exc).__name__}: {exc}")
+
+
+def _resource_field(pod_spec: Mapping[str, Any], resource: str) -> str:
+    """The spec path of the first container that asks for ``resource`` (for the defect)."""
+    for part in ("containers", "initContainers"):
+        for k, container in enumerate(pod_spec.get(part) or []):
+            res = _mapping(_mapping(container).get("resources"))
+            for kind in ("limits", "requests"):
+                if resource in _mapping(res.get(kind)):
+                    return f"spec.template.spec.{part}[{k}].resources.{kind}[{resource}]"
+    return f"spec.template.spec.overhead[{resource}]"
+
+
+def _parse_job(obj: Mapping[str, Any]) -> JobSpec:
     meta = _mapping(obj.get("metadata"))
     spec = _mapping(obj.get("spec"))
     namespace = str(meta.get("namespace", ""))
     name = str(meta.get("name", ""))
-    template = _mapping(spec.get("template"))
-    resources = _container_resources(template)
-    if not resources:
-        return _defect(obj, "spec.template.spec.containers", "InvalidTemplate", "no containers")
-    limits, requests = resources
-    gpu_limits: dict[str, int] = {}
-    try:
-        for res_name, value in limits.items():
-            if res_name in ("cpu", "memory", "ephemeral-storage") or res_name.startswith(
-                "hugepages-"
-            ):
-                continue
-            count = quantity(value)
-            if count != int(count) or count < 1:
-                return _defect(
-                    obj,
-                    f"spec.template.spec.containers[0].resources.limits[{res_name}]",
-                    "InvalidGPULimit",
-                    f"GPUs per pod must be a whole number >= 1, got {value}",
-                )
-            gpu_limits[str(res_name)] = int(count)
-        cpu = quantity(requests.get("cpu"), 0.0)
-        memory = quantity(requests.get("memory"), 0.0)
-    except ValueError as exc:
-        return _defect(
-            obj, "spec.template.spec.containers[0].resources", "InvalidQuantity", str(exc)
+    if not podtemplate.label_value_ok(name) or len(name) > MAX_NAME:
+        raise _DefectError(
+            "metadata.name",
+            "InvalidName",
+            f"the name is the value of the pods' {crd.LABEL_JOB} label, which allows at most "
+            f"{MAX_NAME} characters (alphanumeric at both ends); this one has {len(name)}",
         )
-    throughput_raw = _mapping(spec.get("throughput"))
+    problem = podtemplate.check(spec.get("template"))
+    if problem is not None:
+        raise _DefectError(problem.field, problem.reason, problem.message)
+    template = _mapping(spec.get("template"))
+    pod_spec = _mapping(template.get("spec"))
+    requests = pod_requests(pod_spec)
+    gpu_limits: dict[str, int] = {}
+    for res_name, count in sorted(requests.items()):
+        if podtemplate.is_native(res_name):
+            continue
+        if count != int(count) or count < 1:
+            raise _DefectError(
+                _resource_field(pod_spec, res_name),
+                "InvalidGPULimit",
+                f"GPUs per pod must be a whole number >= 1, got {count:g}",
+            )
+        if count > 1024:
+            raise _DefectError(
+                _resource_field(pod_spec, res_name),
+                "InvalidGPULimit",
+                f"{count:g} per pod is more than any node holds (at most 1024)",
+            )
+        gpu_limits[res_name] = int(count)
+    replicas = _number(spec.get("replicas", 1), "spec.replicas", "InvalidReplicas", 1, MAX_REPLICAS)
+    if replicas != int(replicas):
+        raise _DefectError(
+            "spec.replicas", "InvalidReplicas", f"{replicas:g} is not a whole number"
+        )
+    throughput_raw = spec.get("throughput")
+    if not isinstance(throughput_raw, Mapping):
+        raise _DefectError("spec.throughput", "InvalidThroughput", "must map GPU types to numbers")
     throughput: dict[str, float] = {}
     for gpu_type, value in sorted(throughput_raw.items()):
-        try:
-            a = float(value)
-        except (TypeError, ValueError):
-            return _defect(obj, f"spec.throughput.{gpu_type}", "InvalidThroughput", repr(value))
-        if not math.isfinite(a) or a < 0:
-            return _defect(
-                obj, f"spec.throughput.{gpu_type}", "InvalidThroughput", f"{a} is not >= 0"
-            )
-        throughput[str(gpu_type)] = a
+        throughput[str(gpu_type)] = _number(
+            value, f"spec.throughput.{gpu_type}", "InvalidThroughput", 0.0, MAX_THROUGHPUT
+        )
     if not any(a > 0 for a in throughput.values()):
-        return _defect(
-            obj,
+        raise _DefectError(
             "spec.throughput",
             "ZeroThroughput",
             "throughput is 0 on every GPU type, so no allocation has any value",
         )
-    util_raw = _mapping(spec.get("utility"))
+    util_raw = spec.get("utility")
+    if util_raw is not None and not isinstance(util_raw, Mapping):
+        raise _DefectError("spec.utility", "InvalidUtility", "must be an object")
+    util_raw = _mapping(util_raw)
     kind_crd = str(util_raw.get("kind", "log"))
     if kind_crd not in UTILITY_KINDS:
-        return _defect(obj, "spec.utility.kind", "InvalidUtility", f"unknown kind {kind_crd!r}")
-    weight = float(util_raw.get("weight", 1.0))
-    target = util_raw.get("target")
-    alpha = float(util_raw.get("alpha", 2.0))
+        raise _DefectError("spec.utility.kind", "InvalidUtility", f"unknown kind {kind_crd!r}")
+    weight = _number(
+        util_raw.get("weight", 1.0), "spec.utility.weight", "InvalidUtility", 0, MAX_WEIGHT
+    )
     if not weight > 0:
-        return _defect(obj, "spec.utility.weight", "InvalidUtility", f"weight {weight} <= 0")
-    if kind_crd == "targetPriority" and (target is None or float(target) <= 0):
-        return _defect(
-            obj,
-            "spec.utility.target",
-            "InvalidUtility",
-            "targetPriority needs a target throughput > 0",
+        raise _DefectError("spec.utility.weight", "InvalidUtility", f"weight {weight} <= 0")
+    alpha = _number(
+        util_raw.get("alpha", 2.0), "spec.utility.alpha", "InvalidUtility", 0, MAX_ALPHA
+    )
+    target_raw = util_raw.get("target")
+    target = (
+        _number(target_raw, "spec.utility.target", "InvalidUtility", 0, MAX_TARGET)
+        if target_raw is not None
+        else None
+    )
+    if kind_crd == "targetPriority" and (target is None or target <= 0):
+        raise _DefectError(
+            "spec.utility.target", "InvalidUtility", "targetPriority needs a target throughput > 0"
         )
     if kind_crd == "alphaFair" and (alpha <= 0 or alpha == 1.0):
-        return _defect(
-            obj, "spec.utility.alpha", "InvalidUtility", f"alphaFair needs alpha > 0, != 1: {alpha}"
+        raise _DefectError(
+            "spec.utility.alpha", "InvalidUtility", f"alphaFair needs alpha > 0, != 1: {alpha}"
         )
-    total_work = spec.get("totalWork")
+    total_raw = spec.get("totalWork")
+    total_work = (
+        _number(total_raw, "spec.totalWork", "InvalidTotalWork", 0, MAX_TOTAL_WORK)
+        if total_raw is not None
+        else None
+    )
+    if total_work is not None and total_work <= 0:
+        raise _DefectError("spec.totalWork", "InvalidTotalWork", f"{total_work:g} is not > 0")
+    priority = _number(
+        spec.get("priority") or 0, "spec.priority", "InvalidPriority", -(2**31), 2**31 - 1
+    )
+    tenant = spec.get("tenant")
+    if tenant is not None and not isinstance(tenant, str):
+        raise _DefectError("spec.tenant", "InvalidTenant", f"{tenant!r} is not a string")
     return JobSpec(
         namespace=namespace,
         name=name,
         uid=str(meta.get("uid", "")),
         generation=int(meta.get("generation") or 0),
         created=parse_time(meta.get("creationTimestamp")) or 0.0,
-        tenant=str(spec.get("tenant") or namespace),
-        replicas=int(spec.get("replicas", 1)),
+        tenant=tenant or namespace,
+        replicas=int(replicas),
         throughput=throughput,
         utility=Utility(
             kind=UTILITY_KINDS[kind_crd],
             weight=weight,
-            target=float(target) if target is not None else 0.0,
+            target=target if target is not None else 0.0,
             alpha=alpha,
         ),
-        priority=int(spec.get("priority") or 0),
-        total_work=float(total_work) if total_work is not None else None,
+        priority=int(priority),
+        total_work=total_work,
         template=template,
         gpu_limits=gpu_limits,
-        cpu=cpu,
-        memory=memory,
-        node_selector=_str_map(_mapping(template.get("spec")).get("nodeSelector")),
+        cpu=requests.get("cpu", 0.0),
+        memory=requests.get("memory", 0.0),
+        node_selector=_str_map(pod_spec.get("nodeSelector")),
         status=_mapping(obj.get("status")),
+        requests=requests,
+        tolerations=_tolerations(pod_spec),
+        affinity=_affinity(pod_spec),
     )
 
 
@@ -347,12 +564,16 @@ def parse_pool(obj: Mapping[str, Any]) -> PoolSpec:
     meta = _mapping(obj.get("metadata"))
     spec = _mapping(obj.get("spec"))
     override = spec.get("capacityOverride")
+    try:
+        capacity = int(override) if override is not None else None
+    except (TypeError, ValueError, OverflowError):
+        capacity = None
     return PoolSpec(
         name=str(meta.get("name", "")),
         gpu_type=str(spec.get("gpuType", "")),
         node_selector=_str_map(spec.get("nodeSelector")),
         resource_name=str(spec.get("resourceName") or crd.DEFAULT_RESOURCE_NAME),
-        capacity_override=int(override) if override is not None else None,
+        capacity_override=capacity,
         generation=int(meta.get("generation") or 0),
         status=_mapping(obj.get("status")),
     )
@@ -369,31 +590,27 @@ def parse_node(obj: Mapping[str, Any]) -> NodeInfo:
             allocatable[str(res_name)] = quantity(value)
         except ValueError:
             continue  # an exotic resource we cannot read does not make the node unusable
+    conditions = status.get("conditions")
     ready = any(
         _mapping(c).get("type") == "Ready" and _mapping(c).get("status") == "True"
-        for c in status.get("conditions") or []
+        for c in (conditions if isinstance(conditions, Sequence) else ())
     )
+    taints = spec.get("taints")
     return NodeInfo(
         name=str(meta.get("name", "")),
         labels=_str_map(meta.get("labels")),
         allocatable=allocatable,
         ready=ready,
         schedulable=not bool(spec.get("unschedulable")),
+        taints=tuple(
+            Taint(
+                key=str(_mapping(t).get("key") or ""),
+                value=str(_mapping(t).get("value") or ""),
+                effect=str(_mapping(t).get("effect") or ""),
+            )
+            for t in (taints if isinstance(taints, list) else [])
+        ),
     )
-
-
-def pod_requests(pod_spec: Mapping[str, Any]) -> dict[str, float]:
-    """Summed container requests of a pod; extended resources (GPUs) count via their limits."""
-    total: dict[str, float] = {}
-    for container in pod_spec.get("containers") or []:
-        res = _mapping(_mapping(container).get("resources"))
-        merged = {**_mapping(res.get("limits")), **_mapping(res.get("requests"))}
-        for res_name, value in merged.items():
-            try:
-                total[str(res_name)] = total.get(str(res_name), 0.0) + quantity(value)
-            except ValueError:
-                continue
-    return total
 
 
 def parse_pod(obj: Mapping[str, Any]) -> PodInfo:

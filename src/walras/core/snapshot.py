@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from walras.core import model
+from walras.core import crd, model
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -96,7 +96,8 @@ class Store:
             pod = model.parse_pod(obj)
             if pod.job:
                 self.pods[pod.key] = pod
-            elif pod.node and not pod.finished and pod.requests:
+            elif pod.node and not pod.finished:
+                # Every bound foreign pod counts: its requests, and one of the node's pod slots.
                 self.foreign[pod.key] = pod
             else:
                 self.foreign.pop(pod.key, None)
@@ -138,11 +139,48 @@ class Store:
 
 
 @dataclass(frozen=True, slots=True)
+class PoolState:
+    """What a pool offers this round (its status), and why it offers nothing when it does not."""
+
+    nodes: tuple[str, ...]  # ready, schedulable nodes it owns
+    capacity: int  # GPUs Walras may use: allocatable GPUs minus foreign pods' GPUs (or override)
+    matching: int  # nodes its selector matches, ready or not
+    not_ready: int
+    cordoned: int
+
+    @property
+    def empty(self) -> bool:
+        return self.capacity <= 0
+
+    def why_empty(self, pool: model.PoolSpec) -> str:
+        """``no node matches {...}`` / ``3 nodes match, 2 not ready, 1 cordoned`` / ..."""
+        if pool.capacity_override is not None and pool.capacity_override <= 0:
+            return "capacityOverride is 0"
+        selector = dict(pool.node_selector) or {crd.GPU_TYPE_LABEL: pool.gpu_type}
+        if not self.matching:
+            return f"no node matches {selector}"
+        if not self.nodes:
+            return (
+                f"{self.matching} nodes match {selector}: {self.not_ready} not ready, "
+                f"{self.cordoned} cordoned"
+            )
+        return f"its {len(self.nodes)} nodes have no free {pool.resource_name}"
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterView:
     """Usable GPU nodes and GPU types of a snapshot, as arrays.
 
     A node is usable when it is Ready, not cordoned and selected by a pool; a node selected by
-    several pools belongs to the first by name (explicit tie-break).
+    several pools belongs to the first by name (explicit tie-break). A GPU type whose pools offer
+    no capacity (no ready node, every node cordoned, every GPU held by foreign pods,
+    ``capacityOverride: 0``) is left out of ``gpu_types`` and its nodes out of ``nodes``, so the
+    policies never see a type of capacity 0; ``empty_types`` says why, ``pools`` has every pool.
+
+    Accounting is per resource name: a node's GPUs are its pool's ``resourceName`` only;
+    ``node_foreign`` is what pods that are not Walras's request of that resource, and
+    ``node_foreign_use`` everything they request (cpu, memory, hugepages, ...) plus their count
+    under ``"pods"``, for the resource-fit filter (``walras.core.filters``).
     """
 
     gpu_types: tuple[str, ...]
@@ -153,6 +191,9 @@ class ClusterView:
     node_foreign: IntArray
     type_capacity: FloatArray
     pool_nodes: Mapping[str, tuple[str, ...]]
+    node_foreign_use: tuple[Mapping[str, float], ...] = ()
+    pools: Mapping[str, PoolState] = field(default_factory=dict)
+    empty_types: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def node_index(self) -> dict[str, int]:
@@ -178,49 +219,89 @@ def node_pool(node: model.NodeInfo, pools: Sequence[model.PoolSpec]) -> model.Po
     return None
 
 
+def node_usage(pods: Sequence[model.PodInfo]) -> dict[str, dict[str, float]]:
+    """Per node: the summed requests of ``pods`` bound there, and their count under ``"pods"``."""
+    out: dict[str, dict[str, float]] = {}
+    for pod in pods:
+        if not pod.node or pod.finished:
+            continue
+        used = out.setdefault(pod.node, {})
+        for name, value in pod.requests.items():
+            used[name] = used.get(name, 0.0) + value
+        used["pods"] = used.get("pods", 0.0) + 1.0
+    return out
+
+
 def cluster_view(snap: Snapshot) -> ClusterView:
     """Usable nodes, their pools and GPU counts, and the capacity of every GPU type."""
-    gpu_types = tuple(sorted({p.gpu_type for p in snap.pools}))
-    type_idx = {t: g for g, t in enumerate(gpu_types)}
-    foreign: dict[str, float] = {}
-    for pod in snap.foreign_pods:
-        foreign[pod.node] = foreign.get(pod.node, 0.0) + sum(
-            v for r, v in pod.requests.items() if r not in ("cpu", "memory")
-        )
-    nodes: list[model.NodeInfo] = []
-    pools: list[model.PoolSpec] = []
-    pool_nodes: dict[str, list[str]] = {p.name: [] for p in snap.pools}
+    foreign = node_usage(snap.foreign_pods)
+    states: dict[str, dict[str, Any]] = {
+        p.name: {"nodes": [], "capacity": 0, "matching": 0, "not_ready": 0, "cordoned": 0}
+        for p in snap.pools
+    }
+    candidates: list[tuple[model.NodeInfo, model.PoolSpec, int, int]] = []
     for node in snap.nodes:
         pool = node_pool(node, snap.pools)
-        if pool is None or not node.ready or not node.schedulable:
+        if pool is None:
             continue
-        nodes.append(node)
-        pools.append(pool)
-        pool_nodes[pool.name].append(node.name)
-    node_type = np.array([type_idx[p.gpu_type] for p in pools], dtype=np.int64)
-    node_gpus = np.array(
-        [int(n.resource(p.resource_name)) for n, p in zip(nodes, pools, strict=True)],
-        dtype=np.int64,
-    )
-    node_foreign = np.array([int(np.ceil(foreign.get(n.name, 0.0))) for n in nodes], np.int64)
-    capacity = np.zeros(len(gpu_types))
+        state = states[pool.name]
+        state["matching"] += 1
+        if not node.ready:
+            state["not_ready"] += 1
+            continue
+        if not node.schedulable:
+            state["cordoned"] += 1
+            continue
+        gpus = _whole(node.resource(pool.resource_name))
+        used = _whole(np.ceil(foreign.get(node.name, {}).get(pool.resource_name, 0.0)))
+        state["nodes"].append(node.name)
+        state["capacity"] += max(gpus - used, 0)
+        candidates.append((node, pool, gpus, used))
+    type_capacity: dict[str, float] = {}
     for pool in snap.pools:
-        g = type_idx[pool.gpu_type]
+        state = states[pool.name]
         if pool.capacity_override is not None:
-            capacity[g] += pool.capacity_override
-        else:
-            idx = [k for k, p in enumerate(pools) if p.name == pool.name]
-            capacity[g] += float(np.maximum(node_gpus[idx] - node_foreign[idx], 0).sum())
+            state["capacity"] = max(pool.capacity_override, 0)
+        type_capacity[pool.gpu_type] = type_capacity.get(pool.gpu_type, 0.0) + state["capacity"]
+    pools = {
+        name: PoolState(
+            nodes=tuple(st["nodes"]),
+            capacity=int(st["capacity"]),
+            matching=int(st["matching"]),
+            not_ready=int(st["not_ready"]),
+            cordoned=int(st["cordoned"]),
+        )
+        for name, st in states.items()
+    }
+    gpu_types = tuple(sorted(t for t, c in type_capacity.items() if c > 0))
+    empty_types = {
+        t: "; ".join(
+            f"pool {p.name}: {pools[p.name].why_empty(p)}" for p in snap.pools if p.gpu_type == t
+        )
+        for t in sorted(type_capacity)
+        if type_capacity[t] <= 0
+    }
+    type_idx = {t: g for g, t in enumerate(gpu_types)}
+    kept = [c for c in candidates if c[1].gpu_type in type_idx]
+    nodes = tuple(c[0] for c in kept)
     return ClusterView(
         gpu_types=gpu_types,
-        nodes=tuple(nodes),
-        node_pool=tuple(pools),
-        node_type=node_type.reshape(-1),
-        node_gpus=node_gpus.reshape(-1),
-        node_foreign=node_foreign.reshape(-1),
-        type_capacity=capacity,
-        pool_nodes={k: tuple(v) for k, v in pool_nodes.items()},
+        nodes=nodes,
+        node_pool=tuple(c[1] for c in kept),
+        node_type=np.array([type_idx[c[1].gpu_type] for c in kept], dtype=np.int64).reshape(-1),
+        node_gpus=np.array([c[2] for c in kept], dtype=np.int64).reshape(-1),
+        node_foreign=np.array([c[3] for c in kept], dtype=np.int64).reshape(-1),
+        type_capacity=np.array([type_capacity[t] for t in gpu_types], dtype=np.float64),
+        pool_nodes={name: st.nodes for name, st in pools.items()},
+        node_foreign_use=tuple(dict(foreign.get(n.name, {})) for n in nodes),
+        pools=pools,
+        empty_types=empty_types,
     )
+
+
+def _whole(x: float) -> int:
+    """A resource count as an int, clipped to what int64 arrays hold (absurd quantities)."""
+    return int(min(max(float(x), 0.0), 2.0**62))
 
 
 def remaining_work(job: model.JobSpec, snap: Snapshot) -> float | None:
