@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Local Kubernetes control plane for tests and the demo, without Docker (issue 4).
 #
-#   hack/control-plane.sh build          build etcd, kube-apiserver and kwok into the cache (once per version)
+#   hack/control-plane.sh build          build etcd, kube-apiserver, kube-controller-manager and kwok into the
+#                                        cache (once per version)
 #   hack/control-plane.sh paths          print the cached binary paths (KEY=PATH lines)
-#   hack/control-plane.sh start DIR      certs + tokens, etcd, kube-apiserver, kwok on loopback; kubeconfigs in DIR
+#   hack/control-plane.sh start DIR      certs + tokens, etcd, kube-apiserver, kube-controller-manager (garbage
+#                                        collector, namespace, resource quota and ServiceAccount controllers),
+#                                        kwok on loopback; kubeconfigs in DIR
 #   hack/control-plane.sh stop DIR       kill exactly the PIDs recorded in DIR, then remove DIR
 #   hack/control-plane.sh env DIR        print `export KUBECONFIG=DIR/admin.kubeconfig` (and PATH with the cached tools)
 #   hack/control-plane.sh watch DIR PID  (internal) stop DIR's control plane once process PID is gone;
@@ -34,6 +37,7 @@ GO_PARALLEL="${WALRAS_GO_PARALLEL:-2}"
 HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 APISERVER_BIN="$CACHE/kube-apiserver-$K8S_VERSION/bin/kube-apiserver"
+KCM_BIN="$CACHE/kube-controller-manager-$K8S_VERSION/bin/kube-controller-manager"
 ETCD_BIN="$CACHE/etcd-$ETCD_VERSION/bin/etcd"
 KWOK_BIN="$CACHE/kwok-$KWOK_VERSION/bin/kwok"
 
@@ -50,17 +54,21 @@ die() {
 # Staging version for a Kubernetes version: v1.36.3 -> v0.36.3.
 staging_version() { printf 'v0.%s\n' "${1#v1.}"; }
 
-build_apiserver() {
-	if [[ -x "$APISERVER_BIN" ]]; then
-		log "kube-apiserver $K8S_VERSION already built: $APISERVER_BIN"
+# Build one k8s.io/kubernetes command (kube-apiserver, kube-controller-manager) into
+# $CACHE/<name>-$K8S_VERSION/bin/<name>, through a wrapper module (see the header). The Go build
+# cache is shared, so the second component reuses most packages the first one compiled.
+build_k8s_command() {
+	local name="$1" bin="$2"
+	if [[ -x "$bin" ]]; then
+		log "$name $K8S_VERSION already built: $bin"
 		return 0
 	fi
-	local root="$CACHE/kube-apiserver-$K8S_VERSION"
+	local root="$CACHE/$name-$K8S_VERSION"
 	local src="$root/src"
 	local staging
 	staging="$(staging_version "$K8S_VERSION")"
 	mkdir -p "$src" "$root/bin"
-	log "kube-apiserver $K8S_VERSION: downloading k8s.io/kubernetes's go.mod"
+	log "$name $K8S_VERSION: downloading k8s.io/kubernetes's go.mod"
 	local upstream_mod
 	upstream_mod="$(cd "$src" && go mod download -json "k8s.io/kubernetes@$K8S_VERSION" |
 		sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')"
@@ -70,9 +78,9 @@ build_apiserver() {
 	local count
 	count="$(printf '%s\n' "$modules" | grep -c .)"
 	[[ "$count" -gt 0 ]] || die "no staging replace lines found in $upstream_mod"
-	log "kube-apiserver: mapping $count staging modules to $staging"
+	log "$name: mapping $count staging modules to $staging"
 	{
-		printf 'module walras.dev/build/kube-apiserver\n\ngo 1.26\n\nrequire k8s.io/kubernetes %s\n\nreplace (\n' "$K8S_VERSION"
+		printf 'module walras.dev/build/%s\n\ngo 1.26\n\nrequire k8s.io/kubernetes %s\n\nreplace (\n' "$name" "$K8S_VERSION"
 		local m
 		for m in $modules; do printf '\t%s => %s %s\n' "$m" "$m" "$staging"; done
 		printf ')\n'
@@ -90,15 +98,21 @@ build_apiserver() {
 		ldflags+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor"
 		ldflags+=" -X $p.gitTreeState=clean -X $p.buildDate=$date"
 	done
-	log "kube-apiserver: resolving modules (go get)"
-	(cd "$src" && go get "k8s.io/kubernetes/cmd/kube-apiserver@$K8S_VERSION")
-	log "kube-apiserver: go build -p $GO_PARALLEL (15-25 min cold on 2 cores)"
+	log "$name: resolving modules (go get)"
+	(cd "$src" && go get "k8s.io/kubernetes/cmd/$name@$K8S_VERSION")
+	log "$name: go build -p $GO_PARALLEL (15-25 min cold on 2 cores; minutes after another component)"
 	local start=$SECONDS
 	(cd "$src" && CGO_ENABLED=0 go build -p "$GO_PARALLEL" -trimpath -ldflags "$ldflags" \
-		-o "$root/bin/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver)
-	mv "$root/bin/kube-apiserver.tmp" "$APISERVER_BIN"
-	log "kube-apiserver built in $((SECONDS - start)) s: $("$APISERVER_BIN" --version)"
+		-o "$root/bin/$name.tmp" "k8s.io/kubernetes/cmd/$name")
+	mv "$root/bin/$name.tmp" "$bin"
+	log "$name built in $((SECONDS - start)) s: $("$bin" --version)"
 }
+
+build_apiserver() { build_k8s_command kube-apiserver "$APISERVER_BIN"; }
+
+# kube-controller-manager: the garbage collector (ownerReferences cascade) and the namespace
+# controller (a deleted namespace is emptied and removed) are real in tests.
+build_controller_manager() { build_k8s_command kube-controller-manager "$KCM_BIN"; }
 
 build_etcd() {
 	if [[ -x "$ETCD_BIN" ]]; then
@@ -147,11 +161,13 @@ cmd_build() {
 	build_etcd
 	build_kwok
 	build_apiserver
+	build_controller_manager
 	log "build finished in $((SECONDS - start)) s"
 }
 
 cmd_paths() {
-	printf 'KUBE_APISERVER=%s\nETCD=%s\nKWOK=%s\n' "$APISERVER_BIN" "$ETCD_BIN" "$KWOK_BIN"
+	printf 'KUBE_APISERVER=%s\nETCD=%s\nKWOK=%s\nKUBE_CONTROLLER_MANAGER=%s\n' \
+		"$APISERVER_BIN" "$ETCD_BIN" "$KWOK_BIN" "$KCM_BIN"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -210,6 +226,7 @@ stop_all() {
 	local dir="$1"
 	stop_component "$dir" watchdog "control-plane.sh watch $dir"
 	stop_component "$dir" kwok "$KWOK_BIN"
+	stop_component "$dir" kube-controller-manager "$KCM_BIN"
 	stop_component "$dir" kube-apiserver "$APISERVER_BIN"
 	stop_component "$dir" etcd "$ETCD_BIN"
 }
@@ -312,7 +329,7 @@ cmd_start() {
 	local dir="${1:-}"
 	[[ -n "$dir" ]] || die "usage: $0 start DIR"
 	local b
-	for b in "$ETCD_BIN" "$APISERVER_BIN" "$KWOK_BIN"; do
+	for b in "$ETCD_BIN" "$APISERVER_BIN" "$KCM_BIN" "$KWOK_BIN"; do
 		[[ -x "$b" ]] || die "$b is missing: run '$0 build' first"
 	done
 	command -v openssl >/dev/null || die "openssl is needed for certificates"
@@ -361,12 +378,11 @@ cmd_start() {
 	wait_etcd "$etcd_url" "$(cat "$dir/etcd.pid")" 30
 	log "etcd healthy at $((SECONDS - t0)) s"
 
-	# kube-apiserver. There is no kube-controller-manager, so:
-	# - no namespace controller: a deleted namespace stays Terminating (devcluster.reset finalizes it);
-	# - no garbage collector: ownerReferences do not cascade;
-	# - no ServiceAccount/token controllers: namespaces get no `default` ServiceAccount. The
-	#   ServiceAccount admission plugin stays on (as in a real cluster), so a pod must name an
-	#   existing ServiceAccount (the `namespace` fixture creates `default`); see devcluster.py.
+	# kube-apiserver. kube-controller-manager (below) runs only the garbage collector, the
+	# namespace, resource quota and ServiceAccount controllers, so:
+	# - no token controller: ServiceAccount admission stays on (as in a real cluster), so a pod must
+	#   name an existing ServiceAccount (the ServiceAccount controller creates `default`, and the
+	#   `namespace` fixture does too, without waiting for it); see devcluster.py.
 	# - no node lifecycle controller: it is what removes the node.kubernetes.io/not-ready taint
 	#   that the TaintNodesByCondition admission plugin puts on every new node, so that plugin is
 	#   off (kwok nodes would stay tainted forever otherwise);
@@ -400,6 +416,27 @@ cmd_start() {
 	write_kubeconfig "$dir/admin.kubeconfig" "$server" "$dir/pki/ca.crt" walras-admin "$admin_token"
 	write_kubeconfig "$dir/operator.kubeconfig" "$server" "$dir/pki/ca.crt" walras-controller "$operator_token"
 
+	# kube-controller-manager with the controllers tests rely on: garbage collector (deleting a
+	# FungibleJob removes its pods through their ownerReferences), namespace (a deleted namespace is
+	# emptied and removed), resource quota (ResourceQuota usage is computed, so quota admission
+	# works) and ServiceAccount (`default` in every namespace). Not the node lifecycle controller:
+	# kwok's heartbeats are slower than its grace period, so it would mark nodes NotReady. No
+	# serving port (--secure-port=0): several control planes may run side by side.
+	"$KCM_BIN" \
+		--kubeconfig="$dir/admin.kubeconfig" \
+		--controllers=garbage-collector-controller,namespace-controller,resourcequota-controller,serviceaccount-controller \
+		--leader-elect=false \
+		--secure-port=0 \
+		--use-service-account-credentials=false \
+		--concurrent-gc-syncs=5 \
+		--concurrent-namespace-syncs=4 \
+		--resource-quota-sync-period=10s \
+		--namespace-sync-period=30s \
+		--kube-api-qps=100 --kube-api-burst=200 \
+		--v="${WALRAS_APISERVER_VERBOSITY:-1}" \
+		</dev/null >"$dir/logs/kube-controller-manager.log" 2>&1 &
+	echo $! >"$dir/kube-controller-manager.pid"
+
 	# kwok: our stages only (standalone kwok ships none), nodes selected by annotation, its own
 	# HTTP server disabled (no --server-address/--node-port), HOME sandboxed so a stray
 	# ~/.kwok/kwok.yaml is not merged in.
@@ -420,6 +457,8 @@ cmd_start() {
 	echo $! >"$dir/kwok.pid"
 	sleep 0.5
 	kill -0 "$(cat "$dir/kwok.pid")" 2>/dev/null || die "kwok exited at start"
+	kill -0 "$(cat "$dir/kube-controller-manager.pid")" 2>/dev/null ||
+		die "kube-controller-manager exited at start"
 
 	cat >"$dir/cluster.env" <<EOF
 SERVER=$server
