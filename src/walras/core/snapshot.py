@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from walras.core import crd, model
+from walras.core import crd, governance, model
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -56,6 +56,8 @@ class Snapshot:
     pods: tuple[model.PodInfo, ...]
     foreign_pods: tuple[model.PodInfo, ...]
     progress: Mapping[model.JobKey, JobProgress] = field(default_factory=dict)
+    # Tenant objects by name (walras.core.governance); empty: every namespace a tenant of weight 1.
+    tenants: Mapping[str, governance.TenantSpec] = field(default_factory=dict)
 
     @property
     def active_jobs(self) -> tuple[model.JobSpec, ...]:
@@ -77,10 +79,11 @@ class Store:
         self.nodes: dict[str, model.NodeInfo] = {}
         self.pods: dict[model.JobKey, model.PodInfo] = {}
         self.foreign: dict[model.JobKey, model.PodInfo] = {}
+        self.tenants: dict[str, governance.TenantSpec] = {}
         self.version = 0
 
     def upsert(self, kind: str, obj: Mapping[str, Any]) -> None:
-        """Record the latest state of an object (``kind``: job | pool | node | pod)."""
+        """Record the latest state of an object (``kind``: job | pool | node | pod | tenant)."""
         self.version += 1
         meta = obj.get("metadata") or {}
         if kind == "job":
@@ -101,6 +104,9 @@ class Store:
                 self.foreign[pod.key] = pod
             else:
                 self.foreign.pop(pod.key, None)
+        elif kind == "tenant":
+            tenant = governance.parse_tenant(obj)
+            self.tenants[tenant.name] = tenant
         else:
             raise ValueError(f"unknown kind {kind!r} for {meta.get('name')}")
 
@@ -116,6 +122,8 @@ class Store:
         elif kind == "pod":
             self.pods.pop((namespace, name), None)
             self.foreign.pop((namespace, name), None)
+        elif kind == "tenant":
+            self.tenants.pop(name, None)
         else:
             raise ValueError(f"unknown kind {kind!r} for {name}")
 
@@ -135,6 +143,7 @@ class Store:
             nodes=tuple(sorted(self.nodes.values(), key=lambda n: n.name)),
             pods=tuple(sorted(self.pods.values(), key=lambda p: p.key)),
             foreign_pods=tuple(sorted(self.foreign.values(), key=lambda p: p.key)),
+            tenants=dict(sorted(self.tenants.items())),
         )
 
 

@@ -1,0 +1,204 @@
+"""Tenants and the weight a job may claim: who a job belongs to, and how much its weight counts.
+
+Users write FungibleJobs; only admins write ``Tenant`` objects (cluster-scoped,
+``crds/tenant.yaml``). So nothing a user puts in a job may change their tenant's share of the
+cluster:
+
+- **Tenant of a job**: the Tenant whose ``spec.namespaces`` lists the job's namespace (the first by
+  name if several do), else the namespace itself. ``spec.tenant`` of a job is ignored. A Tenant
+  named like a namespace configures that namespace's tenant.
+- **Tenant weight** ``W_t``: ``Tenant.spec.weight``, 1 without a Tenant object.
+- **Job weight**: the job's ``utility.weight`` clamped to the tenant's allowed range
+  ``[lo_t, hi_t]`` (``spec.jobWeight.min/max``, default ``[0.1, 10]``), then normalised inside its
+  tenant so the tenant's jobs together weigh ``W_t``::
+
+      w̃_j = clamp(w_j, lo_t, hi_t)
+      w'_j = c · W_t · w̃_j / Σ_{k ∈ t} w̃_k,      c = n / Σ_{t present} W_t
+
+  ``c`` only sets the scale (mean weight 1 over the ``n`` jobs, so a cluster of weight-1 jobs in
+  one namespace is left exactly as it was); every utility kind's optimum is unchanged when all
+  weights are multiplied by one constant, so ``c`` never moves an allocation.
+
+  Example: tenant A (``W=1``) runs one job of weight 5, tenant B (``W=1``) two jobs of weight 1:
+  ``c = 3/2``; A's job gets ``1.5``, B's jobs ``0.75`` each. Had A split its job into ten of weight
+  5, ``c = 12/2 = 6`` and each of A's ten gets ``0.6``; A's jobs still weigh 6 of the 12 in total,
+  half, exactly as before. Raising a weight only moves share between jobs of the same tenant.
+
+- **Quotas** (optional, per GPU type, in GPUs; Kueue's nominal quota and borrowing limit):
+  ``guaranteed`` is what the tenant may always claim of that type, ``maximum`` what it may hold at
+  most (``guaranteed`` plus what it may borrow). :func:`quota_caps` turns ``maximum`` into the cap
+  the price-discovery policy enforces on the tenant's GPUs of that type.
+
+Everything here is pure (parsed objects in, values out); the policies call it where they read
+weights (``walras.core.policies.price_discovery``, ``walras.core.tenants``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from walras.core import model
+
+FloatArray = npt.NDArray[np.float64]
+
+TENANT_KIND = "Tenant"
+TENANT_PLURAL = "tenants"
+
+DEFAULT_TENANT_WEIGHT = 1.0
+DEFAULT_MIN_JOB_WEIGHT = 0.1
+DEFAULT_MAX_JOB_WEIGHT = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """GPUs of one type a tenant may always claim (``guaranteed``) and at most hold (``maximum``);
+    None: no such limit."""
+
+    guaranteed: float | None = None
+    maximum: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TenantSpec:
+    """One ``Tenant`` object (or the defaults of a tenant without one)."""
+
+    name: str
+    weight: float = DEFAULT_TENANT_WEIGHT
+    namespaces: tuple[str, ...] = ()
+    min_job_weight: float = DEFAULT_MIN_JOB_WEIGHT
+    max_job_weight: float = DEFAULT_MAX_JOB_WEIGHT
+    quotas: Mapping[str, Quota] = field(default_factory=dict)
+    generation: int = 0
+
+
+def _number(value: object, default: float) -> float:
+    """A finite positive number from the object, else ``default`` (the schema already checks)."""
+    try:
+        x = float(value)  # type: ignore[arg-type]  # any JSON scalar; bad ones fall back
+    except (TypeError, ValueError):
+        return default
+    return x if math.isfinite(x) and x > 0 else default
+
+
+def _limit(value: object) -> float | None:
+    try:
+        x = float(value)  # type: ignore[arg-type]  # any JSON scalar; bad ones mean "no limit"
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) and x >= 0 else None
+
+
+def _map(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def parse_tenant(obj: Mapping[str, Any]) -> TenantSpec:
+    """Parse a ``Tenant`` dict; values the schema would reject fall back to the defaults."""
+    meta, spec = _map(obj.get("metadata")), _map(obj.get("spec"))
+    raw_ns = spec.get("namespaces")
+    namespaces = tuple(sorted({str(n) for n in raw_ns})) if isinstance(raw_ns, list) else ()
+    jw = _map(spec.get("jobWeight"))
+    lo = _number(jw.get("min"), DEFAULT_MIN_JOB_WEIGHT)
+    hi = _number(jw.get("max"), DEFAULT_MAX_JOB_WEIGHT)
+    if hi < lo:
+        lo, hi = hi, lo
+    quotas: dict[str, Quota] = {}
+    for gpu_type, q in sorted(_map(spec.get("quotas")).items()):
+        if isinstance(q, Mapping):
+            quotas[str(gpu_type)] = Quota(_limit(q.get("guaranteed")), _limit(q.get("maximum")))
+    return TenantSpec(
+        name=str(meta.get("name", "")),
+        weight=_number(spec.get("weight"), DEFAULT_TENANT_WEIGHT),
+        namespaces=namespaces,
+        min_job_weight=lo,
+        max_job_weight=hi,
+        quotas=quotas,
+        generation=int(meta.get("generation") or 0),
+    )
+
+
+def tenant_of(namespace: str, tenants: Mapping[str, TenantSpec]) -> str:
+    """The tenant of a job in ``namespace`` (see the module docstring)."""
+    for name in sorted(tenants):
+        if namespace in tenants[name].namespaces:
+            return name
+    return namespace
+
+
+def config(tenant: str, tenants: Mapping[str, TenantSpec]) -> TenantSpec:
+    """The tenant's settings: its Tenant object, or the defaults."""
+    return tenants.get(tenant) or TenantSpec(name=tenant)
+
+
+def tenant_weight(tenant: str, tenants: Mapping[str, TenantSpec]) -> float:
+    """``W_t``: the admin's weight of the tenant (1 without a Tenant object)."""
+    return config(tenant, tenants).weight
+
+
+def clamp_weight(weight: float, spec: TenantSpec) -> float:
+    """A job's weight inside its tenant's allowed range (NaN counts as the lower bound)."""
+    if math.isnan(weight):
+        return spec.min_job_weight
+    return min(max(weight, spec.min_job_weight), spec.max_job_weight)
+
+
+def resolve(
+    jobs: Sequence[model.JobSpec], tenants: Mapping[str, TenantSpec]
+) -> tuple[model.JobSpec, ...]:
+    """``jobs`` with ``tenant`` set from the namespace and the Tenant objects (order kept)."""
+    out: list[model.JobSpec] = []
+    for job in jobs:
+        tenant = tenant_of(job.namespace, tenants)
+        out.append(job if job.tenant == tenant else dataclasses.replace(job, tenant=tenant))
+    return tuple(out)
+
+
+def normalised_weights(
+    jobs: Sequence[model.JobSpec], tenants: Mapping[str, TenantSpec]
+) -> FloatArray:
+    """``w'_j`` of every job, in the order given (see the module docstring).
+
+    The tenant of each job is derived from its namespace here (never from ``spec.tenant``), so
+    the result does not depend on whether the caller resolved tenants first.
+    """
+    n = len(jobs)
+    if n == 0:
+        return np.zeros(0, dtype=np.float64)
+    names = [tenant_of(j.namespace, tenants) for j in jobs]
+    clamped = np.array(
+        [
+            clamp_weight(float(j.utility.weight), config(t, tenants))
+            for j, t in zip(jobs, names, strict=True)
+        ],
+        dtype=np.float64,
+    )
+    totals: dict[str, float] = {}
+    for t, w in zip(names, clamped.tolist(), strict=True):
+        totals[t] = totals.get(t, 0.0) + w
+    big_w = {t: tenant_weight(t, tenants) for t in totals}
+    scale = n / sum(big_w.values())
+    return np.array(
+        [scale * big_w[t] * w / totals[t] for t, w in zip(names, clamped.tolist(), strict=True)],
+        dtype=np.float64,
+    )
+
+
+def quota_caps(
+    jobs: Sequence[model.JobSpec], gpu_types: Sequence[str], tenants: Mapping[str, TenantSpec]
+) -> dict[tuple[str, str], float]:
+    """``(tenant, gpu type) -> maximum GPUs`` for every tenant present that has such a limit."""
+    present = sorted({tenant_of(j.namespace, tenants) for j in jobs})
+    caps: dict[tuple[str, str], float] = {}
+    for t in present:
+        for gpu_type in gpu_types:
+            q = config(t, tenants).quotas.get(gpu_type)
+            if q is not None and q.maximum is not None:
+                caps[(t, gpu_type)] = q.maximum
+    return caps
