@@ -251,9 +251,15 @@ def solve_pricing(
                     new[s], timing[s] = t.value, t
                 return _config(new, caps, m)
 
+            floor = np.zeros((k, m))
+            for s in live:
+                sp = problems[s]
+                if sp is not None:
+                    floor[s] = sp.demand_matrix().max(axis=0)
             outcome = repair_mod.run(
-                plain, R, active, demand_at, resolve, tol=spread_tol, rounds=repair_rounds
-            )
+                plain, R, active, demand_at, resolve, tol=spread_tol, rounds=repair_rounds,
+                floor=floor,
+            )  # fmt: skip
             best = outcome.best
             solves += outcome.solves
             after = float(repair_mod.spread(best.prices, active).max())
@@ -324,6 +330,7 @@ def _merge(
                 prices=None if r is None else frozen(r.prices),
                 converged=True if r is None else bool(r.converged),
                 solves=int(solves[s]) if r is not None else 0,
+                objective=0.0 if r is None else float(best.utility[s]),
             )
         )
     run = PopRun(
@@ -377,6 +384,7 @@ def _exact(
         certificate=float(r.gap),
         prices=r.prices,
         converged=r.converged,
+        objective=float(r.utility),
     )
     run = PopRun(
         sharded=False,

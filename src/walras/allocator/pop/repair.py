@@ -12,18 +12,19 @@ paper 001 §5.2). The repair:
 3. each shard's demand at the common prices, ``D_sj = Σ_{i∈s} d_ij x̃_ij(p̄)`` (one best-response
    pass): at the exact equilibrium prices every shard would demand exactly its capacity;
 4. for every type with ``σ_j > tol``: ``R_sj ← (1−η) R_sj + η R_j D_sj / Σ_s D_sj`` (floored at
-   ``1e-3·R_j/k`` so a shard never loses a type entirely, then rescaled to sum to ``R_j``), which
+   ``1e-3·R_j/k`` and at the largest job demand of the type in the shard, so a shard never
+   loses a type and no job loses the last type it fits on; rescaled to sum to ``R_j``), which
    moves capacity from shards whose demand at p̄ is below their capacity (low price) to those
    above it (high price);
 5. re-solve only the shards whose capacity moved, warm-started at ``p̄``;
 6. keep the best merged configuration seen (total utility never decreases); if a round made the
    total worse, go back to the best one and halve ``η`` (start ``η = 1``).
 
-Example: one type, R = 5, log utility, throughput 1; shard 0 has 6 jobs, shard 1 has 4. Plain
-POP: R_s = 2.5, p_0 = 6/2.5 = 2.4, p_1 = 4/2.5 = 1.6, σ = 0.5. p̄ = 2; at p̄ every job wants
-t = 1/2, so the demands are 3 and 2 and R_s becomes (3, 2); re-solved prices are (2, 2), σ = 0,
-and the utility rises from 6 log(2.5/6) + 4 log(2.5/4) ≈ −7.13 to 10 log(1/2) ≈ −6.93, the
-exact optimum.
+Example: one type, R = 4, log utility, throughput 1; shard 0 has 6 jobs, shard 1 has 4. Plain
+POP: R_s = 2, p_0 = 6/2 = 3, p_1 = 4/2 = 2, σ = 0.5. p̄ = 2.5; at p̄ every job wants
+t = 1/2.5 = 0.4, so the demands are 2.4 and 1.6 and R_s becomes (2.4, 1.6); re-solved prices are
+(2.5, 2.5), σ = 0, and the utility rises from 6 log(1/3) + 4 log(1/2) ≈ −9.36 to
+10 log(0.4) ≈ −9.16, the exact optimum.
 
 Called by ``pop.pricing_pop.solve_pricing``.
 """
@@ -85,8 +86,14 @@ def move_capacity(
     types: Sequence[int],
     active: Sequence[bool],
     eta: float,
+    floor: FloatArray | None = None,
 ) -> FloatArray:
-    """Step 4 of the module docstring for the given types; other types keep their split."""
+    """Step 4 of the module docstring for the given types; other types keep their split.
+
+    ``floor`` (k, m): no shard's capacity of a type goes below ``min(current, floor)`` (the
+    largest job demand there, so no job loses the last type it fits on); the rest of the
+    move is taken from the shards above their floor, in proportion to what they have above it.
+    """
     new = caps.copy()
     a = np.asarray(active, dtype=bool)
     k_active = int(a.sum())
@@ -96,9 +103,18 @@ def move_capacity(
             continue
         target = np.where(a, capacity[j] * demand[:, j] / total_d, 0.0)
         col = (1.0 - eta) * caps[:, j] + eta * target
-        col = np.where(a, np.maximum(col, FLOOR * capacity[j] / k_active), 0.0)
-        col = col * (capacity[j] / col.sum())
-        new[:, j] = fit_sum(col, float(capacity[j]))
+        low = np.full(len(col), FLOOR * capacity[j] / k_active)
+        if floor is not None:
+            low = np.maximum(low, floor[:, j])
+        low = np.where(a, np.minimum(low, caps[:, j]), 0.0)
+        col = np.where(a, np.maximum(col, low), 0.0)
+        excess = float(col.sum()) - float(capacity[j])
+        room = col - low
+        if excess > 0 and room.sum() > 0:
+            col = col - excess * room / room.sum()
+        elif excess < 0:
+            col = col - excess * col / col.sum()
+        new[:, j] = fit_sum(np.maximum(col, low), float(capacity[j]))
     return new
 
 
@@ -121,6 +137,7 @@ def run(
     *,
     tol: float,
     rounds: int,
+    floor: FloatArray | None = None,
 ) -> Outcome:
     """The repair loop (module docstring).
 
@@ -142,7 +159,7 @@ def run(
         done += 1
         p_bar = mean_prices(current.prices, current.caps, active)
         demand = demand_at(current.caps, p_bar)
-        caps = move_capacity(current.caps, demand, capacity, types, active, eta)
+        caps = move_capacity(current.caps, demand, capacity, types, active, eta, floor)
         moved = np.abs(caps - current.caps).max(axis=1) > 1e-12 * max(float(capacity.max()), 1)
         changed = [s for s in range(k) if moved[s] and active[s]]
         if not changed:

@@ -48,6 +48,8 @@ class ShardReport:
         prices: the shard's prices (price discovery only).
         converged: the shard solver reported convergence.
         solves: how many times the shard was solved (> 1 after the price-spread repair).
+        objective: the shard's own objective value (pricing: its utility ``U_s``; ``nan``
+            where the solver has none).
     """
 
     index: int
@@ -59,6 +61,7 @@ class ShardReport:
     prices: FloatArray | None = None
     converged: bool = True
     solves: int = 1
+    objective: float = float("nan")
 
 
 @dataclass(frozen=True)
