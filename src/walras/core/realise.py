@@ -12,6 +12,13 @@ existing Walras pods:
 - pods of jobs that are finished, deleted (no garbage collector is assumed), impossible, or on a
   node that is gone or cordoned: delete.
 
+Every placement obeys kube-scheduler's filters (``walras.core.filters``): ``plan_round`` packs
+GPUs only, so each of its placements is checked, in order (kept gangs first), against the nodes
+that pass the job's filters and against a per-node ledger of every resource (foreign pods' and the
+placements accepted so far); a placement that breaks a filter or overfills a resource is moved to
+eligible nodes of the same group with room, or, when the gang fits nowhere, left out of the round
+with the reason in ``JobRound.why``.
+
 An *incremental* round (a job arrived or finished between round boundaries) keeps every running
 gang as it is and only fills free GPUs, so that arrivals start at once without cutting anyone's
 slice short. Pod names carry the round number, which the operator keeps above every round it ever
@@ -29,7 +36,8 @@ from typing import Any
 import numpy as np
 
 from walras.allocator import rounds
-from walras.core import crd, history, model, policies, snapshot
+from walras.core import crd, filters, history, model, policies, snapshot
+from walras.core.policies.eligibility import Capacity
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +66,8 @@ class JobRound:
     node_pods: tuple[tuple[str, int], ...]  # (node, replicas on it)
     kept: bool
     preempted: bool  # it had pods that this round deletes because its slice ended
+    why: str = ""  # why a job the plan placed was left out (no eligible node had room)
+    bound: int = 0  # of its pods on these nodes, how many the snapshot shows bound already
 
     @property
     def nodes(self) -> tuple[str, ...]:
@@ -117,12 +127,14 @@ def pod_manifest(
     spec.setdefault("automountServiceAccountToken", False)
     spec.pop("nodeName", None)
     containers = [dict(c) for c in spec.get("containers") or []]
-    if containers:
+    if containers and resource_name not in job.requests:
+        # No container asks for the pool's GPUs: make the request explicit on the first one, so
+        # accounting (ours and the kubelet's) sees it on the pod itself. A template that asks in
+        # any container (or initContainer) keeps its own numbers: adding here would double them.
         first = containers[0]
         resources = dict(first.get("resources") or {})
         limits = dict(resources.get("limits") or {})
-        # Make the GPU request explicit, so capacity accounting sees it on the pod itself.
-        limits.setdefault(resource_name, str(gpus))
+        limits[resource_name] = str(gpus)
         resources["limits"] = limits
         first["resources"] = resources
         spec["containers"] = containers
@@ -228,6 +240,7 @@ def realise(
         placements = {p.job: p for p in (*plan.placements, *frozen)}
     else:
         placements = {}
+    placements, why = _enforce_filters(placements, sol, view)
 
     creates: list[PodCreate] = []
     deletes: list[PodDelete] = []
@@ -235,7 +248,7 @@ def realise(
     solved = {job.key for job in sol.jobs}
     known_nodes = {n.name for n in snap.nodes}
 
-    def why(pod: model.PodInfo, reason: str) -> PodDelete:
+    def gone(pod: model.PodInfo, reason: str) -> PodDelete:
         # A pod bound to a node that no longer exists is never confirmed deleted by a kubelet.
         gone = bool(pod.node) and pod.node not in known_nodes
         return PodDelete(pod, "NodeGone" if gone else reason)
@@ -245,8 +258,8 @@ def realise(
         pl = placements.get(r)
         if pl is None:
             preempted = any(p.phase != crd.PHASE_SUCCEEDED for p in pods)
-            deletes.extend(why(p, "SliceEnded") for p in pods)
-            jobs[job.key] = JobRound(job.key, "", "", (), False, preempted)
+            deletes.extend(gone(p, "SliceEnded") for p in pods)
+            jobs[job.key] = JobRound(job.key, "", "", (), False, preempted, why.get(r, ""))
             continue
         group = sol.groups[pl.group]
         gpu_type = sol.group_type[pl.group]
@@ -255,34 +268,24 @@ def realise(
         if pl.kept:
             keep_nodes = set(node_names)
             deletes.extend(
-                why(p, "Rescheduled") for p in pods if not _alive(p) or p.where not in keep_nodes
+                gone(p, "Rescheduled") for p in pods if not _alive(p) or p.where not in keep_nodes
             )
         else:
-            deletes.extend(why(p, "Rescheduled") for p in pods)
-            replica = 0
-            for k, count in pl.nodes:
-                pool = view.node_pool[k]
-                gpus = int(sol.gpus_per_pod[r])
-                for _ in range(count):
-                    name = pod_name(job.name, round_no, replica)
-                    manifest = pod_manifest(
-                        job,
-                        name=name,
-                        replica=replica,
-                        node=view.nodes[k].name,
-                        group=group,
-                        gpu_type=gpu_type,
-                        resource_name=pool.resource_name,
-                        gpus=gpus,
-                        round_no=round_no,
-                        fraction=float(sol.targets[r, pl.group]),
-                        price=float(sol.prices.get(gpu_type, 0.0)),
-                    )
-                    creates.append(
-                        PodCreate(job, name, replica, view.nodes[k].name, gpus, manifest)
-                    )
-                    replica += 1
-        jobs[job.key] = JobRound(job.key, group, gpu_type, node_pods, pl.kept, False)
+            deletes.extend(gone(p, "Rescheduled") for p in pods)
+            try:
+                creates.extend(
+                    _gang(job, r, pl, sol, view, group=group, gpu_type=gpu_type, round_no=round_no)
+                )
+            except (TypeError, ValueError, AttributeError) as exc:
+                # A template the shape checks let through but that cannot become a pod: this
+                # job alone is left out (its old pods are deleted above).
+                reason = f"cannot build its pods: {type(exc).__name__}: {exc}"
+                jobs[job.key] = JobRound(job.key, "", "", (), False, False, reason)
+                continue
+        bound = (
+            sum(1 for p in pods if _alive(p) and p.node and p.node in node_names) if pl.kept else 0
+        )
+        jobs[job.key] = JobRound(job.key, group, gpu_type, node_pods, pl.kept, False, "", bound)
     live_jobs = {j.key for j in snap.jobs if not j.finished}
     finished = {j.key for j in snap.jobs if j.finished}
     defects = {d.key for d in snap.defects}
@@ -295,7 +298,7 @@ def realise(
             reason = "NotSchedulable"
         else:
             reason = "JobGone"
-        deletes.extend(why(p, reason) for p in pods if not p.terminating)
+        deletes.extend(gone(p, reason) for p in pods if not p.terminating)
     # Pods stuck terminating on a node that is gone: only a forced delete removes them.
     deletes.extend(
         PodDelete(p, "NodeGone")
@@ -303,3 +306,108 @@ def realise(
         if p.terminating and p.node and p.node not in known_nodes
     )
     return Realisation(creates=tuple(creates), deletes=tuple(deletes), jobs=jobs)
+
+
+def _gang(
+    job: model.JobSpec,
+    r: int,
+    pl: rounds.JobPlacement,
+    sol: policies.Solution,
+    view: snapshot.ClusterView,
+    *,
+    group: str,
+    gpu_type: str,
+    round_no: int,
+) -> list[PodCreate]:
+    """The pods of one placed gang, replica numbers in node order."""
+    out: list[PodCreate] = []
+    replica = 0
+    gpus = int(sol.gpus_per_pod[r])
+    for k, count in pl.nodes:
+        node = view.nodes[k].name
+        for _ in range(count):
+            name = pod_name(job.name, round_no, replica)
+            manifest = pod_manifest(
+                job,
+                name=name,
+                replica=replica,
+                node=node,
+                group=group,
+                gpu_type=gpu_type,
+                resource_name=view.node_pool[k].resource_name,
+                gpus=gpus,
+                round_no=round_no,
+                fraction=float(sol.targets[r, pl.group]),
+                price=float(sol.prices.get(gpu_type, 0.0)),
+            )
+            out.append(PodCreate(job, name, replica, node, gpus, manifest))
+            replica += 1
+    return out
+
+
+def _enforce_filters(
+    placements: Mapping[int, rounds.JobPlacement],
+    sol: policies.Solution,
+    view: snapshot.ClusterView,
+) -> tuple[dict[int, rounds.JobPlacement], dict[int, str]]:
+    """The placements that pass every filter, moved within their group where they must be.
+
+    Kept gangs go first and stay (their pods are on their nodes and hold what they use), then
+    the others by job row. A placement is accepted as planned when each of its nodes passes the
+    job's filters and holds its pods next to what is accounted on it so far (foreign pods'
+    requests, then the accepted placements'); otherwise its pods are re-packed onto the group's
+    eligible nodes with room (the planned nodes first, then those holding the most pods);
+    otherwise the job is left out
+    of this round, with kube-scheduler's diagnosis as the reason.
+    """
+    capacity = Capacity(view)
+    used: dict[int, dict[str, float]] = {}
+
+    def usage(k: int) -> dict[str, float]:
+        if k not in used:
+            used[k] = dict(view.node_foreign_use[k]) if view.node_foreign_use else {}
+        return used[k]
+
+    accepted: dict[int, rounds.JobPlacement] = {}
+    why: dict[int, str] = {}
+    order = sorted(placements, key=lambda r: (not placements[r].kept, r))
+    for r in order:
+        pl = placements[r]
+        job = sol.jobs[r]
+        gpu_type = sol.group_type[pl.group]
+        fit = capacity.type_fit(job, gpu_type)
+        eligible = set(fit.nodes.tolist())
+
+        def room(k: int, job: model.JobSpec = job) -> int:
+            requests = job.pod_requests(view.node_pool[k].resource_name)
+            return filters.max_pods(requests, view.nodes[k].allocatable, usage(k))
+
+        # A kept gang's pods are on their nodes already (they hold what they use): only count it.
+        if pl.kept or all(k in eligible and room(k) >= n for k, n in pl.nodes):
+            chosen = list(pl.nodes)
+        else:
+            group_nodes = [k for k in fit.nodes.tolist() if int(sol.node_group[k]) == pl.group]
+            planned = {k for k, _ in pl.nodes}
+            candidates = sorted(group_nodes, key=lambda k: (k not in planned, -room(k), k))
+            chosen, left = [], job.replicas
+            for k in candidates:
+                take = min(room(k), left)
+                if take > 0:
+                    chosen.append((k, take))
+                    left -= take
+                if left == 0:
+                    break
+            if left > 0:
+                why[r] = (
+                    f"the gang of {job.replicas} pods does not fit on {gpu_type} nodes that "
+                    f"pass its filters this round ({fit.diagnosis.message()})"
+                )
+                continue
+            chosen.sort()
+        for k, n in chosen:
+            filters.add_usage(usage(k), job.pod_requests(view.node_pool[k].resource_name), n)
+        nodes = tuple((int(k), int(n)) for k, n in chosen)
+        accepted[r] = rounds.JobPlacement(
+            job=r, group=pl.group, nodes=nodes, kept=pl.kept and nodes == pl.nodes
+        )
+    return accepted, why

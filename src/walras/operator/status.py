@@ -41,8 +41,14 @@ def solved_job_status(
     jr: realise.JobRound,
     view: snapshot.ClusterView,
     has_run: bool,
+    bound: int | None = None,
 ) -> dict[str, Any]:
-    """Core status of a job the policy solved this round."""
+    """Core status of a job the policy solved this round.
+
+    ``bound``: how many of the job's pods are bound to their nodes now (the loop knows the
+    bindings it just made); by default the pods the snapshot already showed bound
+    (``JobRound.bound``). ``Bound`` is True only when the whole gang is.
+    """
     share = _share_by_type(sol, row)
     fair = float(sol.targets[row].sum())
     main_type = max(sorted(share), key=lambda t: share[t]) if fair > 1e-3 else ""
@@ -83,14 +89,14 @@ def solved_job_status(
                 gen,
             )
         )
-    elif fair >= 0.999:
+    elif fair >= 0.999 or jr.why:
         conds.append(
             cond.condition(
                 cond.ALLOCATED,
                 False,
                 cond.WAITING_FOR_CAPACITY,
-                f"share of {main_type} is {share.get(main_type, 0.0):.2f}{price_text}, but the "
-                "gang did not fit on free nodes this round",
+                f"share of {main_type} is {share.get(main_type, 0.0):.2f}{price_text}, but "
+                + (jr.why or "the gang did not fit on free nodes this round"),
                 gen,
             )
         )
@@ -106,14 +112,23 @@ def solved_job_status(
                 gen,
             )
         )
+    n_bound = jr.bound if bound is None else bound
+    all_bound = running and n_bound >= job.replicas
+    if all_bound:
+        bound_text = f"{job.replicas} pods bound on {', '.join(sorted(set(jr.nodes)))}"
+    elif running:
+        bound_text = (
+            f"{n_bound} of {job.replicas} pods bound; the gang binds as a whole once its nodes "
+            f"({', '.join(sorted(set(jr.nodes)))}) have room"
+        )
+    else:
+        bound_text = "no pods this round"
     conds.append(
         cond.condition(
             cond.BOUND,
-            running,
-            cond.PODS_BOUND if running else cond.NOT_RUNNING,
-            f"{job.replicas} pods on {', '.join(sorted(set(jr.nodes)))}"
-            if running
-            else "no pods this round",
+            all_bound,
+            cond.PODS_BOUND if all_bound else cond.BIND_PENDING if running else cond.NOT_RUNNING,
+            bound_text,
             gen,
         )
     )
@@ -225,31 +240,39 @@ def pool_statuses(
                 allocated[owner] += count * gpus_per_job.get(key, 1)
     out: dict[str, dict[str, Any]] = {}
     for pool in snap.pools:
+        state = view.pools.get(pool.name)
         names = view.pool_nodes.get(pool.name, ())
-        capacity = (
-            pool.capacity_override
-            if pool.capacity_override is not None
-            else sum(node_gpus[n] for n in names)
-        )
+        if state is not None:
+            capacity = state.capacity
+        elif pool.capacity_override is not None:
+            capacity = pool.capacity_override
+        else:
+            capacity = sum(node_gpus.get(n, 0) for n in names)
         alloc = allocated.get(pool.name, 0.0)
         price = sol.prices.get(pool.gpu_type, 0.0) if sol is not None else 0.0
-        ready = bool(names)
+        ready = capacity > 0 and bool(names or pool.capacity_override)
+        if ready:
+            reason, message = cond.NODES_READY, f"{len(names)} ready nodes with {capacity} GPUs"
+        elif not names:
+            reason = cond.NO_NODES
+            message = "empty: " + (
+                state.why_empty(pool)
+                if state is not None
+                else f"no ready, schedulable node matches {dict(pool.node_selector)}"
+            )
+            message += "; left out of the solve until it has capacity"
+        else:
+            reason = cond.NO_CAPACITY
+            message = (
+                f"empty: {state.why_empty(pool) if state is not None else 'no free GPUs'}; "
+                "left out of the solve until it has capacity"
+            )
         out[pool.name] = {
             "nodes": len(names),
             "capacity": int(capacity),
             "allocated": round(alloc, 3),
             "price": cond.num(price),
             "utilisation": round(alloc / capacity, 3) if capacity else 0.0,
-            "conditions": [
-                cond.condition(
-                    cond.READY,
-                    ready,
-                    cond.NODES_READY if ready else cond.NO_NODES,
-                    f"{len(names)} ready nodes with {int(capacity)} GPUs"
-                    if ready
-                    else f"no ready, schedulable node matches {dict(pool.node_selector)}",
-                    pool.generation,
-                )
-            ],
+            "conditions": [cond.condition(cond.READY, ready, reason, message, pool.generation)],
         }
     return out

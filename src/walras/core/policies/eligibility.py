@@ -1,33 +1,76 @@
 """Which GPU types (and how many pods) a job's gang can use in this round's cluster view.
 
-Called by every policy before it solves: a job that no pool can run (no type with throughput > 0,
-nodeSelector matching no node, gang larger than every pool) gets a :class:`JobIssue` instead of a
-row in the problem, so one impossible job never fails the solve for everyone.
+Called by every policy before it solves: a job that no pool can run gets a :class:`JobIssue`
+instead of a row in the problem, so one impossible job never fails the solve for everyone. A node
+can hold a job's pod only if it passes kube-scheduler's filters (``walras.core.filters``: not
+cordoned, taints tolerated, nodeSelector and required node affinity matched) and the pod's
+requests fit in its allocatable minus what foreign pods request there, resource by resource
+(GPUs of the pool's ``resourceName``, cpu, memory, hugepages, pod count). So a type is usable
+when the pods that fit on its eligible nodes, ``Σ_k min_r ⌊free_r(k) / request_r⌋``, hold the
+gang. The realiser (``walras.core.realise``) places pods under the same rules.
+
+Issues, in order: ``NoPoolForThroughput`` (no pool offers a type the job has throughput on),
+``NoCapacity`` (its pools exist but offer nothing: no ready node, all cordoned),
+a filter's reason when no node passes the filters (``NoMatchingNodes`` for nodeSelector and
+affinity, ``UntoleratedTaint``, ``NodesUnschedulable``, ``InsufficientResources``), with
+kube-scheduler's counts (``0/4 nodes are available: 4 node(s) had untolerated taint {a: b}.``),
+and ``GangTooLarge`` when nodes pass but the gang does not fit at once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
-from walras.core import model, snapshot
+from walras.core import filters, model, snapshot
 from walras.core.policies.base import JobIssue
+
+# Issue reason per filter that rejected the most nodes.
+FILTER_REASONS = {
+    filters.AFFINITY: "NoMatchingNodes",
+    filters.TAINTS: "UntoleratedTaint",
+    filters.UNSCHEDULABLE: "NodesUnschedulable",
+    filters.RESOURCES: "InsufficientResources",
+}
 
 
 def _types_text(types: Sequence[str]) -> str:
     return ", ".join(types) if types else "none"
 
 
-def _selector_matches(job: model.JobSpec, node: model.NodeInfo) -> bool:
-    return all(node.labels.get(k) == v for k, v in job.node_selector.items())
+@dataclass(frozen=True, slots=True)
+class TypeFit:
+    """One job shape on one GPU type: eligible nodes and pods per node, and why others failed."""
+
+    nodes: npt.NDArray[np.int64]  # view indices of the type's nodes that pass every filter
+    pods: npt.NDArray[np.int64]  # pods of the shape each of those nodes holds at once
+    passed_static: bool  # some node passed the placement filters (before resource fit)
+    diagnosis: filters.Diagnosis
+
+    @property
+    def total(self) -> int:
+        return int(self.pods.sum())
+
+
+def job_shape(job: model.JobSpec) -> Hashable:
+    """What the filters read of a job: jobs of one shape share every per-node answer."""
+    return (
+        tuple(sorted(job.node_selector.items())),
+        job.tolerations,
+        job.affinity,
+        tuple(sorted(job.requests.items())),
+        tuple(sorted(job.gpu_limits.items())),
+    )
 
 
 class Capacity:
-    """Per GPU type, the nodes and how many pods of a given size fit, memoised per round.
+    """Per GPU type, the nodes and how many pods of a given job shape fit, memoised per round.
 
-    Jobs mostly share a few (type, nodeSelector, GPUs per pod) combinations, so a round with
-    thousands of jobs answers each combination once instead of scanning every node per job.
+    Jobs mostly share a few shapes, so a round with thousands of jobs answers each (type, shape)
+    once instead of filtering every node per job.
     """
 
     def __init__(self, view: snapshot.ClusterView) -> None:
@@ -36,27 +79,57 @@ class Capacity:
         self.type_nodes = {
             t: np.flatnonzero(view.node_type == g) for g, t in enumerate(view.gpu_types)
         }
-        self._memo: dict[tuple[str, tuple[tuple[str, str], ...], int], tuple[bool, int]] = {}
+        self._memo: dict[tuple[str, Hashable], TypeFit] = {}
+
+    def type_fit(self, job: model.JobSpec, gpu_type: str) -> TypeFit:
+        """The filters and resource fit of ``job``'s pods on every node of ``gpu_type``."""
+        key = (gpu_type, job_shape(job))
+        found = self._memo.get(key)
+        if found is not None:
+            return found
+        view = self.view
+        diag = filters.Diagnosis()
+        nodes: list[int] = []
+        pods: list[int] = []
+        passed_static = False
+        for k in self.type_nodes.get(gpu_type, np.zeros(0, dtype=np.int64)).tolist():
+            node = view.nodes[k]
+            verdict = filters.job_placement(job, node)
+            if verdict.ok:
+                passed_static = True
+                requests = job.pod_requests(view.node_pool[k].resource_name)
+                used = view.node_foreign_use[k] if view.node_foreign_use else {}
+                count = filters.max_pods(requests, node.allocatable, used)
+                if count < 1:
+                    verdict = filters.resource_fit(requests, node.allocatable, used)
+                else:
+                    nodes.append(k)
+                    pods.append(count)
+            diag.add(verdict)
+        fit = TypeFit(
+            np.array(nodes, dtype=np.int64), np.array(pods, dtype=np.int64), passed_static, diag
+        )
+        self._memo[key] = fit
+        return fit
 
     def nodes_matching(self, job: model.JobSpec, gpu_type: str) -> list[int]:
-        return [
-            int(k)
-            for k in self.type_nodes.get(gpu_type, ())
-            if _selector_matches(job, self.view.nodes[k])
-        ]
+        """View indices of the nodes of ``gpu_type`` that can hold at least one of its pods."""
+        return [int(k) for k in self.type_fit(job, gpu_type).nodes]
 
     def fit(self, job: model.JobSpec, gpu_type: str) -> tuple[bool, int]:
-        """(some node matches the job's selector, pods of the job's size that fit at once)."""
-        nodes = self.type_nodes.get(gpu_type)
-        if nodes is None or nodes.size == 0:
-            return False, 0
-        gpp = job.gpus_per_pod(self.view.node_pool[int(nodes[0])].resource_name)
-        key = (gpu_type, tuple(sorted(job.node_selector.items())), gpp)
-        if key not in self._memo:
-            matching = self.nodes_matching(job, gpu_type)
-            pods = int((self.free[matching] // max(gpp, 1)).sum()) if matching else 0
-            self._memo[key] = (bool(matching), pods)
-        return self._memo[key]
+        """(some node passes the job's filters, pods of the job's shape that fit at once)."""
+        found = self.type_fit(job, gpu_type)
+        return found.passed_static, found.total
+
+
+def _filter_field(job: model.JobSpec, main: str) -> str:
+    if main == filters.AFFINITY:
+        if job.node_selector:
+            return "spec.template.spec.nodeSelector"
+        return "spec.template.spec.affinity"
+    if main in (filters.TAINTS, filters.UNSCHEDULABLE):
+        return "spec.template.spec.tolerations"
+    return "spec.template.spec.containers[*].resources"
 
 
 def usable_types(
@@ -67,6 +140,15 @@ def usable_types(
     positive = [t for t, a in job.throughput.items() if a > 0]
     offered = [t for t in positive if t in view.gpu_types]
     if not offered:
+        empty = [t for t in positive if t in view.empty_types]
+        if empty:
+            return {}, JobIssue(
+                job.key,
+                "spec.throughput",
+                "NoCapacity",
+                f"throughput > 0 only on {_types_text(positive)}, whose pools offer no GPUs now: "
+                + "; ".join(view.empty_types[t] for t in empty),
+            )
         return {}, JobIssue(
             job.key,
             "spec.throughput",
@@ -75,24 +157,35 @@ def usable_types(
             f"types (pools offer {_types_text(view.gpu_types)})",
         )
     usable: dict[str, bool] = {}
-    selector_ok = False
+    total = filters.Diagnosis()
+    any_node = False
     for gpu_type in offered:
-        matches, pods = capacity.fit(job, gpu_type)
-        selector_ok = selector_ok or matches
-        usable[gpu_type] = pods >= job.replicas
-    if not selector_ok:
+        found = capacity.type_fit(job, gpu_type)
+        any_node = any_node or found.nodes.size > 0
+        usable[gpu_type] = found.total >= job.replicas
+        total.nodes += found.diagnosis.nodes
+        total.available += found.diagnosis.available
+        for reason, n in found.diagnosis.counts.items():
+            total.counts[reason] = total.counts.get(reason, 0) + n
+        for name, n in found.diagnosis.filters.items():
+            total.filters[name] = total.filters.get(name, 0) + n
+    if not any_node:
+        main = total.main_filter()
         return usable, JobIssue(
             job.key,
-            "spec.template.spec.nodeSelector",
-            "NoMatchingNodes",
-            f"nodeSelector {dict(job.node_selector)} matches no node of {_types_text(offered)}",
+            _filter_field(job, main),
+            FILTER_REASONS.get(main, "NoMatchingNodes"),
+            f"on {_types_text(offered)}: {total.message()} (filter {main})",
         )
     if not any(usable.values()):
-        sizes = ", ".join(f"{t} holds {view.max_pods_on_type(t, 1)} GPUs" for t in offered)
+        sizes = ", ".join(
+            f"{t} holds {capacity.type_fit(job, t).total} of its pods" for t in offered
+        )
         return usable, JobIssue(
             job.key,
             "spec.replicas",
             "GangTooLarge",
-            f"gang of {job.replicas} pods does not fit in any pool it can use ({sizes})",
+            f"gang of {job.replicas} pods does not fit in any pool it can use ({sizes}; "
+            f"{total.message()})",
         )
     return usable, None
