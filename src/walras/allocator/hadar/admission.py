@@ -30,7 +30,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from walras.allocator.hadar.find_alloc import find_alloc
+from walras.allocator.hadar.find_alloc import States, best_in, find_alloc
 from walras.allocator.hadar.prices import price
 
 FloatArray = npt.NDArray[np.float64]
@@ -95,20 +95,24 @@ def choose(
 def _dp_table(queue: Sequence[QueueJob], free0: IntArray, market: Market) -> npt.NDArray[np.bool_]:
     """``admit[i, s]``: take queue job ``i`` at state index ``s`` (C order over ``free0 + 1``)."""
     dims = tuple(int(d) + 1 for d in free0)
-    states = np.indices(dims).reshape(len(dims), -1).T.astype(np.int64)
-    strides = np.array([int(np.prod(dims[r + 1 :])) for r in range(len(dims))], dtype=np.int64)
-    prices = market.prices(states)
-    value = np.zeros(states.shape[0])
-    admit = np.zeros((len(queue), states.shape[0]), dtype=bool)
+    grid = np.indices(dims).reshape(len(dims), -1).T.astype(np.int64)
+    states = States(grid, market.prices(grid), _strides(free0))
+    value = np.zeros(grid.shape[0])
+    index = np.arange(grid.shape[0])
+    admit = np.zeros((len(queue), grid.shape[0]), dtype=bool)
     for i in range(len(queue) - 1, -1, -1):
         q = queue[i]
-        best = find_alloc(q.speed, q.gang, states, prices, q.value)
-        after = (states - best.counts) @ strides
-        take = best.payoff + value[after]
+        best = best_in(states, q.speed, q.gang, q.value)
+        take = best.payoff + value[index - best.after]
         do = (best.payoff > 0) & (take >= value)
         admit[i] = do
         value = np.where(do, take, value)
     return admit
+
+
+def _strides(free0: IntArray) -> IntArray:
+    dims = [int(d) + 1 for d in free0]
+    return np.array([int(np.prod(dims[r + 1 :])) for r in range(len(dims))], dtype=np.int64)
 
 
 def _forward(
@@ -117,8 +121,7 @@ def _forward(
     market: Market,
     table: npt.NDArray[np.bool_] | None,
 ) -> list[Admitted]:
-    dims = [int(d) + 1 for d in free0]
-    strides = np.array([int(np.prod(dims[r + 1 :])) for r in range(len(dims))], dtype=np.int64)
+    strides = _strides(free0)
     state = free0.astype(np.int64).copy()
     out: list[Admitted] = []
     for i, q in enumerate(queue):

@@ -25,7 +25,8 @@ Preferred nodes (a job's current ones) are used first so that a job that keeps i
 its pods.
 
 Vectorised over ``S`` states (rows of ``free`` and ``prices``) because the queue DP of
-:mod:`~walras.allocator.hadar.admission` evaluates every job at every pooled state.
+:mod:`~walras.allocator.hadar.admission` evaluates every job at every pooled state; the per-state
+price order is shared by all jobs (:class:`States`).
 """
 
 from __future__ import annotations
@@ -43,13 +44,53 @@ IntArray = npt.NDArray[np.int64]
 @dataclass(frozen=True, slots=True)
 class Best:
     """Best allocation per state: ``payoff (S,)`` (``-inf`` if no gang fits), ``counts (S, T)``
-    GPUs per type, ``rate (S,)`` work/s, ``utility (S,)`` and ``cost (S,)``."""
+    GPUs per type (zeros unless asked for), ``rate (S,)`` work/s, ``utility (S,)``, ``cost (S,)``
+    and ``after (S,)``, the index of the state left behind (see :class:`States`)."""
 
     payoff: FloatArray
     counts: IntArray
     rate: FloatArray
     utility: FloatArray
     cost: FloatArray
+    after: IntArray
+
+
+class States:
+    """Pooled states shared by every job of a round: free GPUs ``(S, T)`` and their prices.
+
+    Sorting each state's allowed types by price is the same work for every job with the same
+    allowed set, so it is cached per allowed set (at most ``T! · T`` of them). ``strides (T,)``
+    numbers the states (``index = free @ strides``) for the queue DP; leave it zero otherwise.
+    Views are stored type-major, ``(n, S)``, so that sums over the few types are fast.
+    """
+
+    def __init__(self, free: IntArray, prices: FloatArray, strides: IntArray | None = None) -> None:
+        self.free = free
+        self.prices = prices
+        self.strides = np.zeros(free.shape[1], dtype=np.int64) if strides is None else strides
+        self._views: dict[tuple[int, ...], tuple[IntArray, IntArray, FloatArray, IntArray]] = {}
+
+    def view(self, allowed: tuple[int, ...]) -> tuple[IntArray, IntArray, FloatArray, IntArray]:
+        """For types ``allowed`` (fastest first), per state in the fill order (cheapest first,
+        ties faster): ``(types, free, prices, free before this position)``, each ``(n, S)``.
+        Prices of types with no free GPU are 0 here (they are never taken)."""
+        cached = self._views.get(allowed)
+        if cached is None:
+            cols = np.array(allowed, dtype=np.int64)
+            pa = self.prices[:, cols]
+            o = np.argsort(pa, axis=1, kind="stable")
+            types = cols[o]
+            fo = np.take_along_axis(self.free[:, cols], o, axis=1)
+            po = np.where(fo > 0, np.take_along_axis(pa, o, axis=1), 0.0)
+            before = np.cumsum(fo, axis=1) - fo
+            cached = (
+                np.ascontiguousarray(types.T),
+                np.ascontiguousarray(fo.T),
+                np.ascontiguousarray(po.T),
+                np.ascontiguousarray(before.T),
+            )
+            self._views[allowed] = cached
+        return cached
 
 
 def find_alloc(
@@ -59,55 +100,66 @@ def find_alloc(
     prices: FloatArray,
     value: Callable[[FloatArray], FloatArray],
 ) -> Best:
-    """Best allocation of a ``gang``-GPU job with per-type rates ``speed (T,)``.
+    """Best allocation of a ``gang``-GPU job with per-type rates ``speed (T,)``, with counts.
 
     Args:
         speed: ``throughput[j]``; 0 marks a type the job cannot use.
         gang: ``W_j``.
         free: ``(S, T)`` pooled free GPUs per type in each state.
         prices: ``(S, T)`` price of one GPU per type in each state.
-        value: utility of running at rates ``(S,)`` (restart and elapsed time included).
+        value: utility of running at rates ``(n,)`` (restart and elapsed time included).
     """
-    S, T = free.shape
+    return best_in(States(free, prices), speed, gang, value, counts=True)
+
+
+def best_in(
+    states: States,
+    speed: FloatArray,
+    gang: int,
+    value: Callable[[FloatArray], FloatArray],
+    *,
+    counts: bool = False,
+) -> Best:
+    """:func:`find_alloc` over prepared ``states``; ``counts=False`` skips building counts."""
+    S, T = states.free.shape
     order = np.argsort(-speed, kind="stable")
-    xs = speed[order]
-    fs = free[:, order]
-    ps = prices[:, order]
+    n_positive = int((speed > 0).sum())
+    # The rate is always one of the job's speeds, so the utility is needed at those rates only.
+    rates = np.unique(speed[speed > 0])
+    u_of_rate = value(rates) if rates.size else np.zeros(0)
     best_pay = np.full(S, -np.inf)
-    best_counts = np.zeros((S, T), dtype=np.int64)
     best_rate = np.zeros(S)
     best_util = np.zeros(S)
     best_cost = np.zeros(S)
-    n_positive = int((xs > 0).sum())
+    best_after = np.zeros(S, dtype=np.int64)
+    best_counts = np.zeros((T, S), dtype=np.int64)
     for n_allowed in range(1, n_positive + 1):
         # Types tied in speed form one bottleneck: allow all of them together.
-        if n_allowed < n_positive and xs[n_allowed] == xs[n_allowed - 1]:
+        if n_allowed < n_positive and speed[order[n_allowed]] == speed[order[n_allowed - 1]]:
             continue
-        pa = ps[:, :n_allowed]
-        fa = fs[:, :n_allowed]
-        o = np.argsort(pa, axis=1, kind="stable")  # columns are by speed: ties go to faster
-        fo = np.take_along_axis(fa, o, axis=1)
-        before = np.cumsum(fo, axis=1) - fo
-        take = np.clip(gang - before, 0, fo)
-        feasible = take.sum(axis=1) == gang
-        counts = np.zeros((S, n_allowed), dtype=np.int64)
-        np.put_along_axis(counts, o, take, axis=1)
-        cost = np.where(counts > 0, counts * np.where(np.isfinite(pa), pa, 0.0), 0.0).sum(axis=1)
-        rate = np.where(counts > 0, xs[:n_allowed], np.inf).min(axis=1)
-        rate = np.where(feasible, rate, 0.0)
-        util = value(np.where(feasible, rate, 1.0))
+        types, fo, po, before = states.view(tuple(int(t) for t in order[:n_allowed]))
+        take = np.minimum(np.maximum(gang - before, 0), fo)
+        feasible = before[-1] + fo[-1] >= gang
+        cost = (take * po).sum(axis=0)
+        rate = np.where(take > 0, speed[types], np.inf).min(axis=0)
+        rate = np.where(feasible, rate, rates[0])
+        util = u_of_rate[np.searchsorted(rates, rate)]
         pay = np.where(feasible, util - cost, -np.inf)
         better = pay > best_pay  # strict: on a tie the faster bottleneck (found first) stays
-        if better.any():
-            best_pay = np.where(better, pay, best_pay)
-            best_rate = np.where(better, rate, best_rate)
-            best_util = np.where(better, util, best_util)
-            best_cost = np.where(better, cost, best_cost)
-            best_counts[better, :n_allowed] = counts[better]
-            best_counts[better, n_allowed:] = 0
-    out = np.zeros_like(best_counts)
-    out[:, order] = best_counts
-    return Best(best_pay, out, best_rate, best_util, best_cost)
+        if not better.any():
+            continue
+        best_pay = np.where(better, pay, best_pay)
+        best_rate = np.where(better, rate, best_rate)
+        best_util = np.where(better, util, best_util)
+        best_cost = np.where(better, cost, best_cost)
+        after = (take * states.strides[types]).sum(axis=0)
+        best_after = np.where(better, after, best_after)
+        if counts:
+            c = np.zeros((T, S), dtype=np.int64)
+            c[types, np.arange(S)[None, :]] = take
+            best_counts = np.where(better[None, :], c, best_counts)
+    best_rate = np.where(np.isfinite(best_pay), best_rate, 0.0)
+    return Best(best_pay, best_counts.T.copy(), best_rate, best_util, best_cost, best_after)
 
 
 def layout(
