@@ -10,8 +10,10 @@ Routes:
 
 - ``GET /healthz`` – liveness: 200 ``ok`` while the event loop answers at all. A stuck loop stops
   answering, which is exactly what the kubelet's liveness probe should detect.
-- ``GET /readyz`` – readiness: 200 when ``ready()`` returns true, else 503. A ``ready`` callback
-  that raises counts as not ready (the exception text is returned, never a 500 stack trace).
+- ``GET /readyz`` – readiness: 200 when ``ready()`` returns true and the round loop is healthy
+  (:data:`ROUNDS`: fewer than ``limit`` rounds in a row failed), else 503 with the reason. A
+  ``ready`` callback that raises counts as not ready (the exception text is returned, never a
+  500 stack trace).
 - ``GET /metrics`` – the private registry ``walras.operator.metrics.REGISTRY`` in the Prometheus
   text format.
 
@@ -27,13 +29,50 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, Gauge, generate_latest
 
 from walras.operator import metrics
 
 logger = logging.getLogger(__name__)
 
 ReadyCheck = Callable[[], bool]
+
+FAILED_ROUNDS = Gauge(
+    "walras_failed_rounds_in_a_row",
+    "Scheduling rounds that failed in a row (0 after any round that succeeds).",
+    registry=metrics.REGISTRY,
+)
+
+
+class RoundHealth:
+    """Counts rounds that failed in a row; unhealthy from ``limit`` on (then /readyz is 503).
+
+    A round fails when planning or writing raises (a policy that cannot solve, a bug); one job's
+    problem never fails a round. One failed round is retried at once, so only a streak means the
+    operator is not scheduling, which is when a Service or a rollout should stop trusting it.
+    """
+
+    def __init__(self, limit: int = 3) -> None:
+        self.limit = limit
+        self.in_a_row = 0
+        self.last_error = ""
+
+    def record(self, ok: bool, error: str = "") -> bool:
+        """Count one round; True exactly when this round makes the streak reach ``limit``."""
+        self.in_a_row = 0 if ok else self.in_a_row + 1
+        self.last_error = "" if ok else error
+        FAILED_ROUNDS.set(self.in_a_row)
+        return not ok and self.in_a_row == self.limit
+
+    def problem(self) -> str | None:
+        """Why the operator is not ready, or None."""
+        if self.limit > 0 and self.in_a_row >= self.limit:
+            return f"{self.in_a_row} scheduling rounds in a row failed (last: {self.last_error})"
+        return None
+
+
+# The operator process's round health: the round loop records into it, /readyz reads it.
+ROUNDS = RoundHealth()
 
 
 @dataclass(frozen=True)
@@ -56,6 +95,9 @@ def make_app(ready: ReadyCheck) -> web.Application:
         return web.Response(text="ok\n")
 
     async def readyz(_: web.Request) -> web.Response:
+        problem = ROUNDS.problem()
+        if problem is not None:
+            return web.Response(status=503, text=f"not ready: {problem}\n")
         try:
             ok = bool(ready())
         except Exception as exc:  # any failure of the check means "not ready"

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from walras.core import conditions as cond
-from walras.core import crd, cycle, model, policies, realise, snapshot
+from walras.core import crd, cycle, filters, model, policies, realise, snapshot
 from walras.kube import writes as kubeapi
-from walras.operator import metrics, status
+from walras.operator import health, metrics, status
 
 logger = logging.getLogger("walras.operator.loop")
 
@@ -37,6 +37,8 @@ class LoopConfig:
     eps: float = 1e-3
     backend: str = "auto"
     debounce: float = 0.3
+    # /readyz turns 503 after this many failed rounds in a row (walras.operator.health.ROUNDS).
+    max_failed_rounds: int = 3
 
 
 @dataclass(slots=True)
@@ -101,7 +103,7 @@ class RoundLoop:
         self.state = cycle.CycleState()
         self.pending: dict[model.JobKey, list[_PendingBind]] = {}
         # Pods we bound that the watch has not shown bound yet: pod -> (node, gpus, when).
-        self.ledger: dict[model.JobKey, tuple[str, int, float]] = {}
+        self.ledger: dict[model.JobKey, tuple[str, dict[str, float], float]] = {}
         self.events_posted: dict[str, tuple[str, str]] = {}
         self.last_report: RoundReport | None = None
         self.last_solution: policies.Solution | None = None
@@ -189,11 +191,19 @@ class RoundLoop:
         self.round_no += 1
         report = RoundReport(round=self.round_no, incremental=incremental)
         t0 = time.perf_counter()
+        health.ROUNDS.limit = self.config.max_failed_rounds
         try:
             await self._round(report, incremental, t0)
-        except Exception:
+        except Exception as exc:
             report.errors += 1
             logger.exception("round %d failed; retrying next round", self.round_no)
+            if health.ROUNDS.record(False, f"{type(exc).__name__}: {exc}"):
+                logger.error(
+                    "%d rounds in a row failed: /readyz reports not ready until one succeeds",
+                    health.ROUNDS.in_a_row,
+                )
+        else:
+            health.ROUNDS.record(True)
         report.total = time.perf_counter() - t0
         self._observe(report)
         self.last_report = report
@@ -291,63 +301,95 @@ class RoundLoop:
         await self.bind_pending(report)
         report.binds_s = time.perf_counter() - t2
 
-    def _node_usage(self) -> dict[str, int]:
-        """GPUs in use per node: pods on it (being deleted included) and binds in flight."""
-        usage: dict[str, int] = {}
-        pools = sorted(self.store.pools.values(), key=lambda p: p.name)
-        resource: dict[str, str] = {}
-        for name, node in self.store.nodes.items():
-            pool = snapshot.node_pool(node, pools)
-            resource[name] = pool.resource_name if pool else crd.DEFAULT_RESOURCE_NAME
+    def _node_usage(self) -> dict[str, dict[str, float]]:
+        """Per node, every resource requested by the pods on it (Walras's and foreign ones, those
+        being deleted included) and by binds in flight, plus their count under ``"pods"``."""
         now = time.monotonic()
         for key, (_, _, since) in list(self.ledger.items()):
             pod = self.store.pods.get(key)
             if (pod is not None and pod.node) or (pod is None and now - since > 10.0):
                 del self.ledger[key]
-        for pod in (*self.store.pods.values(), *self.store.foreign.values()):
-            if pod.node and not pod.finished:
-                gpus = pod.requests.get(resource.get(pod.node, crd.DEFAULT_RESOURCE_NAME), 0.0)
-                usage[pod.node] = usage.get(pod.node, 0) + int(gpus)
-        for node_name, gpus_bound, _ in self.ledger.values():
-            usage[node_name] = usage.get(node_name, 0) + gpus_bound
+        usage = snapshot.node_usage([*self.store.pods.values(), *self.store.foreign.values()])
+        for node_name, requests, _ in self.ledger.values():
+            filters.add_usage(usage.setdefault(node_name, {}), requests)
         return usage
+
+    def _bound_pods(self, key: model.JobKey, jr: realise.JobRound) -> int:
+        """The job's live pods bound to this round's nodes: seen bound, or bound by us just now."""
+        nodes = set(jr.nodes)
+        count = 0
+        for pod_key, pod in self.store.pods.items():
+            if pod.job_key != key or pod.terminating or pod.finished:
+                continue
+            node = pod.node or self.ledger.get(pod_key, ("", {}, 0.0))[0]
+            count += node in nodes
+        return count
+
+    def _resource_name(self, node: model.NodeInfo) -> str:
+        pool = snapshot.node_pool(node, sorted(self.store.pools.values(), key=lambda p: p.name))
+        return pool.resource_name if pool else crd.DEFAULT_RESOURCE_NAME
 
     def _capacity(self, node_name: str) -> int:
         node = self.store.nodes.get(node_name)
         if node is None:
             return -1
-        pool = snapshot.node_pool(node, sorted(self.store.pools.values(), key=lambda p: p.name))
-        return int(node.resource(pool.resource_name if pool else crd.DEFAULT_RESOURCE_NAME))
+        return int(node.resource(self._resource_name(node)))
+
+    def _bind_requests(self, key: model.JobKey, b: _PendingBind) -> dict[str, float]:
+        """What one pending pod requests: its own spec once the watch has it, else its job's."""
+        pod = self.store.pods.get((b.namespace, b.name))
+        if pod is not None:
+            return dict(pod.requests)
+        node = self.store.nodes.get(b.node)
+        resource = self._resource_name(node) if node is not None else crd.DEFAULT_RESOURCE_NAME
+        job = self.store.jobs.get(key)
+        if isinstance(job, model.JobSpec):
+            requests = job.pod_requests(resource)
+            requests[resource] = float(b.gpus)
+            return requests
+        return {resource: float(b.gpus)}
 
     async def bind_pending(self, report: RoundReport | None = None) -> None:
-        """Bind every queued gang whose pods all fit on their nodes now."""
+        """Bind every queued gang whose pods all pass the filters on their nodes now.
+
+        The bind-time filters are the ones that change between rounds: the node exists and is
+        not cordoned (else the gang is dropped and the next round re-plans it), and every
+        resource fits next to all the pods on the node, those being deleted included (else the
+        gang waits).
+        """
         if not self.pending or not self.is_leader():
             return
         usage = self._node_usage()
-        ready: list[_PendingBind] = []
+        ready: list[tuple[_PendingBind, dict[str, float]]] = []
         for key in sorted(self.pending):
             gang = self.pending[key]
-            if any(self._capacity(b.node) < 0 for b in gang):
-                del self.pending[key]  # its node is gone; the next round re-plans the job
+            nodes = [self.store.nodes.get(b.node) for b in gang]
+            if any(n is None or not filters.unschedulable(n, ()).ok for n in nodes):
+                del self.pending[key]  # its node is gone or cordoned; the next round re-plans
                 continue
-            need: dict[str, int] = {}
-            for b in gang:
-                need[b.node] = need.get(b.node, 0) + b.gpus
-            if all(usage.get(n, 0) + g <= self._capacity(n) for n, g in need.items()):
-                for n, g in need.items():
-                    usage[n] = usage.get(n, 0) + g
-                ready.extend(gang)
+            wanted = [(b, self._bind_requests(key, b)) for b in gang]
+            trial = {n: dict(usage.get(n, {})) for n in {b.node for b in gang}}
+            fits = True
+            for b, requests in wanted:
+                node = self.store.nodes[b.node]
+                if not filters.resource_fit(requests, node.allocatable, trial[b.node]).ok:
+                    fits = False
+                    break
+                filters.add_usage(trial[b.node], requests)
+            if fits:
+                usage.update(trial)
+                ready.extend(wanted)
                 del self.pending[key]
         if not ready:
             return
         results = await kubeapi.gather_limited(
-            self.api.bind_pod(b.namespace, b.name, b.node) for b in ready
+            self.api.bind_pod(b.namespace, b.name, b.node) for b, _ in ready
         )
         bound = 0
-        for b, r in zip(ready, results, strict=True):
+        for (b, requests), r in zip(ready, results, strict=True):
             if r.outcome == kubeapi.Outcome.OK:
                 bound += 1
-                self.ledger[(b.namespace, b.name)] = (b.node, b.gpus, time.monotonic())
+                self.ledger[(b.namespace, b.name)] = (b.node, requests, time.monotonic())
             elif r.outcome == kubeapi.Outcome.ERROR:
                 logger.warning("bind %s/%s to %s: %s", b.namespace, b.name, b.node, r.message)
                 if report is not None:
@@ -389,7 +431,13 @@ class RoundLoop:
             jr = plan.jobs[job.key]
             hist = hists[job.key]
             core = status.solved_job_status(
-                job, r, sol, jr, view, has_run=sum(hist.received.values()) > 0
+                job,
+                r,
+                sol,
+                jr,
+                view,
+                has_run=sum(hist.received.values()) > 0,
+                bound=self._bound_pods(job.key, jr),
             )
             if core["phase"] == crd.PHASE_PENDING:
                 reason = next(
