@@ -104,6 +104,7 @@ class RoundLoop:
         self.pending: dict[model.JobKey, list[_PendingBind]] = {}
         # Pods we bound that the watch has not shown bound yet: pod -> (node, gpus, when).
         self.ledger: dict[model.JobKey, tuple[str, dict[str, float], float]] = {}
+        self._bound_index: tuple[int, dict[model.JobKey, list[str]]] = (-1, {})
         self.events_posted: dict[str, tuple[str, str]] = {}
         self.last_report: RoundReport | None = None
         self.last_solution: policies.Solution | None = None
@@ -315,15 +316,22 @@ class RoundLoop:
         return usage
 
     def _bound_pods(self, key: model.JobKey, jr: realise.JobRound) -> int:
-        """The job's live pods bound to this round's nodes: seen bound, or bound by us just now."""
+        """The job's live pods bound to this round's nodes: seen bound, or bound by us just now.
+
+        The index of bound pods per job is built once per round (the statuses come right after
+        the binds), so a round with thousands of jobs stays linear in the pods.
+        """
+        if self._bound_index[0] != self.round_no:
+            index: dict[model.JobKey, list[str]] = {}
+            for pod_key, pod in self.store.pods.items():
+                if pod.terminating or pod.finished:
+                    continue
+                node = pod.node or self.ledger.get(pod_key, ("", {}, 0.0))[0]
+                if node:
+                    index.setdefault(pod.job_key, []).append(node)
+            self._bound_index = (self.round_no, index)
         nodes = set(jr.nodes)
-        count = 0
-        for pod_key, pod in self.store.pods.items():
-            if pod.job_key != key or pod.terminating or pod.finished:
-                continue
-            node = pod.node or self.ledger.get(pod_key, ("", {}, 0.0))[0]
-            count += node in nodes
-        return count
+        return sum(n in nodes for n in self._bound_index[1].get(key, ()))
 
     def _resource_name(self, node: model.NodeInfo) -> str:
         pool = snapshot.node_pool(node, sorted(self.store.pools.values(), key=lambda p: p.name))
