@@ -11,6 +11,7 @@ from walras.cli import (  # noqa: F401  (imported for their @app.command side ef
     fairshare,
     inspect_cmd,
     operator_cmd,
+    simulate,
     solve,
 )
 from walras.cli.app import app

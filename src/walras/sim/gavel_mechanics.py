@@ -222,8 +222,8 @@ def _solve(
     cluster: Cluster,
     now: float,
 ) -> np.ndarray:
-    if idx.size == 0:
-        return np.zeros((0, len(cluster.gpu_types)))
+    # Gavel solves even with no job left (its policies return an empty allocation); calling the
+    # policy here too keeps the solve counts equal.
     remaining = workload.total_steps[idx] - np.array([ledger.steps_done[j] for j in idx.tolist()])
     view = PolicyView(
         throughputs=workload.throughputs[idx],
@@ -238,7 +238,7 @@ def _solve(
     started = time.perf_counter()
     x = policy.allocate(view)
     ledger.solve_s.append(time.perf_counter() - started)
-    return np.asarray(x, dtype=np.float64)
+    return np.asarray(x, dtype=np.float64).reshape(idx.size, len(cluster.gpu_types))
 
 
 def _schedule(

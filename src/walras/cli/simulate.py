@@ -1,0 +1,234 @@
+"""``walras simulate TRACE``: replay a Gavel trace under a scheduling policy on a simulated cluster.
+
+Prints a summary table (or with ``--json`` one JSON object as the last stdout line) and with
+``--out DIR`` writes ``jobs.csv``, ``summary.json`` and PNG plots. ``walras simulate sweep
+SPEC.yaml`` runs policies × seeds × arrival rates in worker processes (:mod:`walras.sim.sweep`).
+Bad input exits with code 2 and one line naming the file, line, field or option; the simulator is
+imported inside the command so that ``walras --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import sys
+import time
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from walras.cli.app import app
+
+DEFAULT_CLUSTER = "v100=20,p100=20,k80=20"
+
+
+def _fail(message: str) -> typer.Exit:
+    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    return typer.Exit(code=2)
+
+
+def _window(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    a, sep, b = text.partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        return int(a), int(b)
+    except ValueError:
+        raise _fail(f"--window: expected A:B (job ids, B excluded), got {text!r}") from None
+
+
+@app.command("simulate")
+def simulate_command(
+    trace: Annotated[
+        pathlib.Path,
+        typer.Argument(help="A Gavel .trace file (10 tab-separated fields per job), or `sweep`."),
+    ],
+    spec: Annotated[
+        pathlib.Path | None,
+        typer.Argument(help="With `sweep`: the sweep's YAML spec.", show_default=False),
+    ] = None,
+    policy: Annotated[
+        str, typer.Option(help="Gavel policy name, e.g. max_min_fairness_perf, fifo.")
+    ] = "max_min_fairness_perf",
+    cluster: Annotated[
+        str, typer.Option(help="GPUs per type: v100=20,p100=20,k80=20 or Gavel's 20:20:20.")
+    ] = DEFAULT_CLUSTER,
+    gpus_per_node: Annotated[
+        str, typer.Option(help="GPUs per node: 4, or v100=4,p100=4,k80=8, or 4:4:8.")
+    ] = "1",
+    throughputs: Annotated[
+        pathlib.Path | None,
+        typer.Option(help="Gavel simulation_throughputs.json (default: the shipped copy)."),
+    ] = None,
+    semantics: Annotated[str, typer.Option(help="Round mechanics: gavel.")] = "gavel",
+    round_seconds: Annotated[float, typer.Option(help="Round length (s).")] = 360.0,
+    restart_seconds: Annotated[
+        float, typer.Option(help="Seconds a job loses in a round when its GPUs change.")
+    ] = 0.0,
+    seed: Annotated[int, typer.Option(help="Seed (Gavel's type shuffle, agnostic FIFO).")] = 0,
+    window: Annotated[
+        str | None, typer.Option(help="A:B: also report mean JCT of job ids A..B-1.")
+    ] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    out: Annotated[
+        pathlib.Path | None, typer.Option(help="Write jobs.csv, summary.json and PNG plots here.")
+    ] = None,
+    workers: Annotated[int, typer.Option(help="Sweep only: worker processes.")] = 2,
+) -> None:
+    """Simulate a trace under a policy (or `walras simulate sweep SPEC.yaml`)."""
+    from walras.sim.errors import SimInputError, SimulationStuckError
+
+    if str(trace) == "sweep" and not trace.exists():
+        if spec is None:
+            raise _fail("usage: walras simulate sweep SPEC.yaml")
+        _sweep(spec, out, workers, json_output)
+        return
+    if spec is not None:
+        raise _fail(f"unexpected extra argument {str(spec)!r} (only `sweep` takes a spec)")
+    try:
+        result = _run(
+            trace,
+            policy=policy,
+            cluster=cluster,
+            gpus_per_node=gpus_per_node,
+            throughputs=throughputs,
+            semantics=semantics,
+            round_seconds=round_seconds,
+            restart_seconds=restart_seconds,
+            seed=seed,
+            window=_window(window),
+            progress=not json_output and sys.stderr.isatty(),
+        )
+    except (SimInputError, SimulationStuckError) as exc:
+        raise _fail(str(exc)) from exc
+    if out is not None:
+        from walras.sim.report import write_outputs
+
+        written = write_outputs(result, out)
+        Console(stderr=True).print(f"wrote {len(written)} files to {out}")
+    if json_output:
+        print(json.dumps(result.summary()))
+        return
+    _print_summary(result)
+
+
+def _run(trace: pathlib.Path, *, progress: bool, **kw: Any) -> Any:
+    from walras.allocator.errors import InvalidProblem
+    from walras.sim import engine
+    from walras.sim.config import SimConfig
+    from walras.sim.errors import SimInputError
+    from walras.sim.policies import GavelPolicy
+    from walras.sim.scenario import load_scenario
+
+    scenario = load_scenario(
+        trace,
+        cluster=kw["cluster"],
+        gpus_per_node=kw["gpus_per_node"],
+        throughputs=kw["throughputs"],
+    )
+    config = SimConfig(
+        round_s=kw["round_seconds"],
+        restart_s=kw["restart_seconds"],
+        seed=kw["seed"],
+        window=kw["window"],
+        semantics=kw["semantics"],
+    )
+    try:
+        policy = GavelPolicy(kw["policy"], seed=kw["seed"])
+        with _Progress(enabled=progress) as bar:
+            return engine.run(scenario.workload, scenario.cluster, policy, config, bar.update)
+    except InvalidProblem as exc:
+        raise SimInputError(f"policy {kw['policy']}: {exc}") from exc
+
+
+class _Progress:
+    """A rich progress bar on stderr that appears only once a run has lasted 2 s."""
+
+    DELAY_S = 2.0
+
+    def __init__(self, *, enabled: bool) -> None:
+        self.enabled = enabled
+        self.started = time.perf_counter()
+        self.bar: Any = None
+        self.task: Any = None
+
+    def __enter__(self) -> _Progress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+    def update(self, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        if self.bar is None:
+            if time.perf_counter() - self.started < self.DELAY_S:
+                return
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+            self.bar = Progress(
+                "jobs done",
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+                transient=True,
+            )
+            self.bar.start()
+            self.task = self.bar.add_task("simulate", total=total)
+        self.bar.update(self.task, completed=done)
+
+
+def _print_summary(result: Any) -> None:
+    s = result.summary()
+    console = Console()
+    table = Table(
+        title=f"{result.ledger.workload.source} · {result.policy} · {result.cluster.describe()}"
+    )
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+
+    def hours(x: float | None) -> str:
+        return "—" if x is None else f"{x:,.1f} s ({x / 3600:.2f} h)"
+
+    table.add_row("makespan", hours(s["makespan_s"]))
+    table.add_row("average JCT", hours(s["avg_jct_s"]))
+    for q in ("p50", "p95", "p99"):
+        table.add_row(f"JCT {q}", hours(s[f"jct_{q}_s"]))
+    if "avg_jct_window_s" in s:
+        a, b = result.config.window
+        table.add_row(f"average JCT, jobs {a}..{b - 1}", hours(s["avg_jct_window_s"]))
+    table.add_row("utilisation", f"{s['utilization']:.3f}")
+    failed = sum(result.ledger.failed)
+    table.add_row("jobs", f"{s['jobs']}" + (f" ({failed} failed)" if failed else ""))
+    table.add_row("rounds", f"{s['rounds']}")
+    table.add_row("restarts", f"{s['restarts']}")
+    if s["solve_s_mean"] is not None:
+        table.add_row(
+            "policy solves",
+            f"{len(result.ledger.solve_s)}: mean {s['solve_s_mean'] * 1e3:.1f} ms, "
+            f"p95 {s['solve_s_p95'] * 1e3:.1f} ms, max {s['solve_s_max'] * 1e3:.1f} ms",
+        )
+    table.add_row("wall time", f"{s['wall_s']:.2f} s")
+    console.print(table)
+
+
+def _sweep(spec: pathlib.Path, out: pathlib.Path | None, workers: int, json_output: bool) -> None:
+    from walras.sim.errors import SimInputError
+
+    from walras.sim import sweep
+
+    try:
+        rows = sweep.run_sweep(sweep.load_spec(spec), workers=workers, out=out)
+    except SimInputError as exc:
+        raise _fail(str(exc)) from exc
+    if json_output:
+        for row in rows:
+            print(json.dumps(row))
+        return
+    sweep.print_table(rows, Console())

@@ -1,0 +1,213 @@
+"""``walras simulate sweep SPEC.yaml``: policies × seeds × arrival rates × restart costs.
+
+Spec (YAML; paths relative to the spec file)::
+
+    trace: ../data/static_multi_seed0_n480.trace
+    cluster: v100=20,p100=20,k80=20
+    gpus_per_node: "4"
+    policies: [max_min_fairness_perf, fifo_perf]
+    seeds: [0, 1]
+    arrival_rates: [null, 2.0]     # jobs/hour; null keeps the trace's arrival times
+    restart_seconds: [0, 10]       # a number or a list
+    round_seconds: 360
+    window: "0:100"                # optional, as --window
+
+A number in ``arrival_rates`` replaces the trace's arrival times by Gavel's Poisson stream at
+that rate for the run's seed (:func:`walras.sim.arrivals.poisson_arrivals`). Every combination runs
+in its own worker process (:class:`concurrent.futures.ProcessPoolExecutor`); the results come back
+in spec order, one row per run, and with ``out`` go to ``sweep.csv`` and ``sweep.png``.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import itertools
+import pathlib
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from walras.sim.errors import SimInputError
+
+ROW_KEYS = ("policy", "seed", "arrival_rate", "restart_s")
+
+
+@dataclass(frozen=True, slots=True)
+class SweepSpec:
+    trace: pathlib.Path
+    cluster: str
+    gpus_per_node: str
+    throughputs: pathlib.Path | None
+    policies: tuple[str, ...]
+    seeds: tuple[int, ...]
+    arrival_rates: tuple[float | None, ...]
+    restart_seconds: tuple[float, ...]
+    round_seconds: float
+    window: tuple[int, int] | None
+
+
+def load_spec(path: pathlib.Path) -> SweepSpec:
+    """Read and check a sweep spec; errors name the key."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise SimInputError(f"cannot read sweep spec {path}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise SimInputError(f"{path.name}: expected a mapping of keys")
+    known = {f.name for f in dataclasses.fields(SweepSpec)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise SimInputError(f"{path.name}: unknown key(s) {', '.join(unknown)}")
+    if "trace" not in data or "policies" not in data:
+        raise SimInputError(f"{path.name}: 'trace' and 'policies' are required")
+    base = path.parent
+
+    def many(key: str, default: list[Any]) -> list[Any]:
+        value = data.get(key, default)
+        return list(value) if isinstance(value, list) else [value]
+
+    window = data.get("window")
+    win: tuple[int, int] | None = None
+    if window is not None:
+        a, _, b = str(window).partition(":")
+        try:
+            win = (int(a), int(b))
+        except ValueError:
+            raise SimInputError(f"{path.name}: window: expected 'A:B', got {window!r}") from None
+    try:
+        return SweepSpec(
+            trace=base / str(data["trace"]),
+            cluster=str(data.get("cluster", "v100=20,p100=20,k80=20")),
+            gpus_per_node=str(data.get("gpus_per_node", "1")),
+            throughputs=base / str(data["throughputs"]) if data.get("throughputs") else None,
+            policies=tuple(str(p) for p in many("policies", [])),
+            seeds=tuple(int(s) for s in many("seeds", [0])),
+            arrival_rates=tuple(
+                None if r is None else float(r) for r in many("arrival_rates", [None])
+            ),
+            restart_seconds=tuple(float(x) for x in many("restart_seconds", [0.0])),
+            round_seconds=float(data.get("round_seconds", 360.0)),
+            window=win,
+        )
+    except (TypeError, ValueError) as exc:
+        raise SimInputError(f"{path.name}: {exc}") from exc
+
+
+def runs(spec: SweepSpec) -> list[tuple[str, int, float | None, float]]:
+    """Every (policy, seed, arrival rate, restart cost), in spec order."""
+    return list(
+        itertools.product(spec.policies, spec.seeds, spec.arrival_rates, spec.restart_seconds)
+    )
+
+
+def run_one(spec: SweepSpec, combo: tuple[str, int, float | None, float]) -> dict[str, Any]:
+    """One run of the sweep (executed in a worker process)."""
+    import numpy as np
+
+    from walras.allocator.errors import InvalidProblem
+    from walras.sim import engine
+    from walras.sim.arrivals import poisson_arrivals
+    from walras.sim.config import SimConfig
+    from walras.sim.policies import GavelPolicy
+    from walras.sim.scenario import load_scenario
+
+    policy, seed, rate, restart = combo
+    scenario = load_scenario(
+        spec.trace,
+        cluster=spec.cluster,
+        gpus_per_node=spec.gpus_per_node,
+        throughputs=spec.throughputs,
+    )
+    workload = scenario.workload
+    if rate is not None:
+        arrivals = poisson_arrivals(workload.n_jobs, rate, seed)
+        workload = dataclasses.replace(workload, arrivals=np.asarray(arrivals))
+    config = SimConfig(round_s=spec.round_seconds, restart_s=restart, seed=seed, window=spec.window)
+    try:
+        result = engine.run(workload, scenario.cluster, GavelPolicy(policy, seed=seed), config)
+    except InvalidProblem as exc:
+        raise SimInputError(f"policy {policy}: {exc}") from exc
+    return dict(zip(ROW_KEYS, combo, strict=True)) | result.summary()
+
+
+def run_sweep(
+    spec: SweepSpec, *, workers: int = 2, out: pathlib.Path | None = None
+) -> list[dict[str, Any]]:
+    """Run every combination in ``workers`` processes; rows in spec order."""
+    combos = runs(spec)
+    if not combos:
+        raise SimInputError("the sweep has no runs (empty policies, seeds or rates)")
+    if workers <= 1:
+        rows = [run_one(spec, c) for c in combos]
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            rows = list(pool.map(run_one, itertools.repeat(spec), combos))
+    if out is not None:
+        write_sweep(rows, out)
+    return rows
+
+
+def write_sweep(rows: list[dict[str, Any]], out: pathlib.Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    keys = list(rows[0])
+    with (out / "sweep.csv").open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=keys)
+        writer.writeheader()
+        writer.writerows(rows)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    labels = sorted({(r["policy"], r["restart_s"]) for r in rows})
+    rates = sorted({r["arrival_rate"] for r in rows}, key=lambda x: -1.0 if x is None else x)
+    for policy, restart in labels:
+        for ax, key in zip(axes, ("avg_jct_s", "makespan_s"), strict=True):
+            ys = []
+            for rate in rates:
+                vals = [
+                    r[key]
+                    for r in rows
+                    if (r["policy"], r["restart_s"], r["arrival_rate"]) == (policy, restart, rate)
+                    and r[key] is not None
+                ]
+                ys.append(sum(vals) / len(vals) / 3600.0 if vals else float("nan"))
+            xs = list(range(len(rates)))
+            ax.plot(xs, ys, marker="o", label=f"{policy} (X={restart:g} s)")
+    for ax, title in zip(axes, ("average JCT (h)", "makespan (h)"), strict=True):
+        ax.set_xticks(range(len(rates)))
+        ax.set_xticklabels(["trace" if r is None else f"{r:g}/h" for r in rates])
+        ax.set_xlabel("arrival rate (mean over seeds)")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.savefig(out / "sweep.png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+
+
+def print_table(rows: list[dict[str, Any]], console: Any) -> None:
+    from rich.table import Table
+
+    table = Table(title="walras simulate sweep")
+    cols = ("policy", "seed", "arrival_rate", "restart_s", "makespan_s", "avg_jct_s",
+            "jct_p99_s", "utilization", "wall_s")  # fmt: skip
+    for c in cols:
+        table.add_column(c, justify="left" if c == "policy" else "right")
+    for r in rows:
+        cells = []
+        for c in cols:
+            v = r.get(c)
+            if v is None:
+                cells.append("trace" if c == "arrival_rate" else "—")
+            elif c.endswith("_s") and c not in ("restart_s", "wall_s"):
+                cells.append(f"{v / 3600:.2f} h")
+            elif isinstance(v, float):
+                cells.append(f"{v:.3f}")
+            else:
+                cells.append(str(v))
+        table.add_row(*cells)
+    console.print(table)
