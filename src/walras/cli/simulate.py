@@ -219,9 +219,8 @@ def _print_summary(result: Any) -> None:
 
 
 def _sweep(spec: pathlib.Path, out: pathlib.Path | None, workers: int, json_output: bool) -> None:
-    from walras.sim.errors import SimInputError
-
     from walras.sim import sweep
+    from walras.sim.errors import SimInputError
 
     try:
         rows = sweep.run_sweep(sweep.load_spec(spec), workers=workers, out=out)
