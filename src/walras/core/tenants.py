@@ -4,10 +4,13 @@
 :func:`tenant_model` what the ``psdsf`` policies build from a snapshot; they are one model, so the
 agents converge to exactly the centrally computed allocation:
 
-- tenant ``n`` = ``spec.tenant`` or the namespace; resources ``M = [gpu, cpu cores, memory bytes]``;
+- tenant ``n`` = the job's namespace, or the ``Tenant`` listing it (``walras.core.governance``;
+  ``spec.tenant`` is ignored); resources ``M = [gpu, cpu cores, memory bytes]``;
 - ``d_n`` = elementwise max of the tenant's active jobs' per-pod requests;
-- ``φ_n`` = max ``utility.weight``; cap ``D_n`` = Σ replicas of its active jobs, expressed in work
-  units as the GPU extension requires (``fairness.FairnessProblem.cap``): each replica counted at
+- ``φ_n`` = the tenant's weight ``W_n`` set by an admin (``Tenant.spec.weight``, default 1); what
+  users write in their jobs' ``utility.weight`` never changes it;
+- cap ``D_n`` = Σ replicas of its active jobs, expressed in work units as the GPU extension
+  requires (``fairness.FairnessProblem.cap``): each replica counted at
   its job's best throughput on an eligible node (Σ_j r_j · max_i a_{j,type(i)});
 - ``c_i`` = node ``i``'s allocatable ``[pool resourceName, cpu, memory]``;
 - ``δ_{n,i}`` = some job of ``n`` has throughput > 0 on ``i``'s GPU type and its template's
@@ -24,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from walras.core import model
+from walras.core import governance, model
 from walras.core.snapshot import node_pool
 
 if TYPE_CHECKING:
@@ -54,10 +57,14 @@ def tenant_model(
     jobs: Sequence[model.JobSpec],
     nodes: Sequence[model.NodeInfo],
     pools: Sequence[model.PoolSpec],
+    tenant_specs: Mapping[str, governance.TenantSpec] | None = None,
 ) -> TenantModel:
     """The PS-DSF tenant model over parsed objects (see the module docstring)."""
+    specs = tenant_specs or {}
     pools = sorted(pools, key=lambda p: p.name)
-    active = sorted((j for j in jobs if not j.finished), key=lambda j: j.key)
+    active = sorted(
+        governance.resolve([j for j in jobs if not j.finished], specs), key=lambda j: j.key
+    )
     by_tenant: dict[str, list[model.JobSpec]] = {}
     for job in active:
         by_tenant.setdefault(job.tenant, []).append(job)
@@ -85,7 +92,7 @@ def tenant_model(
             default=1,
         )
         demand[t] = [gpus, max(j.cpu for j in tjobs), max(j.memory for j in tjobs)]
-        weight[t] = max(j.utility.weight for j in tjobs)
+        weight[t] = governance.tenant_weight(tenant, specs)
         best = {j.key: 0.0 for j in tjobs}
         for k, (node, pool) in enumerate(placed):
             rates = [j.throughput.get(pool.gpu_type, 0.0) for j in tjobs]
@@ -132,15 +139,18 @@ def psdsf_problem(
     jobs: Sequence[Mapping[str, Any]],
     nodes: Sequence[Mapping[str, Any]],
     pools: Sequence[Mapping[str, Any]],
+    tenant_objs: Sequence[Mapping[str, Any]] = (),
 ) -> tuple[FairnessProblem, list[str], list[str]]:
     """PS-DSF problem over plain API dicts: ``(problem, tenant_names, node_names)``.
 
     Jobs whose spec does not parse, and finished jobs, are not active and are left out.
+    ``tenant_objs``: the cluster's ``Tenant`` objects (weights and namespace mapping).
     """
     parsed = [model.parse_job(j) for j in jobs]
     tm = tenant_model(
         [j for j in parsed if isinstance(j, model.JobSpec)],
         [model.parse_node(n) for n in nodes],
         [model.parse_pool(p) for p in pools],
+        {t.name: t for t in (governance.parse_tenant(o) for o in tenant_objs)},
     )
     return fairness_problem(tm), list(tm.tenants), list(tm.node_names)

@@ -5,6 +5,10 @@ Groups are GPU types. ``walras.allocator.pricing`` maximises ``Σ_i u_i(a_i^T x_
 ``X``, and the prices ``p`` (the marginal utility of one more GPU of each type) are shown on the
 pools and jobs. Prices are warm-started from the previous round.
 
+Weights are governed (``walras.core.governance.normalised_weights``): each job's
+``utility.weight`` is clamped to its tenant's allowed range and normalised inside the tenant, so a
+tenant's jobs together weigh what the admin set, however many there are.
+
 Jobs the allocator would reject are dropped with a :class:`JobIssue` (``pricing.screen_jobs``, or
 the solver's own ``InvalidProblem`` naming a row), and the rest are solved.
 """
@@ -18,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from walras.allocator.errors import InvalidProblem
-from walras.core import model, snapshot
+from walras.core import governance, model, snapshot
 from walras.core.policies.base import (
     FloatArray,
     JobIssue,
@@ -84,7 +88,15 @@ class PriceDiscovery:
                     A[i, g] = job.throughput.get(t, 0.0)
                 D[i, g] = job.replicas * job.gpus_per_pod(resource_of_type[g])
         kinds = [j.utility.kind for j in rows]
-        weight = np.array([j.utility.weight for j in rows], dtype=np.float64)
+        weight = np.zeros(n, dtype=np.float64)
+
+        def govern(sel: Sequence[int]) -> None:
+            # Normalised over the jobs actually solved: a dropped job's weight goes back to the
+            # rest of its tenant, so the tenant keeps its total.
+            idx = list(sel)
+            weight[idx] = governance.normalised_weights([rows[i] for i in idx], snap.tenants)
+
+        govern(range(n))
         target = np.array([j.utility.target for j in rows], dtype=np.float64)
         alpha = np.array([j.utility.alpha for j in rows], dtype=np.float64)
 
@@ -107,6 +119,7 @@ class PriceDiscovery:
                 issues.append(JobIssue(job.key, bad.field, "Unsolvable", bad.reason))
             dropped = {i.key for i in issues}
             keep = [i for i in keep if rows[i].key not in dropped]
+            govern(keep)
         solved = [rows[i] for i in keep]
         gpp = np.array(
             [max(j.gpus_per_pod(r) for r in resource_of_type) if m else 1 for j in solved],
@@ -135,6 +148,7 @@ class PriceDiscovery:
                 job = rows[keep[exc.index]]
                 issues.append(JobIssue(job.key, exc.field or "spec", "Unsolvable", str(exc)))
                 del keep[exc.index]
+                govern(keep)
         solved = [rows[i] for i in keep]
         gpp = np.array(
             [max(j.gpus_per_pod(r) for r in resource_of_type) if m else 1 for j in solved],
