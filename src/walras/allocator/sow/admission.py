@@ -84,31 +84,33 @@ def admit(ledger: Ledger, sow: StatementOfWork) -> tuple[Ledger, tuple[Admission
 def _check_bounds(ledger: Ledger, sow: StatementOfWork) -> None:
     p = ledger.params
     if sow.name in ledger.sows:
-        raise InvalidProblem(f"SoW {sow.name!r} was already admitted", field="name")
+        raise InvalidProblem(f"SoW {sow.name!r}: name: already admitted", field="name")
     if ledger.round_open:
         raise InvalidProblem(
-            f"SoW {sow.name!r}: round {ledger.time} is being played; admit before it", field="birth"
+            f"SoW {sow.name!r}: birth: round {ledger.time} is being played; admit before it",
+            field="birth",
         )
     if sow.birth != ledger.time:
         raise InvalidProblem(
-            f"SoW {sow.name!r}: birth {sow.birth} is not the ledger's round {ledger.time}",
+            f"SoW {sow.name!r}: birth: {sow.birth} is not the ledger's round {ledger.time}",
             field="birth",
         )
     for dem in sow.demands:
         if dem.concurrency > p.max_concurrency:
             raise InvalidProblem(
-                f"SoW {sow.name!r}: concurrency {dem.concurrency} > K = {p.max_concurrency}",
+                f"SoW {sow.name!r}: concurrency: {dem.concurrency} > K = {p.max_concurrency}",
                 field="concurrency",
             )
         longest = max(dem.duration_on(d) for d in sow.distribution.durations)
         if longest > p.max_duration:
             raise InvalidProblem(
-                f"SoW {sow.name!r}: duration {longest} on {dem.gpu_type} > D = {p.max_duration}",
+                f"SoW {sow.name!r}: distribution.durations: {longest} on {dem.gpu_type} "
+                f"> D = {p.max_duration}",
                 field="distribution.durations",
             )
     if sow.value.max_value > p.max_value:
         raise InvalidProblem(
-            f"SoW {sow.name!r}: value {sow.value.max_value} > V = {p.max_value}",
+            f"SoW {sow.name!r}: value_function: {sow.value.max_value} > V = {p.max_value}",
             field="value_function",
         )
 

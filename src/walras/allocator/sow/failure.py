@@ -187,5 +187,5 @@ def failure_table(
         fail = before[:, np.minimum(s_off, h)] | hit
         q[:, j] = fail.mean(axis=0)
     q[q < theta] = 0.0
-    q.flags.writeable = False
-    return FailureTable(gpu_type, concurrency, first_start, durs, q, m_count)
+    rows = tuple(tuple(float(x) for x in row) for row in q)
+    return FailureTable(gpu_type, concurrency, first_start, durs, rows, m_count)

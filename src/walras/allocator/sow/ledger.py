@@ -78,24 +78,29 @@ class LaunchPlan:
 class FailureTable:
     """Estimated failure probabilities ``q̂(s, k, d)`` of one job on one type (zeroed < θ).
 
-    ``q[i, j]`` is for start ``first_start + i`` and on-type duration ``durations[j]``.
+    ``q[i][j]`` is for start ``first_start + i`` and on-type duration ``durations[j]`` (tuples, so
+    that posted tables compare and hash by value; :attr:`array` is the numpy view).
     """
 
     gpu_type: str
     concurrency: int
     first_start: int
     durations: tuple[int, ...]
-    q: np.ndarray
+    q: tuple[tuple[float, ...], ...]
     samples: int
+
+    @property
+    def array(self) -> np.ndarray:
+        return np.array(self.q, dtype=np.float64).reshape(len(self.q), len(self.durations))
 
     def at(self, start: int, duration: int) -> float:
         i = start - self.first_start
-        if duration not in self.durations or not 0 <= i < self.q.shape[0]:
+        if duration not in self.durations or not 0 <= i < len(self.q):
             raise InvalidProblem(
                 f"no failure estimate for start {start}, duration {duration} on {self.gpu_type}",
                 field="start",
             )
-        return float(self.q[i, self.durations.index(duration)])
+        return self.q[i][self.durations.index(duration)]
 
 
 @dataclass(frozen=True, slots=True)

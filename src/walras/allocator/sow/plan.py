@@ -74,7 +74,7 @@ def _utilities(
     starts = arrival + np.arange(n)
     cum = menu.cumulative(arrival, arrival + n + int(durations.max()))
     q_cols = [table.durations.index(int(d)) for d in durations]
-    q = table.q[starts[:, None] - table.first_start, np.asarray(q_cols)[None, :]]
+    q = table.array[starts[:, None] - table.first_start, np.asarray(q_cols)[None, :]]
     price = concurrency * (cum[np.arange(n)[:, None] + durations[None, :]] - cum[:n, None])
     value = inst.value.values(starts[:, None] + durations[None, :] - inst.release)
     return np.asarray(((1.0 - q) * (value - price)) @ probs)

@@ -1,6 +1,6 @@
 """Seeded generator of SoW workloads (for the simulator, the tests and the benchmark).
 
-Each SoW: birth uniform in ``[0, births)``; concurrency uniform in ``1 … K``; 1-3 support
+Each SoW: birth uniform in ``[0, births)``; concurrency uniform in ``1 … K``; 1-3 distinct support
 points with arrival offset in ``0 … max_delay`` and duration in ``1 … D``, Dirichlet(1)
 probabilities rounded so they sum to exactly 1; value either a deadline (value uniform in
 ``[v_min, V]``, deadline = the point's longest duration + arrival + slack) or a linear decay
@@ -45,9 +45,11 @@ def generate(spec: WorkloadSpec, params: MechanismParams, seed: int) -> tuple[St
     for i in range(spec.sows):
         birth = int(rng.integers(0, spec.births))
         k = int(rng.integers(1, params.max_concurrency + 1))
-        n = int(rng.integers(1, spec.max_points + 1))
-        arr = rng.integers(0, spec.max_delay + 1, n)
-        dur = rng.integers(1, params.max_duration + 1, n)
+        grid = (spec.max_delay + 1) * params.max_duration
+        n = int(rng.integers(1, min(spec.max_points, grid) + 1))
+        cells = np.sort(rng.choice(grid, n, replace=False))  # distinct (arrival, duration) points
+        arr = cells // params.max_duration
+        dur = cells % params.max_duration + 1
         probs = np.round(rng.dirichlet(np.ones(n)), 6)
         probs[-1] = 1.0 - probs[:-1].sum()
         if probs[-1] < 0:  # rounding pushed the last one below 0: fall back to uniform
