@@ -12,6 +12,7 @@ simulated one).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -135,15 +136,21 @@ class Store:
         defects = sorted(
             (j for j in self.jobs.values() if isinstance(j, model.JobDefect)), key=lambda j: j.key
         )
+        # The tenant of a job is its namespace or the Tenant listing it, never its spec.tenant.
+        tenants = dict(sorted(self.tenants.items()))
+        defects = [
+            dataclasses.replace(d, tenant=governance.tenant_of(d.namespace, tenants))
+            for d in defects
+        ]
         return Snapshot(
             taken_at=now,
-            jobs=tuple(jobs),
+            jobs=governance.resolve(jobs, tenants),
             defects=tuple(defects),
             pools=tuple(sorted(self.pools.values(), key=lambda p: p.name)),
             nodes=tuple(sorted(self.nodes.values(), key=lambda n: n.name)),
             pods=tuple(sorted(self.pods.values(), key=lambda p: p.key)),
             foreign_pods=tuple(sorted(self.foreign.values(), key=lambda p: p.key)),
-            tenants=dict(sorted(self.tenants.items())),
+            tenants=tenants,
         )
 
 
