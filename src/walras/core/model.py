@@ -304,7 +304,12 @@ def _number(value: object, field: str, reason: str, low: float, high: float) -> 
     """A finite number in ``[low, high]`` (bools and strings are not numbers)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise _DefectError(field, reason, f"{value!r} is not a number")
-    x = float(value)  # int beyond float range raises OverflowError, caught by parse_job
+    try:
+        x = float(value)
+    except OverflowError:  # an int beyond float64's range
+        raise _DefectError(
+            field, reason, f"a {len(str(value))}-digit number is out of range"
+        ) from None
     if not math.isfinite(x) or not low <= x <= high:
         raise _DefectError(field, reason, f"{value!r} is not in [{low:g}, {high:g}]")
     return x
