@@ -133,7 +133,7 @@ def _keep_or_move(
     pool = pooled(inputs, free)
     prices = market.prices(pool)
     counts_now = np.bincount(inputs.node_type, weights=here, minlength=inputs.n_types)
-    cost_now = float(np.where(counts_now > 0, counts_now * prices, 0.0).sum())
+    cost_now = float((counts_now * np.where(counts_now > 0, prices, 0.0)).sum())
     tau_now = float(inputs.elapsed[j]) + float(inputs.remaining[j]) / rate_now
     keep = float(job_utility(inputs, np.array([j]), np.array([tau_now]))[0]) - cost_now
     alt = find_alloc(
