@@ -55,6 +55,7 @@ class VirtualClients:
 
     Unsplit clients appear once with fraction 1 and their own UID, in their original order;
     the halves of a split client follow in UID order at the position of that client.
+    ``uids`` is empty when the caller sharded rows without UIDs (``plan.make_plan``).
     """
 
     owner: IntArray
@@ -65,7 +66,7 @@ class VirtualClients:
     @property
     def n(self) -> int:
         """Number of virtual clients."""
-        return len(self.uids)
+        return len(self.owner)
 
 
 def split_clients(

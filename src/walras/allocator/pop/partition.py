@@ -11,6 +11,10 @@ unsigned big-endian integer. It depends on nothing but the UID (not on Python's 
 Example: ``shard_of("default/train-a", 4)`` is the same integer in every run; adding
 ``"default/train-b"`` to the list leaves it unchanged.
 
+Callers without UIDs (benchmarks, ``walras solve`` on a bare array file) shard rows by
+``splitmix64(row) mod k`` (:func:`assign_rows`), vectorised; that is stable only while the
+rows keep their order.
+
 Called by ``pop.plan`` (sharded solves) and by the scheduling core (to show a job's shard).
 """
 
@@ -48,8 +52,23 @@ def shard_of(uid: str, k: int) -> int:
 def assign_shards(uids: Sequence[str], k: int) -> IntArray:
     """``(n,)`` shard index of every UID; raises ``InvalidProblem`` on duplicate or empty UIDs."""
     k = check_k(k)
+    n = len(uids)
+    if len(set(uids)) != n or not all(isinstance(u, str) and u for u in uids):
+        _reject(uids)
+    if k == 1:
+        return np.zeros(n, dtype=np.int64)
+    # One C-level pass per UID (about 0.5 µs each): 10⁷ UIDs hash in a few seconds.
+    blake = hashlib.blake2b
+    return np.fromiter(
+        (int.from_bytes(blake(u.encode("utf-8"), digest_size=8).digest(), "big") % k for u in uids),
+        dtype=np.int64,
+        count=n,
+    )
+
+
+def _reject(uids: Sequence[str]) -> None:
+    """Raise for the first empty or repeated UID."""
     seen: dict[str, int] = {}
-    out = np.empty(len(uids), dtype=np.int64)
     for i, uid in enumerate(uids):
         if not isinstance(uid, str) or not uid:
             raise InvalidProblem(f"job {i}: UID must be a non-empty string", field="uids", index=i)
@@ -58,8 +77,20 @@ def assign_shards(uids: Sequence[str], k: int) -> IntArray:
                 f"job {i}: UID {uid!r} repeats job {seen[uid]}", field="uids", index=i
             )
         seen[uid] = i
-        out[i] = 0 if k == 1 else uid_hash(uid) % k
-    return out
+
+
+def assign_rows(n: int, k: int) -> IntArray:
+    """Shards of rows ``0..n-1`` for callers without UIDs: ``splitmix64(i) mod k``.
+
+    Vectorised (10⁷ rows in well under a second); stable only while the caller's rows are.
+    """
+    k = check_k(k)
+    with np.errstate(over="ignore"):
+        z = np.arange(n, dtype=np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    return (z % np.uint64(k)).astype(np.int64)
 
 
 def members(assignment: IntArray, k: int) -> tuple[IntArray, ...]:
@@ -68,8 +99,3 @@ def members(assignment: IntArray, k: int) -> tuple[IntArray, ...]:
     counts = np.bincount(assignment, minlength=k)
     bounds = np.concatenate([[0], np.cumsum(counts)])
     return tuple(order[bounds[s] : bounds[s + 1]].astype(np.int64) for s in range(k))
-
-
-def default_uids(n: int) -> tuple[str, ...]:
-    """Positional UIDs ``"0".."n-1"`` for callers without names (stable only while rows are)."""
-    return tuple(str(i) for i in range(n))

@@ -18,6 +18,7 @@ because the shard capacities add up to at most the full capacity.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -26,7 +27,7 @@ import numpy as np
 
 from walras.allocator.errors import InvalidProblem
 from walras.allocator.pop.clients import VirtualClients, split_clients
-from walras.allocator.pop.partition import IntArray, assign_shards, check_k, members
+from walras.allocator.pop.partition import IntArray, assign_rows, assign_shards, check_k, members
 from walras.allocator.pop.split import FloatArray, split_capacity
 
 Balance = Literal["equal", "demand"]
@@ -43,6 +44,7 @@ class Plan:
         members: per shard, the virtual client indices in it (ascending).
         capacity: ``(k, *capacity.shape)`` shard capacities.
         real_assignment: ``(n,)`` shard of each real client, ``-1`` if it was split.
+        weights: ``(k,)`` the capacity shares used; ``load``: ``(k,)`` each shard's total size.
     """
 
     k: int
@@ -51,28 +53,45 @@ class Plan:
     members: tuple[IntArray, ...]
     capacity: FloatArray
     real_assignment: IntArray
+    weights: FloatArray
+    load: FloatArray
 
 
 def make_plan(
-    uids: Sequence[str],
+    uids: Sequence[str] | None,
     capacity: Any,
     k: int,
     *,
+    n: int | None = None,
     sizes: Any = None,
     client_split: float = 0.0,
     balance: Balance = "equal",
     integral: bool | None = None,
 ) -> Plan:
-    """Partition ``uids`` and ``capacity`` into ``k`` shards (see the module docstring)."""
+    """Partition ``uids`` and ``capacity`` into ``k`` shards (see the module docstring).
+
+    Without ``uids`` (then ``n`` is required) rows are sharded by ``partition.assign_rows``
+    (vectorised; client splitting then names rows by their index).
+    """
     k = check_k(k)
-    n = len(uids)
+    if uids is None:
+        if n is None:
+            raise InvalidProblem("make_plan needs uids or n", field="uids")
+        if client_split > 0:
+            uids = tuple(str(i) for i in range(n))
+    else:
+        n = len(uids)
     if n == 0:
         raise InvalidProblem("the problem has no clients", field="uids")
     if balance not in ("equal", "demand"):
         raise InvalidProblem(f"balance must be 'equal' or 'demand', got {balance!r}")
     size = np.ones(n) if sizes is None else np.asarray(sizes, dtype=np.float64)
-    clients = split_clients(size, list(uids), client_split)
-    assignment = assign_shards(clients.uids, k)
+    if uids is None:
+        clients = VirtualClients(np.arange(n, dtype=np.int64), np.ones(n), (), 0)
+        assignment = assign_rows(n, k)
+    else:
+        clients = split_clients(size, list(uids), client_split)
+        assignment = assign_shards(clients.uids, k)
     groups = members(assignment, k)
     load = np.bincount(
         assignment, weights=size[clients.owner] * clients.fraction, minlength=k
@@ -85,4 +104,12 @@ def make_plan(
     real = np.full(n, -1, dtype=np.int64)
     whole = clients.fraction == 1.0
     real[clients.owner[whole]] = assignment[whole]
-    return Plan(k, clients, assignment, groups, caps, real)
+    return Plan(k, clients, assignment, groups, caps, real, weights, load)
+
+
+def resplit(plan: Plan, capacity: Any, *, integral: bool | None) -> Plan:
+    """``plan`` with its capacity split again (same shards and weights), e.g. in whole units."""
+    caps = split_capacity(
+        capacity, plan.k, weights=plan.weights, integral=integral, demand=plan.load
+    )
+    return dataclasses.replace(plan, capacity=caps)

@@ -20,6 +20,8 @@ Details:
 - client splitting (``client_split = t > 0``): the largest-demand jobs are split in halves
   (``pop.clients``) into virtual jobs with demand and weight ``f_v d_i``, ``f_v w_i``; the real
   job gets ``x_i = Σ_v f_v x_v``, whose utility is at least the virtual ones' sum (Jensen);
+- start prices: above 200 000 jobs every shard starts from the prices of a 50 000-job stride
+  sample of the whole problem (as the exact solver does for itself), not from eq. (17);
 - ``repair=True`` runs the price-spread repair (``pop.repair``) and reports the utility it
   recovers against plain POP.
 
@@ -41,8 +43,8 @@ from walras.allocator import pricing
 from walras.allocator.errors import InvalidProblem
 from walras.allocator.pop import repair as repair_mod
 from walras.allocator.pop.clients import merge_virtual
-from walras.allocator.pop.partition import check_k, default_uids
-from walras.allocator.pop.plan import Plan, make_plan
+from walras.allocator.pop.partition import check_k
+from walras.allocator.pop.plan import Plan, make_plan, resplit
 from walras.allocator.pop.results import (
     PopPricingResult,
     PopRun,
@@ -55,6 +57,9 @@ from walras.allocator.pop.split import FloatArray, is_integral
 from walras.allocator.pricing.backend import get_backend
 from walras.allocator.pricing.problem import KINDS, check_jobs
 from walras.allocator.pricing.utilities import UTILITIES, Params
+
+SAMPLE_MIN_JOBS = 200_000
+SAMPLE_JOBS = 50_000
 
 
 @dataclass(frozen=True)
@@ -137,7 +142,7 @@ def utility(problem: pricing.PricingProblem, t: Any) -> float:
 
 
 def _shard_problems(
-    vproblem: pricing.PricingProblem, plan: Plan, uids: Sequence[str]
+    vproblem: pricing.PricingProblem, plan: Plan, uids: Sequence[str] | None
 ) -> tuple[pricing.PricingProblem | None, ...]:
     out: list[pricing.PricingProblem | None] = []
     for s, rows in enumerate(plan.members):
@@ -150,13 +155,34 @@ def _shard_problems(
             first = issues[0]
             job = int(plan.clients.owner[rows[first.index]])
             raise InvalidProblem(
-                f"job {job} ({uids[job]!r}): {first.reason} in shard {s} of {plan.k} "
+                f"job {job}{'' if uids is None else f' ({uids[job]!r})'}: {first.reason} "
+                f"in shard {s} of {plan.k} "
                 f"(capacity {plan.capacity[s].tolist()}); use fewer shards or client_split",
                 field=first.field,
                 index=job,
             )
         out.append(sp)
     return tuple(out)
+
+
+def _sample_prices(problem: pricing.PricingProblem, eps: float, max_iter: int) -> FloatArray | None:
+    """Start prices for every shard from a stride sample (``None`` below ``SAMPLE_MIN_JOBS``).
+
+    The exact solver starts a large problem from the prices of a 50 000-job sample (capacity
+    scaled); a 1/k shard of a 10⁶-job problem is below its threshold and would start from
+    eq. (17) instead, taking 10+ iterations where the sample start takes one or two. All
+    shards share the sample's prices: each is a random 1/k of the same jobs with 1/k of R.
+    """
+    n = problem.n
+    if n < SAMPLE_MIN_JOBS:
+        return None
+    stride = math.ceil(n / SAMPLE_JOBS)
+    idx = np.arange(0, n, stride)
+    R = np.asarray(problem.capacity) * (len(idx) / n)
+    sample = problem.subset(idx, capacity=R)
+    return np.asarray(
+        pricing.solve(sample, eps=eps, max_iter=max_iter, strict=False).prices, dtype=np.float64
+    )
 
 
 def _config(
@@ -206,25 +232,26 @@ def solve_pricing(
     wall0, cpu0 = time.perf_counter(), time.process_time()
     k = check_k(k)
     n, m = problem.n, problem.m
-    ids = default_uids(n) if uids is None else tuple(uids)
-    if len(ids) != n:
+    ids = None if uids is None else tuple(uids)
+    if ids is not None and len(ids) != n:
         raise InvalidProblem(f"uids has {len(ids)} entries for {n} jobs", field="uids")
     if k == 1 and client_split == 0:
         return _exact(problem, ids, eps, max_iter, backend, strict, wall0, cpu0)
     check_jobs(problem, strict=strict)
     R = np.asarray(problem.capacity, dtype=np.float64)
     sizes = problem.demand_matrix().max(axis=1) if client_split > 0 else None
-    plan = make_plan(ids, R, k, sizes=sizes, client_split=client_split, integral=False)
+    plan = make_plan(ids, R, k, n=n, sizes=sizes, client_split=client_split, integral=False)
     active = [len(g) > 0 for g in plan.members]
     if is_integral(R) and R.min() >= sum(active):
         # Whole GPUs per shard when every shard can get at least one of every type.
-        plan = make_plan(ids, R, k, sizes=sizes, client_split=client_split, integral=True)
+        plan = resplit(plan, R, integral=True)
     vproblem = _virtual_problem(problem, plan)
     problems = _shard_problems(vproblem, plan, ids)
     opts = _Options(eps, max_iter, backend)
     live = [s for s in range(k) if active[s]]
+    warm = _sample_prices(vproblem, eps, max_iter)
     with Runner((problems, opts), len(live), workers) as runner:
-        first = runner.map(_solve_shard, [(s, None, None) for s in live])
+        first = runner.map(_solve_shard, [(s, None, warm) for s in live])
         results: list[pricing.PricingResult | None] = [None] * k
         timing: dict[int, Timed[Any]] = {}
         for s, t in zip(live, first, strict=True):
@@ -363,7 +390,7 @@ def _readonly(x: FloatArray) -> FloatArray:
 
 def _exact(
     problem: pricing.PricingProblem,
-    uids: Sequence[str],
+    uids: Sequence[str] | None,
     eps: float,
     max_iter: int,
     backend: str,
