@@ -1,6 +1,7 @@
 """kopf watch handlers: keep the in-memory indexes current and wake the round loop.
 
-``register`` attaches ``on.event`` handlers for FungibleJobs, ResourcePools, Nodes and Pods to a
+``register`` attaches ``on.event`` handlers for FungibleJobs, ResourcePools, Nodes, Pods and
+Tenants to a
 kopf registry (``walras.operator.main`` creates it). They are coroutines, so they run on the event
 loop and never race the round loop. They never call the API and never patch the object, so kopf
 writes no annotations or finalizers of its own: every write belongs to the round loop.
@@ -24,12 +25,12 @@ from typing import Any
 
 import kopf
 
-from walras.core import crd, snapshot
+from walras.core import crd, governance, snapshot
 from walras.operator import loop
 
 logger = logging.getLogger("walras.operator.handlers")
 
-KINDS = ("job", "pool", "node", "pod")
+KINDS = ("job", "pool", "node", "pod", "tenant")
 
 
 class Readiness:
@@ -86,6 +87,39 @@ def _generation(obj: Mapping[str, Any]) -> int:
     return int((obj.get("metadata") or {}).get("generation") or 0)
 
 
+def controller_uid(obj: Mapping[str, Any]) -> str:
+    """The uid of a pod's controller FungibleJob, when that is the job its label names; else ''.
+
+    Only such pods are Walras's (``walras.operator.loop``): a label alone proves nothing.
+    """
+    meta = obj.get("metadata") or {}
+    job = str((meta.get("labels") or {}).get(crd.LABEL_JOB) or "")
+    for ref in meta.get("ownerReferences") or []:
+        if not isinstance(ref, Mapping) or not ref.get("controller"):
+            continue
+        group = str(ref.get("apiVersion") or "").split("/", 1)[0]
+        if group == crd.GROUP and ref.get("kind") == crd.JOB_KIND and ref.get("name") == job:
+            return str(ref.get("uid") or "")
+    return ""
+
+
+def disrupted(obj: Mapping[str, Any]) -> bool:
+    """The pod carries ``DisruptionTarget=True`` (preempted, evicted, deleted: not a failure)."""
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if isinstance(c, Mapping) and c.get("type") == "DisruptionTarget":
+            return c.get("status") == "True"
+    return False
+
+
+def backoff_limit(obj: Mapping[str, Any]) -> int:
+    """``spec.backoffLimit`` (default 3; the schema bounds it)."""
+    value = (obj.get("spec") or {}).get("backoffLimit")
+    try:
+        return max(0, int(value)) if value is not None else 3
+    except (TypeError, ValueError):
+        return 3
+
+
 class Watcher:
     """Applies watch events to a :class:`snapshot.Store` and pokes the round loop."""
 
@@ -102,13 +136,34 @@ class Watcher:
         key = _key(obj)
         if self.readiness is not None:
             self.readiness.seen(kind, key)
+        facts = self.rounds.facts
         if etype == "DELETED":
             self.store.delete(kind, *key)
             if kind == "pod":
+                facts.owner.pop(key, None)
+                facts.disrupted.discard(key)
                 self.rounds.poke_binds()
-            if kind in ("job", "pool", "node"):
+            if kind == "job":
+                facts.backoff.pop(key, None)
+            if kind in ("job", "pool", "node", "tenant"):
                 self.rounds.poke()
             return
+        if kind == "tenant":
+            self.store.upsert(kind, obj)
+            self.rounds.poke()
+            return
+        if kind == "pod":
+            owner = controller_uid(obj)
+            if owner:
+                facts.owner[key] = owner
+            else:
+                facts.owner.pop(key, None)
+            if disrupted(obj):
+                facts.disrupted.add(key)
+            else:
+                facts.disrupted.discard(key)
+        if kind == "job":
+            facts.backoff[key] = backoff_limit(obj)
         if kind == "job":
             prev = self.store.jobs.get(key)
             self.store.upsert(kind, obj)
@@ -144,7 +199,7 @@ class Watcher:
 
 
 def register(registry: kopf.OperatorRegistry, watcher: Watcher) -> None:
-    """Attach the four watch handlers to ``registry``."""
+    """Attach the five watch handlers to ``registry``."""
 
     @kopf.on.event(crd.GROUP, crd.VERSION, crd.JOB_PLURAL, registry=registry)
     async def job_event(event: Mapping[str, Any], **_: Any) -> None:
@@ -162,7 +217,11 @@ def register(registry: kopf.OperatorRegistry, watcher: Watcher) -> None:
     async def pod_event(event: Mapping[str, Any], **_: Any) -> None:
         watcher.apply("pod", event)
 
-    _ = (job_event, pool_event, node_event, pod_event)
+    @kopf.on.event(crd.GROUP, crd.VERSION, governance.TENANT_PLURAL, registry=registry)
+    async def tenant_event(event: Mapping[str, Any], **_: Any) -> None:
+        watcher.apply("tenant", event)
+
+    _ = (job_event, pool_event, node_event, pod_event, tenant_event)
 
 
 def kinds_paths() -> dict[str, tuple[str, str]]:
@@ -172,4 +231,5 @@ def kinds_paths() -> dict[str, tuple[str, str]]:
         "pool": (f"/apis/{crd.GROUP}/{crd.VERSION}/{crd.POOL_PLURAL}", ""),
         "node": ("/api/v1/nodes", ""),
         "pod": ("/api/v1/pods", crd.LABEL_JOB),
+        "tenant": (f"/apis/{crd.GROUP}/{crd.VERSION}/{governance.TENANT_PLURAL}", ""),
     }

@@ -47,6 +47,8 @@ class _Deferred:
 
     def __init__(self) -> None:
         self.target: loop.RoundLoop | None = None
+        # Facts the handlers record before the round loop exists; the loop adopts this object.
+        self.facts = loop.Facts()
 
     def poke(self) -> None:
         if self.target is not None:
@@ -82,6 +84,7 @@ async def start_rounds(settings: kopf.OperatorSettings, **_: Any) -> None:
     if op.elector is not None:
         _TASKS.append(asyncio.create_task(op.elector.run(_STOP)))
     rounds = op.rounds
+    rounds.facts = _ROUNDS.facts
     readiness = await op.readiness()
     _WATCHER.readiness = readiness
     _ROUNDS.target = rounds

@@ -5,10 +5,29 @@ round; a job arriving or finishing (``poke``) runs an *incremental* round within
 seconds, which fills free GPUs without cutting running slices short. Between rounds it binds pods
 whose GPUs were still held by pods being deleted (``poke_binds`` on every pod deletion).
 
-A round writes only while ``is_leader()`` is true. Each write is one of: delete pod, create pod,
-bind pod (gang: all of a job's pods once they all fit on their nodes), merge-patch a status that
-changed, post an Event not posted before. The loop never raises out of a round: a failing policy
-is logged and counted, and the next round retries on a fresh snapshot.
+A round writes only while ``is_leader()`` is true, and every request is fenced again right before
+it is sent (``walras.kube.writes.Api``). Each write is one of: delete pod, create pod, bind pod,
+merge-patch a status that changed, post an Event not posted before. The loop never raises out of a
+round: a failing policy is logged and counted, and the next round retries on a fresh snapshot.
+
+Before the plan, :meth:`RoundLoop._prepare` adjusts the snapshot to what the operator knows besides
+the API objects' parsed views (:class:`Facts`, kept by the watch handlers):
+
+- **Ownership.** A pod is Walras's only if its controller ownerReference is the FungibleJob it is
+  labelled with, with that job's uid. Any other pod carrying ``walras.dev/job`` is counted as a
+  foreign pod (it uses its node's resources) and never deleted or bound; pods of a deleted job are
+  left to the garbage collector.
+- **Retries** (``spec.backoffLimit``, default 3). A pod that failed (phase Failed while not being
+  deleted, and without a ``DisruptionTarget`` condition: preemption, eviction and deletion by
+  Walras never count) is counted once, by uid, in ``status.failures``. Up to the limit the failed
+  pod is deleted and hidden from the plan, so the job's gang is simply placed again; past it the
+  job fails.
+- **Create and bind failures.** A gang is created and bound as a unit. If the API server rejects
+  one member (quota, Pod Security admission, an invalid template, a missing ServiceAccount) or a
+  member cannot be bound, the members already made are deleted, no member is bound, and the job is
+  held out of the solve (it reserves nothing) with an ``Admitted=False`` condition and one Event
+  carrying the API server's message, for a back-off that doubles from 5 s to 5 min; a new
+  ``generation`` of the job retries at once.
 """
 
 from __future__ import annotations
@@ -69,12 +88,80 @@ class RoundReport:
     prices: dict[str, float] = field(default_factory=dict)
 
 
+RETRY_FIRST_S = 5.0
+RETRY_MAX_S = 300.0
+
+
+@dataclass(slots=True)
+class Facts:
+    """What the watch handlers know of pods and jobs beyond their parsed views.
+
+    ``owner``: pod -> uid of its controller FungibleJob (only when that is the job it is labelled
+    with); ``disrupted``: pods with a ``DisruptionTarget`` condition; ``backoff``: job ->
+    ``spec.backoffLimit``.
+    """
+
+    owner: dict[model.JobKey, str] = field(default_factory=dict)
+    disrupted: set[model.JobKey] = field(default_factory=set)
+    backoff: dict[model.JobKey, int] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Blocked:
+    """A job held out of the solve after its gang could not be created or bound."""
+
+    generation: int
+    reason: str
+    message: str
+    retry_at: float
+    attempts: int
+
+
+def create_failure_reason(result: kubeapi.Result) -> str:
+    """A condition reason for an API error on pod create (the message carries the details)."""
+    text = result.message.lower()
+    if result.status == 403 and "exceeded quota" in text:
+        return "QuotaExceeded"
+    if result.status == 403 and "violates podsecurity" in text:
+        return "PodSecurityRejected"
+    if result.status == 403 and "service account" in text:
+        return "ServiceAccountMissing"
+    if result.status == 403:
+        return "CreateForbidden"
+    if result.status in (400, 422):
+        return "TemplateRejected"
+    return "PodCreateFailed"
+
+
 @dataclass(slots=True)
 class _PendingBind:
     namespace: str
     name: str
     node: str
     gpus: int
+    job: str = ""
+
+
+def _api_text(result: kubeapi.Result, pod_name: str) -> str:
+    """The API server's message without the pod's own name (so that the same rejection of a
+    later round's pod reads the same, and its Event is posted once)."""
+    text = result.message or f"HTTP {result.status}"
+    return text.replace(f'pods "{pod_name}" is ', "").replace(pod_name, "<pod>")
+
+
+def _as_defect(job: model.JobSpec, held: Blocked) -> model.JobDefect:
+    """A held-out job as the defect the status code already knows how to report."""
+    return model.JobDefect(
+        namespace=job.namespace,
+        name=job.name,
+        uid=job.uid,
+        tenant=job.tenant,
+        generation=job.generation,
+        field="spec.template",
+        reason=held.reason,
+        message=held.message,
+        status=job.status,
+    )
 
 
 class RoundLoop:
@@ -93,6 +180,16 @@ class RoundLoop:
         self.api = api
         self.config = config
         self.is_leader = is_leader
+        self.facts = Facts()
+        # Create/bind failures by job uid; pod failures counted by job uid (pod uids seen, and
+        # the count the job's status held when this process first saw it).
+        self.blocked: dict[str, Blocked] = {}
+        self.failed_pods: dict[str, set[str]] = {}
+        self.failures_base: dict[str, int] = {}
+        self.failures_written: dict[str, int] = {}
+        self._retry_deletes: list[model.PodInfo] = []
+        self._retry_events: list[tuple[model.JobSpec, str, str]] = []
+        self._held_now: dict[model.JobKey, Blocked] = {}
         self.policy = policies.create(
             config.policy,
             policies.PolicyOptions(
@@ -214,7 +311,7 @@ class RoundLoop:
 
     async def _round(self, report: RoundReport, incremental: bool, t0: float) -> None:
         now = time.time()
-        snap = self.store.freeze(now)
+        snap = self._prepare(self.store.freeze(now), now)
         planned = await asyncio.to_thread(
             cycle.plan,
             self.state,
@@ -243,64 +340,231 @@ class RoundLoop:
         report.status_s = time.perf_counter() - t4
         report.writes = time.perf_counter() - t3
 
+    # ------------------------------------------------------------------ before the plan
+
+    def owns(self, pod: model.PodInfo, job_uids: dict[model.JobKey, str]) -> bool:
+        """Walras's pod: its controller is the live FungibleJob it is labelled with (same uid)."""
+        owner = self.facts.owner.get(pod.key, "")
+        return bool(owner) and job_uids.get(pod.job_key) == owner
+
+    def _prepare(self, snap: snapshot.Snapshot, now: float) -> snapshot.Snapshot:
+        """Ownership, retries and held-out jobs applied to the snapshot (module docstring)."""
+        job_uids = {j.key: j.uid for j in snap.jobs}
+        job_uids.update({d.key: d.uid for d in snap.defects})
+        owned: list[model.PodInfo] = []
+        foreign = list(snap.foreign_pods)
+        for pod in snap.pods:
+            if self.owns(pod, job_uids):
+                owned.append(pod)
+            elif pod.node and not pod.finished:
+                foreign.append(pod)  # someone else's pod: it uses the node, we never touch it
+        # Retries: count each failed pod once; hide those within the budget and delete them.
+        by_job: dict[model.JobKey, list[model.PodInfo]] = {}
+        for pod in owned:
+            by_job.setdefault(pod.job_key, []).append(pod)
+        hidden: set[model.JobKey] = set()
+        self._retry_deletes = []
+        self._retry_events = []
+        live = set()
+        for job in snap.jobs:
+            live.add(job.uid)
+            if job.finished:
+                continue
+            if job.uid not in self.failures_base:
+                try:
+                    self.failures_base[job.uid] = max(0, int(job.status.get("failures") or 0))
+                except (TypeError, ValueError):
+                    self.failures_base[job.uid] = 0
+            seen = self.failed_pods.setdefault(job.uid, set())
+            limit = self.facts.backoff.get(job.key, 3)
+            for pod in by_job.get(job.key, []):
+                if (
+                    pod.phase != crd.PHASE_FAILED
+                    or pod.terminating
+                    or pod.key in self.facts.disrupted
+                ):
+                    continue
+                if pod.uid not in seen:
+                    seen.add(pod.uid)
+                    count = self.failures_base[job.uid] + len(seen)
+                    verdict = (
+                        f"retry {count} of {limit}" if count <= limit else "backoffLimit reached"
+                    )
+                    self._retry_events.append(
+                        (
+                            job,
+                            "PodFailed",
+                            f"pod {pod.name} failed on {pod.node or 'no node'} "
+                            f"({count} failures, backoffLimit {limit}): {verdict}",
+                        )
+                    )
+                if self.failures(job.uid) <= limit:
+                    hidden.add(pod.key)
+                    self._retry_deletes.append(pod)
+        for uid in [u for u in self.failed_pods if u not in live]:
+            del self.failed_pods[uid]
+            self.failures_base.pop(uid, None)
+            self.failures_written.pop(uid, None)
+        # Jobs whose gang could not be created or bound sit out until their retry time.
+        jobs: list[model.JobSpec] = []
+        defects = list(snap.defects)
+        for job in snap.jobs:
+            held = self.blocked.get(job.uid)
+            if held is not None and held.generation != job.generation:
+                del self.blocked[job.uid]  # the user changed the job: try it at once
+                held = None
+            if held is not None and now < held.retry_at and not job.finished:
+                defects.append(_as_defect(job, held))
+            else:
+                jobs.append(job)
+        for uid in [u for u in self.blocked if u not in live]:
+            del self.blocked[uid]
+        return dataclasses.replace(
+            snap,
+            jobs=tuple(jobs),
+            defects=tuple(sorted(defects, key=lambda d: d.key)),
+            pods=tuple(p for p in owned if p.key not in hidden),
+            foreign_pods=tuple(sorted(foreign, key=lambda p: p.key)),
+        )
+
+    def failures(self, job_uid: str) -> int:
+        """Pod failures counted for a job (its persisted count plus those seen since)."""
+        return self.failures_base.get(job_uid, 0) + len(self.failed_pods.get(job_uid, ()))
+
+    def _hold(self, job: model.JobSpec, reason: str, message: str) -> Blocked:
+        """Hold a job out of the solve after a create or bind failure (doubling back-off)."""
+        prev = self.blocked.get(job.uid)
+        attempts = prev.attempts + 1 if prev is not None else 1
+        delay = min(RETRY_FIRST_S * 2 ** (attempts - 1), RETRY_MAX_S)
+        held = Blocked(job.generation, reason, message, time.time() + delay, attempts)
+        self.blocked[job.uid] = held
+        return held
+
     # ------------------------------------------------------------------ writes
 
     async def _act(self, plan: realise.Realisation, report: RoundReport) -> None:
         t0 = time.perf_counter()
-        if plan.deletes:
+        self._held_now = {}
+        planned = {d.pod.key for d in plan.deletes}
+        deletes = [
+            *plan.deletes,
+            *(realise.PodDelete(p, "Retried") for p in self._retry_deletes if p.key not in planned),
+        ]
+        if deletes and self.is_leader():
             results = await kubeapi.gather_limited(
-                self.api.delete_pod(d.pod.namespace, d.pod.name, force=d.reason == "NodeGone")
-                for d in plan.deletes
+                self.api.delete_pod(
+                    d.pod.namespace, d.pod.name, force=d.reason == "NodeGone", uid=d.pod.uid
+                )
+                for d in deletes
             )
             report.deletes += sum(r.ok for r in results)
-            report.errors += sum(not r.ok and r.outcome != kubeapi.Outcome.GONE for r in results)
+            report.errors += sum(
+                not r.ok and r.outcome not in (kubeapi.Outcome.GONE, kubeapi.Outcome.FENCED)
+                for r in results
+            )
             preempted = sum(
-                r.ok and d.reason == "SliceEnded"
-                for d, r in zip(plan.deletes, results, strict=True)
+                r.ok and d.reason == "SliceEnded" for d, r in zip(deletes, results, strict=True)
             )
             metrics.PREEMPTIONS.inc(preempted)
-            for d in plan.deletes:
+            for d in deletes:
                 self.pending.pop(d.pod.job_key, None)
         t1 = time.perf_counter()
         report.deletes_s = t1 - t0
         by_job: dict[model.JobKey, list[realise.PodCreate]] = {}
         for c in plan.creates:
             by_job.setdefault(c.job.key, []).append(c)
-        if plan.creates:
+        if plan.creates and self.is_leader():
             results = await kubeapi.gather_limited(
                 self.api.create_pod(c.job.namespace, c.manifest) for c in plan.creates
             )
             report.creates += sum(r.outcome == kubeapi.Outcome.OK for r in results)
-            for c, r in zip(plan.creates, results, strict=True):
-                if not r.ok:
-                    report.errors += 1
-                    logger.warning("create pod %s/%s: %s", c.job.namespace, c.name, r.message)
-        # Queue the gangs: every pod of a job that the store shows unbound, plus the new ones.
+            outcome = {(c.job.key, c.name): r for c, r in zip(plan.creates, results, strict=True)}
+            await self._whole_gangs_created(by_job, outcome, report)
+        else:
+            by_job = {}
+        # Queue the gangs: this round's, and whole gangs of earlier rounds still unbound (a
+        # restarted or newly elected operator binds what its predecessor created).
         self.pending = {}
-        deleted = {d.pod.key for d in plan.deletes}
+        deleted = {d.pod.key for d in deletes}
+        job_uids = {k: j.uid for k, j in self.store.jobs.items()}
+        gangs: dict[tuple[model.JobKey, int], list[model.PodInfo]] = {}
         for pod in self.store.pods.values():
             if (
-                not pod.node
-                and pod.planned_node
-                and not pod.terminating
-                and pod.key not in deleted
-                and pod.job_key not in by_job
+                pod.terminating
+                or pod.finished
+                or pod.key in deleted
+                or pod.job_key in by_job
+                or not self.owns(pod, job_uids)
             ):
-                gpus = int(
-                    max(
-                        (v for r, v in pod.requests.items() if r not in ("cpu", "memory")),
-                        default=1,
-                    )
+                continue
+            gangs.setdefault((pod.job_key, pod.round), []).append(pod)
+        for (key, _), members in sorted(gangs.items()):
+            job = self.store.jobs.get(key)
+            unbound = [p for p in members if not p.node and p.planned_node]
+            # Only a complete gang is ever bound: a member missing means it is not one.
+            if not isinstance(job, model.JobSpec) or not unbound or len(members) != job.replicas:
+                continue
+            if job.uid in self.blocked:
+                continue
+            self.pending[key] = [
+                _PendingBind(
+                    p.namespace,
+                    p.name,
+                    p.planned_node,
+                    int(
+                        max(
+                            (v for r, v in p.requests.items() if r not in ("cpu", "memory")),
+                            default=1,
+                        )
+                    ),
+                    job=p.job,
                 )
-                self.pending.setdefault(pod.job_key, []).append(
-                    _PendingBind(pod.namespace, pod.name, pod.planned_node, gpus)
-                )
+                for p in unbound
+            ]
         for key, creates in by_job.items():
-            self.pending[key] = [_PendingBind(key[0], c.name, c.node, c.gpus) for c in creates]
+            self.pending[key] = [
+                _PendingBind(key[0], c.name, c.node, c.gpus, job=key[1]) for c in creates
+            ]
         t2 = time.perf_counter()
         report.creates_s = t2 - t1
         await self.bind_pending(report)
         report.binds_s = time.perf_counter() - t2
+
+    async def _whole_gangs_created(
+        self,
+        by_job: dict[model.JobKey, list[realise.PodCreate]],
+        outcome: dict[tuple[model.JobKey, str], kubeapi.Result],
+        report: RoundReport,
+    ) -> None:
+        """Drop every gang with a member the API server did not create: delete the members it
+        did create, and hold the job out with the API server's message. Updates ``by_job``."""
+        undo: list[realise.PodCreate] = []
+        for key in sorted(by_job):
+            creates = by_job[key]
+            failed = [(c, outcome[(key, c.name)]) for c in creates]
+            failed = [(c, r) for c, r in failed if not r.ok]
+            if not failed:
+                continue
+            del by_job[key]
+            undo.extend(c for c in creates if outcome[(key, c.name)].ok)
+            c, r = failed[0]
+            if r.outcome == kubeapi.Outcome.FENCED:
+                continue  # we lost the Lease: the new leader cleans up
+            report.errors += 1
+            message = _api_text(r, c.name)
+            held = self._hold(c.job, create_failure_reason(r), f"creating its pods: {message}")
+            self._held_now[key] = held
+            logger.warning(
+                "job %s/%s: pod %s not created (%s); %d pods of its gang removed, retry in %.0f s",
+                key[0],
+                key[1],
+                c.name,
+                message,
+                sum(outcome[(key, x.name)].ok for x in creates),
+                held.retry_at - time.time(),
+            )
+        if undo:
+            await kubeapi.gather_limited(self.api.delete_pod(c.job.namespace, c.name) for c in undo)
 
     def _node_usage(self) -> dict[str, dict[str, float]]:
         """Per node, every resource requested by the pods on it (Walras's and foreign ones, those
@@ -394,17 +658,46 @@ class RoundLoop:
             self.api.bind_pod(b.namespace, b.name, b.node) for b, _ in ready
         )
         bound = 0
+        broken: dict[model.JobKey, tuple[_PendingBind, kubeapi.Result]] = {}
+        members: dict[model.JobKey, list[_PendingBind]] = {}
         for (b, requests), r in zip(ready, results, strict=True):
-            if r.outcome == kubeapi.Outcome.OK:
+            key = (b.namespace, b.job)
+            members.setdefault(key, []).append(b)
+            # 409: the pod is bound already (an earlier attempt whose answer was lost).
+            if r.outcome in (kubeapi.Outcome.OK, kubeapi.Outcome.CONFLICT):
                 bound += 1
                 self.ledger[(b.namespace, b.name)] = (b.node, requests, time.monotonic())
-            elif r.outcome == kubeapi.Outcome.ERROR:
-                logger.warning("bind %s/%s to %s: %s", b.namespace, b.name, b.node, r.message)
-                if report is not None:
-                    report.errors += 1
+            elif key not in broken:
+                broken[key] = (b, r)
         metrics.BINDINGS.inc(bound)
         if report is not None:
             report.binds += bound
+        await self._whole_gangs_bound(broken, members, report)
+
+    async def _whole_gangs_bound(
+        self,
+        broken: dict[model.JobKey, tuple[_PendingBind, kubeapi.Result]],
+        members: dict[model.JobKey, list[_PendingBind]],
+        report: RoundReport | None,
+    ) -> None:
+        """A gang with a member that could not be bound is removed whole (bound members too),
+        and its job held out with the reason; never a partial gang past the round."""
+        undo: list[_PendingBind] = []
+        for key, (b, r) in sorted(broken.items()):
+            if r.outcome == kubeapi.Outcome.FENCED:
+                continue  # we lost the Lease: write nothing more
+            undo.extend(members[key])
+            for m in members[key]:
+                self.ledger.pop((m.namespace, m.name), None)
+            message = f"binding pod {b.name} to {b.node}: {_api_text(r, b.name)}"
+            logger.warning("job %s/%s: %s; its gang is removed", key[0], key[1], message)
+            if report is not None:
+                report.errors += 1
+            job = self.store.jobs.get(key)
+            if isinstance(job, model.JobSpec):
+                self._held_now[key] = self._hold(job, "BindFailed", message)
+        if undo:
+            await kubeapi.gather_limited(self.api.delete_pod(m.namespace, m.name) for m in undo)
 
     # ------------------------------------------------------------------ status
 
@@ -433,9 +726,36 @@ class RoundLoop:
             hist = hists.get(job.key)
             if hist is not None:
                 full.update(hist.status_fields())
+            failures = self.failures(job.uid)
+            if failures:
+                full["failures"] = failures
             patches.append((job.namespace, job.name, full))
 
+        def failures_changed(job: model.JobSpec | model.JobDefect) -> bool:
+            try:
+                return self.failures(job.uid) != int(job.status.get("failures") or 0)
+            except (TypeError, ValueError):
+                return True
+
         for r, job in enumerate(sol.jobs):
+            held = self._held_now.get(job.key)
+            if held is not None:
+                # Its gang could not be created or bound this round: nothing of it runs.
+                core = status.issue_status(
+                    job, job.tenant, "spec.template", held.reason, held.message
+                )
+                pending_reasons[held.reason] = pending_reasons.get(held.reason, 0) + 1
+                add(job, core, force=True)
+                events.append(
+                    (
+                        job,
+                        job.uid,
+                        "Warning",
+                        held.reason,
+                        cond.issue_message("spec.template", held.message),
+                    )
+                )
+                continue
             jr = plan.jobs[job.key]
             hist = hists[job.key]
             core = status.solved_job_status(
@@ -452,7 +772,9 @@ class RoundLoop:
                     c["reason"] for c in core["conditions"] if c["type"] == cond.ALLOCATED
                 )
                 pending_reasons[reason] = pending_reasons.get(reason, 0) + 1
-            add(job, core, force=False)
+            add(job, core, force=failures_changed(job))
+        for job, reason, message in self._retry_events:
+            events.append((job, job.uid, "Warning", reason, message))
         for issue in sol.issues:
             job = by_key[issue.key]
             core = status.issue_status(job, job.tenant, issue.field, issue.reason, issue.message)
@@ -487,6 +809,11 @@ class RoundLoop:
         for key, done in finished.items():
             job = by_key[key]
             phase, reason, message = done.phase, done.reason, done.message
+            if reason == cond.POD_FAILED:
+                message = (
+                    f"backoffLimit {self.facts.backoff.get(key, 3)} reached after "
+                    f"{self.failures(job.uid)} pod failures; {message}"
+                )
             add(job, status.finished_status(job, phase, reason, message), force=True)
             events.append(
                 (
