@@ -52,7 +52,7 @@ from walras.allocator.pop.results import (
     ShardReport,
     frozen,
 )
-from walras.allocator.pop.shards import Runner, Timed
+from walras.allocator.pop.shards import Runner
 from walras.allocator.pop.split import FloatArray, is_integral
 from walras.allocator.pricing.backend import get_backend
 from walras.allocator.pricing.problem import KINDS, check_jobs
@@ -253,9 +253,11 @@ def solve_pricing(
     with Runner((problems, opts), len(live), workers) as runner:
         first = runner.map(_solve_shard, [(s, None, warm) for s in live])
         results: list[pricing.PricingResult | None] = [None] * k
-        timing: dict[int, Timed[Any]] = {}
+        # Per shard: wall and CPU seconds summed over all its solves and demand passes.
+        timing = np.zeros((k, 2))
         for s, t in zip(live, first, strict=True):
-            results[s], timing[s] = t.value, t
+            results[s] = t.value
+            timing[s] += (t.wall_s, t.cpu_s)
         plain = _config(results, plan.capacity, m)
         report = None
         solves = np.ones(k)
@@ -267,6 +269,7 @@ def solve_pricing(
                 got = runner.map(_shard_demand, [(s, caps[s], p) for s in live])
                 for s, t in zip(live, got, strict=True):
                     out[s] = t.value
+                    timing[s] += (t.wall_s, t.cpu_s)
                 return out
 
             def resolve(
@@ -275,7 +278,8 @@ def solve_pricing(
                 got = runner.map(_solve_shard, [(s, caps[s], p) for s in changed])
                 new = list(base.results)
                 for s, t in zip(changed, got, strict=True):
-                    new[s], timing[s] = t.value, t
+                    new[s] = t.value
+                    timing[s] += (t.wall_s, t.cpu_s)
                 return _config(new, caps, m)
 
             floor = np.zeros((k, m))
@@ -313,7 +317,7 @@ def _merge(
     plan: Plan,
     best: repair_mod.Config,
     report: RepairReport | None,
-    timing: dict[int, Timed[Any]],
+    timing: FloatArray,
     solves: FloatArray,
     certify: bool,
     workers: int,
@@ -345,14 +349,13 @@ def _merge(
     shards = []
     for s, rows in enumerate(plan.members):
         r = best.results[s]
-        t_s = timing.get(s)
         shards.append(
             ShardReport(
                 index=s,
                 rows=len(rows),
                 capacity=frozen(best.caps[s]),
-                wall_s=0.0 if t_s is None else t_s.wall_s,
-                cpu_s=0.0 if t_s is None else t_s.cpu_s,
+                wall_s=float(timing[s, 0]),
+                cpu_s=float(timing[s, 1]),
                 certificate=0.0 if r is None else float(r.gap),
                 prices=None if r is None else frozen(r.prices),
                 converged=True if r is None else bool(r.converged),

@@ -42,7 +42,8 @@ class ShardReport:
         index: shard number ``0..k-1``.
         rows: clients (jobs, tenants, virtual clients) in the shard.
         capacity: the shard's capacity (same shape as the problem's).
-        wall_s, cpu_s: time of the shard's last solve, measured where it ran.
+        wall_s, cpu_s: time of all the shard's solves (and, with the repair, its demand
+            passes), measured where they ran.
         certificate: the shard solver's own certificate (pricing: duality gap; PS-DSF: Theorem
             1/2 violation; generic: what the caller's solver returns, ``nan`` if none).
         prices: the shard's prices (price discovery only).
