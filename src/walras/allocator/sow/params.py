@@ -24,7 +24,10 @@ Threshold ``θ``: the paper zeroes estimates below ``θ = β + ε'`` where ``β`
 the failure probability of a job facing only expected load ≤ ``C'``; its exact form is lost, and it
 is vanishing only for very large ``C/K``. Walras's default is ``θ = ε'``: an estimate below the
 sampling accuracy is statistically indistinguishable from 0. Truthfulness (Theorem 3.2) holds for
-any ``θ``; the allowance grows with ``θ + ε'`` (see :func:`truthfulness_allowance`).
+any ``θ``: a misreport gains at most ``2Δ`` with ``Δ = max_π |Û(π) − U(π)|`` (estimated vs
+true expected utility of a plan); since ``|q̂ − q| ≤ ε' + θ`` for all pairs w.p. ``≥ 1 − δ``,
+``Δ ≤ (ε' + θ)·E|v − P|`` then. (Caveat measured in ``tests/unit/test_sow.py``: without the
+duration signal, over-reporting ``k`` can also gain the expected charge of late completions.)
 """
 
 from __future__ import annotations

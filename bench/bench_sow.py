@@ -1,0 +1,126 @@
+"""Benchmark of the SoW mechanism (``walras.allocator.sow``, paper 002, ALGORITHMS.md §6).
+
+Prints one JSON line per case.
+
+``welfare`` cases: generated workloads (seeded), ``R`` realisations each. Per realisation, the
+mechanism's welfare (completed jobs' values, LIFO evictions included) is divided by the offline
+optimum in hindsight (HiGHS MILP over start times with the realised arrivals and durations).
+Reported: ``ratio_min/median/mean`` over realisations, ``ratio_of_means`` (the paper's
+``E[ALG]/E[OPT]``), and ``log_kdv = ln(KDV)``: Theorem 5.1 guarantees ``E[ALG] ≥ E[OPT] /
+O(log KDV)`` when ``C' ≥ K log₂ μ`` (``supply_sufficient``); the constant in the O is lost with
+the paper's formulas, so ``ratio_x_log = ratio_of_means · ln(KDV)`` is the number to compare
+(≥ a constant means the bound's shape holds). Also eviction/cancellation rates and revenue.
+``time_s``/``cpu_s``: one realisation's mechanism run (median); ``opt_time_s``: MILP (median).
+
+``admission`` cases: time of one ``admit`` (median and max over the run; Monte Carlo with the
+Hoeffding sample count) at a few workload sizes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import resource
+import statistics
+import sys
+import time
+
+import numpy as np
+
+from walras.allocator import sow
+
+
+def welfare_case(
+    name: str, spec: sow.WorkloadSpec, cap: int, realisations: int, seed: int = 0
+) -> dict[str, object]:
+    params = sow.MechanismParams(2, 4, 8.0, seed=seed)
+    sows = sow.generate(spec, params, seed)
+    rng = np.random.default_rng(seed)
+    ratios, alg, opt, times, cpus, opt_times = [], [], [], [], [], []
+    evicted = cancelled = jobs = completed = 0
+    revenue = 0.0
+    for _ in range(realisations):
+        real = sow.sample_realisation(sows, rng)
+        t0, c0 = time.perf_counter(), time.process_time()
+        out = sow.run_market(params, {"gpu": cap}, sows, real)
+        times.append(time.perf_counter() - t0)
+        cpus.append(time.process_time() - c0)
+        t1 = time.perf_counter()
+        best = sow.offline_optimum({"gpu": cap}, sows, real)
+        opt_times.append(time.perf_counter() - t1)
+        alg.append(out.welfare)
+        opt.append(best.welfare)
+        ratios.append(out.welfare / best.welfare if best.welfare > 0 else 1.0)
+        evicted += out.evicted
+        cancelled += out.cancelled
+        completed += out.completed
+        jobs += len(out.ledger.jobs)
+        revenue += out.revenue
+    ratio_of_means = sum(alg) / sum(opt) if sum(opt) > 0 else 1.0
+    lkdv = sow.log_kdv(params)
+    return {
+        "bench": "sow",
+        "case": f"welfare-{name}",
+        "sows": spec.sows,
+        "capacity": cap,
+        "supply_sufficient": params.supply_sufficient(cap),
+        "duration_revealed": spec.duration_revealed,
+        "realisations": realisations,
+        "ratio_min": round(min(ratios), 4),
+        "ratio_median": round(statistics.median(ratios), 4),
+        "ratio_mean": round(statistics.fmean(ratios), 4),
+        "ratio_of_means": round(ratio_of_means, 4),
+        "log_kdv": round(lkdv, 4),
+        "ratio_x_log": round(ratio_of_means * lkdv, 4),
+        "log2_mu": round(math.log2(params.price_base), 4),
+        "completed_rate": round(completed / jobs, 4),
+        "evicted_rate": round(evicted / jobs, 4),
+        "cancelled_rate": round(cancelled / jobs, 4),
+        "revenue_over_welfare": round(revenue / max(sum(alg), 1e-12), 4),
+        "time_s": round(statistics.median(times), 4),
+        "cpu_s": round(statistics.median(cpus), 4),
+        "opt_time_s": round(statistics.median(opt_times), 4),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }
+
+
+def admission_case(n_sows: int, births: int, cap: int, seed: int = 0) -> dict[str, object]:
+    params = sow.MechanismParams(2, 4, 8.0, seed=seed)
+    spec = sow.WorkloadSpec(sows=n_sows, births=births)
+    sows = sow.generate(spec, params, seed)
+    real = sow.sample_realisation(sows, np.random.default_rng(seed))
+    # The same deterministic run twice: once timed by the wall clock, once by process CPU time.
+    wall = sow.run_market(params, {"gpu": cap}, sows, real, clock=time.perf_counter)
+    cpu = sow.run_market(params, {"gpu": cap}, sows, real, clock=time.process_time)
+    return {
+        "bench": "sow",
+        "case": f"admission-{n_sows}sows-C{cap}",
+        "sows": n_sows,
+        "births": births,
+        "capacity": cap,
+        "time_s": round(statistics.median(wall.admit_seconds), 5),
+        "time_max_s": round(max(wall.admit_seconds), 5),
+        "cpu_s": round(statistics.median(cpu.admit_seconds), 5),
+        "cpu_max_s": round(max(cpu.admit_seconds), 5),
+        "admissions": len(wall.admit_seconds),
+        "welfare": round(wall.welfare, 3),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }
+
+
+def main() -> int:
+    cases = (
+        ("C20-120sows", sow.WorkloadSpec(sows=120, births=20), 20, 8),
+        ("C20-240sows", sow.WorkloadSpec(sows=240, births=20), 20, 5),
+        ("C20-120sows-revealed", sow.WorkloadSpec(120, 20, duration_revealed=True), 20, 8),
+        ("C4-30sows-undersupplied", sow.WorkloadSpec(sows=30, births=20), 4, 20),
+    )
+    for name, spec, cap, reps in cases:
+        print(json.dumps(welfare_case(name, spec, cap, reps)), flush=True)
+    for n, births, cap in ((50, 20, 20), (200, 40, 20), (800, 80, 40)):
+        print(json.dumps(admission_case(n, births, cap)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
