@@ -105,6 +105,9 @@ def simulate_command(
         )
     except (SimInputError, SimulationStuckError) as exc:
         raise _fail(str(exc)) from exc
+    except RuntimeError as exc:  # a policy's solver gave up (walras.allocator.gavel.SolverError)
+        Console(stderr=True).print(f"[bold red]error:[/] policy {policy}: {exc}", highlight=False)
+        raise typer.Exit(code=1) from exc
     if out is not None:
         from walras.sim.report import write_outputs
 

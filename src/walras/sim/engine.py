@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from walras.allocator.pricing.blas_threads import one_blas_thread
 from walras.sim import gavel_mechanics
 from walras.sim.cluster import Cluster
 from walras.sim.config import SimConfig
@@ -54,7 +55,10 @@ def run(
             raise SimInputError(f"--window: expected A:B with 0 ≤ A < B, got {a}:{b}")
     started = time.perf_counter()
     ledger = Ledger(workload, cluster.n_gpus)
-    makespan = mechanics(workload, cluster, policy, config, ledger, progress)
+    # Policies solve many small problems (3×3 blocks per job); OpenBLAS worker threads would
+    # busy-wait between them and take the CPU from the solver itself (see blas_threads).
+    with one_blas_thread():
+        makespan = mechanics(workload, cluster, policy, config, ledger, progress)
     return SimResult(
         policy=policy.name,
         config=config,
