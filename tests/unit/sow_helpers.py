@@ -21,45 +21,61 @@ from walras.allocator.sow import Admission, FailureTable, Instance, PriceMenu
 
 @dataclass(frozen=True)
 class SimJob:
-    """A job in birth order: ``k`` GPUs, arrives at ``arrival``, starts at ``start`` (or never)."""
+    """A job in birth order: ``k`` GPUs, arrives at ``arrival``, starts at ``start`` (or never).
+
+    It is active (can be cancelled or evicted) from round ``born`` on.
+    """
 
     k: int
     arrival: int
     start: int | None
     duration: int
+    born: int = 0
 
 
 def literal_lifo(jobs: Sequence[SimJob], capacity: int, first_round: int = 0) -> list[str]:
     """Fate of each job: ``"completed"``, ``"failed"`` (evicted/cancelled) or ``"not_run"``."""
+    return literal_trace(jobs, capacity, first_round)[0]
+
+
+def literal_trace(
+    jobs: Sequence[SimJob], capacity: int, first_round: int = 0, until: int | None = None
+) -> tuple[list[str], list[tuple[int, int, str]]]:
+    """Fates, and the observable events ``(round, job, event)`` of rounds before ``until``."""
     fate = ["active"] * len(jobs)
+    events: list[tuple[int, int, str]] = []
     end = max([first_round + 1] + [j.arrival + 1 for j in jobs])
     end = max([end] + [(j.start or 0) + j.duration + 1 for j in jobs])
     for tau in range(first_round, end):
+        log = until is None or tau < until
         for i, j in enumerate(jobs):
+            if j.born <= tau and j.arrival == tau and log:
+                events.append((tau, i, "arrived"))
             if fate[i] == "active" and j.start is None and j.arrival == tau:
                 fate[i] = "not_run"
 
         def running(i: int, tau: int = tau) -> bool:
             j = jobs[i]
-            return (
-                fate[i] == "active"
-                and j.start is not None
-                and j.start <= tau < j.start + j.duration
-            )
+            live = fate[i] == "active" and j.born <= tau and j.start is not None
+            return live and j.start is not None and j.start <= tau < j.start + j.duration
 
         load = sum(jobs[i].k for i in range(len(jobs)) if running(i))
         for i in range(len(jobs) - 1, -1, -1):
             if load <= capacity:
                 break
-            if fate[i] != "active":
+            if fate[i] != "active" or jobs[i].born > tau:
                 continue
             if running(i):
                 load -= jobs[i].k
             fate[i] = "failed"
+            if log:
+                events.append((tau, i, "failed"))
         for i, j in enumerate(jobs):
-            if fate[i] == "active" and j.start is not None and j.start + j.duration - 1 == tau:
+            if running(i) and j.start is not None and j.start + j.duration - 1 == tau:
                 fate[i] = "completed"
-    return fate
+                if log:
+                    events.append((tau, i, "completed"))
+    return fate, events
 
 
 def outcomes(adm: Admission) -> list[tuple[float, SimJob]]:
