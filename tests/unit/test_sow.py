@@ -636,3 +636,29 @@ def test_failure_estimates_condition_on_history(seed: int) -> None:
     print(f"seed {seed}: max |q̂ − q| = {worst:.4f}, max |posterior − prior| = {shift:.4f}")
     assert shift > 0.05, "history did not change any failure probability: vacuous instance"
     assert worst <= 0.05
+
+
+def test_lifo_per_type_spares_running_jobs_on_other_types() -> None:
+    # Two types of one GPU each. Birth order x (a), z (a), y (b), w (b, arrives late).
+    # Round 1: type a holds x and z starts: 2 > 1. LIFO: w (not started) is cancelled, y runs
+    # on b, which is not overloaded, so it stays although born after z; z is cancelled.
+    params = MechanismParams(1, 2, 6.0, mu=1.0, p_min=0.01, theta=0.6)
+    v = ValueFunction.linear(((0, 6.0), (8, 1.0)))
+
+    def one(name: str, gpu: str, dist: Distribution) -> StatementOfWork:
+        return StatementOfWork.single(name, 0, 1, v, dist, gpu_type=gpu)
+
+    ledger = Ledger.empty(params, {"a": 1, "b": 1})
+    for s in (
+        one("x", "a", Distribution.of([(0, 2, 0.5), (3, 2, 0.5)])),
+        one("z", "a", Distribution.fixed(1, 1)),
+        one("y", "b", Distribution.fixed(0, 2)),
+        one("w", "b", Distribution.fixed(5, 1)),
+    ):
+        ledger, _ = sow.admit(ledger, s)
+    assert [j.admission.plan.entries[0].start for j in ledger.jobs] == [0, 1, 0, 5]
+    ledger, r0 = sow.step(ledger, {"x#0": None, "y#0": None})
+    assert r0.started == ("x#0", "y#0")
+    ledger, r1 = sow.step(ledger, {"z#0": None}, {"x#0", "y#0"})
+    assert r1.cancelled == ("z#0", "w#0") and r1.evicted == ()
+    assert r1.completed == ("x#0", "y#0")

@@ -15,6 +15,15 @@ Modules, one concern each:
 - :mod:`.simulate`: drive a ledger over a known realisation; :mod:`.workload`: generator;
   :mod:`.offline`: the offline optimum in hindsight (HiGHS MILP).
 
+Guarantees as measured (``tests/unit/test_sow.py``, ``bench/bench_sow.py``): no misreport of
+``k``, value or distribution gains more than ``2Δ`` (Theorem 3.2 with ``Δ`` the estimation error
+of plan utilities), except one gap in the paper's argument: without the duration signal
+(``duration_revealed=False``) a plan may include outcomes that finish too late to be worth their
+price, and over-reporting ``k`` can turn those into free LIFO evictions ("insurance"; gain up to
+the expected late charge). With ``duration_revealed=True`` and a truthful value function no plan
+has such outcomes. Recurring SoWs are one job per instance (the paper's myopic agents):
+manipulation across instances of one SoW is outside the paper's guarantee.
+
 Pure: numpy and scipy only. Callers: the operator (CRD ``StatementOfWork``) and the simulator
 (policy ``sow``); both keep the :class:`Ledger` and pass it in and out.
 """
