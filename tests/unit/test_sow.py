@@ -662,3 +662,22 @@ def test_lifo_per_type_spares_running_jobs_on_other_types() -> None:
     ledger, r1 = sow.step(ledger, {"z#0": None}, {"x#0", "y#0"})
     assert r1.cancelled == ("z#0", "w#0") and r1.evicted == ()
     assert r1.completed == ("x#0", "y#0")
+
+
+@given(st.integers(0, 10_000), st.integers(1, 4), st.booleans())
+@settings(max_examples=15, deadline=None)
+def test_realised_load_never_exceeds_capacity(seed: int, cap: int, revealed: bool) -> None:
+    # Whatever the plans and realisations, LIFO keeps every round within capacity, and only
+    # completed jobs pay.
+    params = MechanismParams(K, D, V, seed=seed, theta=0.5, samples=64)
+    spec = sow.WorkloadSpec(sows=6, births=4, max_delay=2, duration_revealed=revealed)
+    sows = sow.generate(spec, params, seed)
+    real = sow.sample_realisation(sows, np.random.default_rng(seed))
+    out = sow.run_market(params, {"gpu": cap}, sows, real)
+    load = np.zeros(64)
+    for j in out.ledger.jobs:
+        if j.start is not None and j.finish is not None and j.phase is not Phase.CANCELLED:
+            load[j.start : j.finish] += j.admission.instance.demands[0].concurrency
+        if j.phase is not Phase.COMPLETED:
+            assert j.charge == 0.0
+    assert load.max() <= cap
