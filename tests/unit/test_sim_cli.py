@@ -50,6 +50,7 @@ def test_json_is_last_line_with_exact_keys() -> None:
     assert 0 < out["avg_jct_window_s"] <= out["makespan_s"]
 
 
+@pytest.mark.slow  # matplotlib renders three plots
 def test_out_dir_has_csv_and_plots(tmp_path: pathlib.Path) -> None:
     res = runner.invoke(app, _d1("--out", str(tmp_path / "run")))
     assert res.exit_code == 0, res.output

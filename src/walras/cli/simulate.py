@@ -80,7 +80,7 @@ def simulate_command(
     workers: Annotated[int, typer.Option(help="Sweep only: worker processes.")] = 2,
 ) -> None:
     """Simulate a trace under a policy (or `walras simulate sweep SPEC.yaml`)."""
-    from walras.sim.errors import SimInputError, SimulationStuckError
+    from walras.sim.errors import PolicyError, SimInputError, SimulationStuckError
 
     if str(trace) == "sweep" and not trace.exists():
         if spec is None:
@@ -105,8 +105,8 @@ def simulate_command(
         )
     except (SimInputError, SimulationStuckError) as exc:
         raise _fail(str(exc)) from exc
-    except RuntimeError as exc:  # a policy's solver gave up (walras.allocator.gavel.SolverError)
-        Console(stderr=True).print(f"[bold red]error:[/] policy {policy}: {exc}", highlight=False)
+    except PolicyError as exc:  # the policy's solver gave up: not the user's input, exit 1
+        Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False)
         raise typer.Exit(code=1) from exc
     if out is not None:
         from walras.sim.report import write_outputs

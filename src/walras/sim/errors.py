@@ -12,3 +12,7 @@ class SimInputError(ValueError):
 
 class SimulationStuckError(RuntimeError):
     """Active jobs remain but no round can ever dispatch one (the run would never end)."""
+
+
+class PolicyError(RuntimeError):
+    """The policy raised while solving; the message says when, with how many jobs, and why."""

@@ -46,7 +46,7 @@ import numpy as np
 from walras.sim.arrivals import ArrivalQueue
 from walras.sim.cluster import GAVEL_TYPES, Cluster
 from walras.sim.config import SimConfig
-from walras.sim.errors import SimulationStuckError
+from walras.sim.errors import PolicyError, SimulationStuckError
 from walras.sim.ledger import Ledger, RoundRecord
 from walras.sim.policies import Policy, PolicyView
 from walras.sim.workload import Workload
@@ -236,7 +236,13 @@ def _solve(
         type_names=cluster.gpu_types,
     )
     started = time.perf_counter()
-    x = policy.allocate(view)
+    try:
+        x = policy.allocate(view)
+    except Exception as exc:  # any solver failure ends the run with its context, not a traceback
+        raise PolicyError(
+            f"policy {policy.name} failed at t={now:.1f} s with {idx.size} active jobs: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
     ledger.solve_s.append(time.perf_counter() - started)
     return np.asarray(x, dtype=np.float64).reshape(idx.size, len(cluster.gpu_types))
 

@@ -28,7 +28,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from walras.sim.errors import SimInputError
+from walras.sim.errors import PolicyError, SimInputError
 
 ROW_KEYS = ("policy", "seed", "arrival_rate", "restart_s")
 
@@ -126,11 +126,14 @@ def run_one(spec: SweepSpec, combo: tuple[str, int, float | None, float]) -> dic
         arrivals = poisson_arrivals(workload.n_jobs, rate, seed)
         workload = dataclasses.replace(workload, arrivals=np.asarray(arrivals))
     config = SimConfig(round_s=spec.round_seconds, restart_s=restart, seed=seed, window=spec.window)
+    row: dict[str, Any] = dict(zip(ROW_KEYS, combo, strict=True))
     try:
         result = engine.run(workload, scenario.cluster, GavelPolicy(policy, seed=seed), config)
     except InvalidProblem as exc:
         raise SimInputError(f"policy {policy}: {exc}") from exc
-    return dict(zip(ROW_KEYS, combo, strict=True)) | result.summary()
+    except PolicyError as exc:  # a solver gave up on this run only: report it in its row
+        return row | {"error": str(exc)}
+    return row | result.summary()
 
 
 def run_sweep(
@@ -152,7 +155,7 @@ def run_sweep(
 
 def write_sweep(rows: list[dict[str, Any]], out: pathlib.Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    keys = list(rows[0])
+    keys = list(dict.fromkeys(k for r in rows for k in r))
     with (out / "sweep.csv").open("w", newline="", encoding="utf-8") as fh:
         writer = csv.DictWriter(fh, fieldnames=keys)
         writer.writeheader()
@@ -173,7 +176,7 @@ def write_sweep(rows: list[dict[str, Any]], out: pathlib.Path) -> None:
                     r[key]
                     for r in rows
                     if (r["policy"], r["restart_s"], r["arrival_rate"]) == (policy, restart, rate)
-                    and r[key] is not None
+                    and r.get(key) is not None
                 ]
                 ys.append(sum(vals) / len(vals) / 3600.0 if vals else float("nan"))
             xs = list(range(len(rates)))
@@ -196,12 +199,14 @@ def print_table(rows: list[dict[str, Any]], console: Any) -> None:
     cols = ("policy", "seed", "arrival_rate", "restart_s", "makespan_s", "avg_jct_s",
             "jct_p99_s", "utilization", "wall_s")  # fmt: skip
     for c in cols:
-        table.add_column(c, justify="left" if c == "policy" else "right")
+        table.add_column(c, justify="left" if c == "policy" else "right", no_wrap=c == "policy")
     for r in rows:
         cells = []
         for c in cols:
             v = r.get(c)
-            if v is None:
+            if c == "makespan_s" and "error" in r:
+                cells.append("[red]failed[/]")
+            elif v is None:
                 cells.append("trace" if c == "arrival_rate" else "—")
             elif c.endswith("_s") and c not in ("restart_s", "wall_s"):
                 cells.append(f"{v / 3600:.2f} h")
@@ -211,3 +216,6 @@ def print_table(rows: list[dict[str, Any]], console: Any) -> None:
                 cells.append(str(v))
         table.add_row(*cells)
     console.print(table)
+    for r in rows:
+        if "error" in r:
+            console.print(f"[red]failed:[/] {r['policy']} seed {r['seed']}: {r['error']}")
