@@ -378,11 +378,13 @@ class RoundLoop:
             seen = self.failed_pods.setdefault(job.uid, set())
             limit = self.facts.backoff.get(job.key, 3)
             for pod in by_job.get(job.key, []):
-                if (
-                    pod.phase != crd.PHASE_FAILED
-                    or pod.terminating
-                    or pod.key in self.facts.disrupted
-                ):
+                if pod.phase != crd.PHASE_FAILED or pod.terminating:
+                    continue
+                if pod.key in self.facts.disrupted:
+                    # Evicted or preempted: not the workload's failure. Clean it up; the gang is
+                    # placed again as after any preemption.
+                    hidden.add(pod.key)
+                    self._retry_deletes.append(pod)
                     continue
                 if pod.uid not in seen:
                     seen.add(pod.uid)
