@@ -13,7 +13,7 @@ from sim_helpers import Constant
 
 from walras.sim import engine
 from walras.sim.config import SimConfig
-from walras.sim.errors import SimInputError
+from walras.sim.errors import PolicyError, SimInputError
 from walras.sim.scenario import load_scenario
 from walras.sim.throughputs import parse_throughputs
 from walras.sim.trace import parse_trace
@@ -132,3 +132,20 @@ def test_policy_sees_remaining_steps_and_age() -> None:
     assert second.num_steps_remaining.tolist() == [1000.0]
     assert second.times_since_start.tolist() == [360.0]
     assert second.type_names == ("v100",)
+
+
+class _Broken:
+    name = "max_min_fairness_perf"
+
+    def allocate(self, view: object) -> object:
+        raise ZeroDivisionError("boom")
+
+
+def test_policy_failure_names_time_and_jobs() -> None:
+    scenario = load_scenario(
+        parse_trace(_trace((10, 1, 0), (10, 1, 0)), source="toy.trace"),
+        cluster="v100=1",
+        throughputs=TABLE,
+    )
+    with pytest.raises(PolicyError, match=r"failed at t=0.0 s with 2 active jobs: ZeroDiv"):
+        engine.run(scenario.workload, scenario.cluster, _Broken(), SimConfig())
