@@ -8,6 +8,7 @@ brute force over schedules.
 from __future__ import annotations
 
 import itertools
+import json
 import math
 
 import numpy as np
@@ -681,3 +682,31 @@ def test_realised_load_never_exceeds_capacity(seed: int, cap: int, revealed: boo
         if j.phase is not Phase.COMPLETED:
             assert j.charge == 0.0
     assert load.max() <= cap
+
+
+def test_status_reports_plan_failure_probability() -> None:
+    # C = 1. A arrives at 1 (½) or 5 (½) for one round. B (duration revealed) arrives at 0 and
+    # runs 1 or 2 rounds (½ each), worth 6 if done by 2: both outcomes must start at 0. The
+    # 2-round one fails exactly when A arrives at 1 (q = ½), the 1-round one never meets A
+    # (q = 0). So failureProbability = (½·½ + ½·0)/1 = ¼, within ½·ε' of q̂ (Hoeffding, θ = 0).
+    params = MechanismParams(1, 2, 6.0, theta=0.0, sample_confidence=1e-4)
+    a = StatementOfWork.single(
+        "a", 0, 1, ValueFunction.deadline(6, 6.0), Distribution.of([(1, 1, 0.5), (5, 1, 0.5)])
+    )
+    b = StatementOfWork.single(
+        "b",
+        0,
+        1,
+        ValueFunction.deadline(2, 6.0),
+        Distribution.of([(0, 2, 0.5), (0, 1, 0.5)]),
+        duration_revealed=True,
+    )
+    ledger = Ledger.empty(params, {"gpu": 1})
+    ledger, _ = sow.admit(ledger, a)
+    ledger, (adm,) = sow.admit(ledger, b)
+    status = sow.admission_status(adm)
+    assert [(p["duration"], p["start"]) for p in status["plan"]] == [(1, 0), (2, 0)]
+    assert status["runProbability"] == pytest.approx(1.0)
+    assert abs(status["failureProbability"] - 0.25) <= 0.5 * 0.05
+    assert json.loads(json.dumps(status)) == status
+    assert sow.job_status(ledger.job("b#0"))["phase"] == "pending"

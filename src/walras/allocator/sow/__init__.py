@@ -13,7 +13,8 @@ Modules, one concern each:
 - :mod:`.prices`: unit and bundle prices; :mod:`.failure`: ``q̂``; :mod:`.plan`: launch plans;
 - :mod:`.ledger`: the immutable state; :mod:`.admission`: ``admit``; :mod:`.round_step`: rounds;
 - :mod:`.simulate`: drive a ledger over a known realisation; :mod:`.workload`: generator;
-  :mod:`.offline`: the offline optimum in hindsight (HiGHS MILP).
+  :mod:`.offline`: the offline optimum in hindsight (HiGHS MILP);
+- :mod:`.status`: JSON-ready admission/job views for CRD status and ``walras explain``.
 
 Guarantees as measured (``tests/unit/test_sow.py``, ``bench/bench_sow.py``): no misreport of
 ``k``, value or distribution gains more than ``2Δ`` (Theorem 3.2 with ``Δ`` the estimation error
@@ -65,6 +66,7 @@ from walras.allocator.sow.simulate import (
     run_market,
     sample_realisation,
 )
+from walras.allocator.sow.status import admission_status, job_status, plan_summary
 from walras.allocator.sow.workload import WorkloadSpec, generate
 
 __all__ = [
@@ -89,14 +91,17 @@ __all__ = [
     "TypeDemand",
     "ValueFunction",
     "WorkloadSpec",
+    "admission_status",
     "admit",
     "end_round",
     "generate",
     "hoeffding_samples",
     "instance_id",
     "instances",
+    "job_status",
     "log_kdv",
     "offline_optimum",
+    "plan_summary",
     "run_market",
     "sample_realisation",
     "start_round",
