@@ -6,6 +6,9 @@ a LIST every 0.2 s) and writes through ``walras.kube.writes.Api`` fenced by ``a`
 the API server) and elector ``b`` takes the Lease over. From the moment ``a``'s own deadline passes
 it sends no request at all: not for a new job (whose pods and status never appear), not for a
 deleted one, and not even when the write API is called directly.
+
+Also the first run of ``walras operator`` on a cluster without the Lease namespace: one log line
+that names what is missing and how to fix it.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from operator_helpers import (
     job_manifest,
     list_pods,
     pool_manifest,
+    start_operator,
     wait_for,
 )
 
@@ -163,3 +167,28 @@ async def _scenario(kube: Any, cp: devcluster.ControlPlane, ns: str, lease_ns: s
         api.close()
         client_a.close()
         client_b.close()
+
+
+def test_first_run_without_the_lease_namespace_says_what_to_do_once(
+    kube: Any, control_plane: devcluster.ControlPlane, tmp_path: Any
+) -> None:
+    """``walras operator`` with leader election on a cluster without the Lease namespace: one
+    line naming the namespace and both fixes, however long it waits; no HTTP header dumps."""
+    install(kube)
+    missing = devcluster.unique_name("no-such-ns")
+    op = start_operator(
+        control_plane,
+        tmp_path,
+        extra=["--leader-elect", "--lease-namespace", missing, "--renew-seconds", "0.5"],
+    )
+    try:
+        # The elector retries every 0.5 s; wait for several attempts.
+        time.sleep(4)
+        log = op.log_text()
+    finally:
+        op.terminate()
+    lines = [line for line in log.splitlines() if missing in line]
+    assert len(lines) == 1, log
+    assert f"kubectl create namespace {missing}" in lines[0]
+    assert "--no-leader-elect" in lines[0]
+    assert "HTTP response headers" not in log and "Traceback" not in log

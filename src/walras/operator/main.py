@@ -62,6 +62,17 @@ def configure_logging(log_format: str) -> None:
     logging.getLogger().setLevel(logging.INFO)
     # kopf reports every handled event at INFO; that is noise at our volume.
     logging.getLogger("kopf").setLevel(logging.WARNING)
+    # urllib3 logs every connection retry with the whole exception; the operator reports failed
+    # requests itself, in one line, so its retries are debug-level detail.
+    logging.getLogger("urllib3").setLevel(logging.ERROR)
+
+
+def one_line(exc: BaseException, limit: int = 300) -> str:
+    """An exception as one short line (no HTTP header dumps, no tracebacks)."""
+    text = " ".join(str(exc).split())
+    if "HTTP response headers" in text:
+        text = text.split("HTTP response headers", 1)[0].strip()
+    return f"{type(exc).__name__}: {text[:limit]}"
 
 
 def api_client(kubeconfig: str | None) -> Any:
@@ -195,7 +206,18 @@ async def run(options: Options) -> None:
     client, api, store, rounds, elector = op.client, op.api, op.store, op.rounds, op.elector
     is_leader = op.is_leader
     warm = asyncio.create_task(asyncio.to_thread(rounds.policy.warm_up), name="warm-up")
-    readiness = await op.readiness()
+    try:
+        readiness = await op.readiness()
+    except Exception as exc:  # first contact with the cluster: say what to fix, in one line
+        logger.error(
+            "cannot list the cluster at %s (%s): check --kubeconfig (or the in-cluster "
+            "ServiceAccount and its RBAC) and that the API server is reachable",
+            client.configuration.host,
+            one_line(exc),
+        )
+        warm.cancel()
+        api.close()
+        raise SystemExit(1) from None
     registry = kopf.OperatorRegistry()
     watcher = handlers.Watcher(store, rounds, readiness)
     handlers.register(registry, watcher)
