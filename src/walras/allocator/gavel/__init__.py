@@ -26,6 +26,7 @@ from walras.allocator.errors import InvalidProblem
 from walras.allocator.gavel.inputs import FloatArray, GavelInputs, IntArray
 from walras.allocator.gavel.lp import SolverError
 from walras.allocator.gavel.max_min_fairness import MaxMinFairness
+from walras.allocator.gavel.min_total_duration import MinTotalDuration
 
 
 class GavelPolicy(Protocol):
@@ -39,6 +40,8 @@ class GavelPolicy(Protocol):
 _REGISTRY: dict[str, Callable[[int], GavelPolicy]] = {
     "max_min_fairness_perf": lambda seed: MaxMinFairness(aware=True),
     "max_min_fairness": lambda seed: MaxMinFairness(aware=False),
+    "min_total_duration_perf": lambda seed: MinTotalDuration(aware=True),
+    "min_total_duration": lambda seed: MinTotalDuration(aware=False),
 }
 
 POLICY_NAMES: tuple[str, ...] = tuple(_REGISTRY)

@@ -4,31 +4,34 @@ Gavel's LPs often have a whole face of optimal solutions (max-min fairness fixes
 bottleneck jobs' value; min-total-duration's feasibility problem ``maximise 1`` has every feasible
 point optimal; the agnostic max-min is symmetric across types). Which optimum a policy returns
 changes what the rounds mechanism runs, so it matters for reproducing Gavel's simulations. Gavel
-solves with ECOS, a primal-dual interior-point method, whose iterates follow the central path;
-that path ends at the *analytic center* of the optimal face (Güler & Ye, 1993). A simplex solver
-such as HiGHS returns a vertex instead, which e.g. puts each job of the agnostic max-min on one
-type, where ECOS spreads it over all types.
+solves with ECOS, a primal-dual interior-point method whose iterates follow the central path; a
+simplex solver such as HiGHS returns a vertex instead, which e.g. puts each job of the agnostic
+max-min on one type where ECOS spreads it over all types.
 
-This module computes that analytic center for Gavel's polytope, with the cap ``lower`` on each
-job's weighted throughput and optionally the epigraph variable ``s`` of a max-min objective::
+This module follows the same central path with a primal log-barrier method on Gavel's polytope,
+``Φ(x) = −Σ_{j,t} log x[j,t] − Σ_j log(1 − Σ_t x[j,t]) − Σ_t log(cap[t] − Σ_j k[j] x[j,t])
+− Σ_j log(Σ_t C[j,t] x[j,t] − lower[j])``:
 
-    maximise  Σ_{j,t} log x[j,t] + Σ_j log(1 − Σ_t x[j,t]) + Σ_t log(cap[t] − Σ_j k[j] x[j,t])
-              + Σ_j log(Σ_t C[j,t] x[j,t] − g·s − lower[j]) + g·log(s − s_lo)
+- **Center mode** (:func:`analytic_center`): the minimiser of ``Φ``, the analytic center of the
+  polytope. That is what an interior-point method returns for a feasibility problem (Gavel's
+  min-total-duration ``maximise 1``). Needs a strictly feasible start.
+- **Max-min mode** (:func:`central_max_min`, ``max s s.t. C·x ≥ s·w``): the central point with
+  objective value ``l`` is the analytic center with ``lower = l·w``. The level ``l`` rises along
+  the path's tangent until the duality gap ``m/τ`` (``m`` inequalities, ``τ = Σ_j w_j/slack_j``)
+  is below ``GAP_REL·l``; the path ends at the analytic center of the optimal face (Güler & Ye,
+  1993).
 
-with ``g = 1`` (max-min: ``s_lo`` a hair below the LP optimum ``s*``, so the slab
-``s ≥ s_lo`` is the optimal face thickened by ``s* − s_lo``; its center is the central-path point
-with that duality gap) or ``g = 0`` (a feasibility polytope, e.g. min-total-duration's
-``throughput ≥ remaining / T``, whose center is what an interior-point method returns for
-``maximise 1``). The barrier terms are exactly the inequalities of Gavel's cvxpy problems, so the
-center is the same point ECOS converges to.
+Each Newton step is ``O(J·T²)``: the Hessian is block diagonal per job (``T × T``: ``x ≥ 0``, row
+sum, throughput row) plus rank ``T`` from the capacity rows (Woodbury). The step length comes from
+a ratio test (stay 1 % inside the boundary) and Armijo backtracking. Types with no GPUs are fixed
+at 0 (they have no interior).
 
-Newton's method with a backtracking line search that keeps every slack positive. The Hessian is
-block diagonal per job (``T × T``: ``x ≥ 0``, row sum, throughput row), plus rank ``T`` from the
-capacity rows (Woodbury) and rank 1 from ``s`` (Schur complement), so one step costs
-``O(J·T³)``: a few milliseconds at 2,048 jobs. Types with no GPUs are fixed at 0 (no interior).
+ECOS runs a homogeneous self-dual embedding from its own starting point, so on a wide optimal face
+its final point is near, not at, this one (measured on Gavel's own code: per-entry differences
+~1e-6 when capacity is contended, as in D5, up to ~0.1 on lightly loaded clusters).
 
-Worked example: one type with 4 GPUs, two 1-GPU jobs, no throughput rows (``C = 0, lower = −1``).
-By symmetry ``x0 = x1 = y``; maximise ``2 log y + 2 log(1 − y) + log(4 − 2y)``: the derivative
+Worked example (center mode): one type with 4 GPUs, two 1-GPU jobs, no throughput rows. By
+symmetry ``x0 = x1 = y`` maximising ``2 log y + 2 log(1 − y) + log(4 − 2y)``: the derivative
 ``2/y − 2/(1 − y) − 1/(2 − y) = 0`` gives ``5y² − 11y + 4 = 0``, ``y = (11 − √41)/10 ≈ 0.4597``
 (the capacity term pulls ``y`` below the row-sum midpoint 1/2).
 """
@@ -36,18 +39,55 @@ By symmetry ``x0 = x1 = y``; maximise ``2 log y + 2 log(1 − y) + log(4 − 2y)
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
 from walras.allocator.gavel.inputs import FloatArray, IntArray
 from walras.allocator.gavel.lp import SolverError
 
-MAX_NEWTON = 200
-"""Newton steps; the damped phase usually ends within ~30 from the LP-based start."""
+GAP_REL = 1e-7
+"""Max-min mode stops when the central path's gap ``m/τ`` is below this times ``|s|``."""
 
-DECREMENT_TOL = 1e-12
-"""Stop when the Newton decrement λ² (the barrier's predicted decrease) is below this."""
+STALL_GAP_REL = 1e-5
+"""If rounding stops the path short of ``GAP_REL`` (slacks near 1e-10), a point with a gap below
+this is still returned: it is optimal to 1e-5 and central to the same precision."""
+
+TAU_GROWTH = 10.0
+"""``τ`` multiplier per stage of the path-following (short stages keep Newton in its quadratic
+region, so each stage takes a handful of steps)."""
+
+STAGE_DECREMENT = 1e-6
+FINAL_DECREMENT = 1e-12
+"""Newton stops when ``λ²`` (the predicted decrease of ``F``) falls below these."""
+
+MAX_STEPS = 400
+"""Newton steps in total over all stages; reaching it raises :class:`SolverError`."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Problem:
+    C: FloatArray  # (J, T') live types only
+    lower: FloatArray  # (J,)
+    k: FloatArray  # (J,)
+    cap: FloatArray  # (T',)
+
+    def at(self, lower: FloatArray) -> _Problem:
+        return _Problem(self.C, lower, self.k, self.cap)
+
+    def slacks(self, x: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
+        row = 1.0 - x.sum(axis=1)
+        capsl = self.cap - self.k @ x
+        thr = np.einsum("jt,jt->j", self.C, x) - self.lower
+        return row, capsl, thr
+
+    def barrier(self, x: FloatArray) -> float:
+        """``Φ(x) = −Σ log slacks``; ``inf`` outside the interior."""
+        row, capsl, thr = self.slacks(x)
+        if min(x.min(), row.min(), capsl.min(), thr.min()) <= 0.0:
+            return np.inf
+        logs = np.log(x).sum() + np.log(row).sum() + np.log(capsl).sum() + np.log(thr).sum()
+        return -float(logs)
 
 
 def analytic_center(
@@ -56,92 +96,195 @@ def analytic_center(
     lower: FloatArray,
     scale_factors: IntArray,
     capacity: FloatArray,
-    *,
-    s_start: float | None = None,
-    s_lower: float | None = None,
 ) -> FloatArray:
-    """The analytic center described in the module docstring, from a strictly feasible ``start``.
+    """Center mode: the analytic center of Gavel's polytope ∩ ``{coef·x ≥ lower}``.
 
-    ``s_start``/``s_lower`` switch on the max-min epigraph variable (``g = 1``); ``start`` (and
-    ``s_start``) must satisfy every inequality strictly, except on types with ``capacity == 0``,
-    whose columns are returned as 0.
+    ``start`` must satisfy every inequality strictly (except columns of types without GPUs).
     """
-    live = capacity > 0.0
+    prob, live = _problem(coef, lower, scale_factors, capacity)
     x = np.array(start[:, live], dtype=np.float64)
-    C = np.asarray(coef[:, live], dtype=np.float64)
-    cap = capacity[live]
-    k = scale_factors.astype(np.float64)
-    use_s = s_start is not None
-    s = float(s_start) if s_start is not None else 0.0
-    s_lo = float(s_lower) if s_lower is not None else 0.0
-    g = 1.0 if use_s else 0.0
-
-    def slacks(x: FloatArray, s: float) -> tuple[FloatArray, FloatArray, FloatArray, float]:
-        row = 1.0 - x.sum(axis=1)
-        capsl = cap - k @ x
-        thr = (C * x).sum(axis=1) - g * s - lower
-        return row, capsl, thr, (s - s_lo) if use_s else 1.0
-
-    def barrier(x: FloatArray, s: float) -> float:
-        row, capsl, thr, ssl = slacks(x, s)
-        if min(x.min(), row.min(), capsl.min(), thr.min(), ssl) <= 0.0:
-            return np.inf
-        total = np.log(x).sum() + np.log(row).sum() + np.log(capsl).sum() + np.log(thr).sum()
-        return -float(total + (np.log(ssl) if use_s else 0.0))
-
-    f = barrier(x, s)
-    if not np.isfinite(f):
+    if not np.isfinite(prob.barrier(x)):
         raise SolverError("analytic center: the start point is not strictly feasible")
-    J, T = x.shape
-    for _ in range(MAX_NEWTON):
-        row, capsl, thr, ssl = slacks(x, s)
-        # Gradient of f = −Σ log(slack): d slack / dx is +1 (x), −1 (row), −k (cap), +C (thr).
-        ix, ir, ic, it = 1.0 / x, 1.0 / row, 1.0 / capsl, 1.0 / thr
-        grad_x = -ix + ir[:, None] + k[:, None] * ic[None, :] - C * it[:, None]
-        grad_s = g * float(it.sum()) - (1.0 / ssl if use_s else 0.0)
-        # Per-job T×T blocks: diag(1/x²) + (1/row²)·11ᵀ + (1/thr²)·C_j C_jᵀ.
-        B = np.zeros((J, T, T))
-        B[:, np.arange(T), np.arange(T)] = ix**2
-        B += (ir**2)[:, None, None]
-        B += (it**2)[:, None, None] * C[:, :, None] * C[:, None, :]
-        h = (g * it**2)[:, None] * -C  # d²f / dx ds
-        h_ss = g * float((it**2).sum()) + (1.0 / ssl**2 if use_s else 0.0)
-        solve = _block_woodbury(B, k, ic**2)
-        dx = -solve(grad_x)
-        ds = 0.0
-        if use_s:
-            Mh = solve(h)
-            schur = h_ss - float((h * Mh).sum())
-            ds = (-grad_s + float((h * -dx).sum())) / schur
-            dx = dx - Mh * ds
-        decrement = -float((grad_x * dx).sum()) - grad_s * ds
-        if decrement < DECREMENT_TOL:
+    x, _ = _newton(prob, x, tol=FINAL_DECREMENT, budget=MAX_STEPS)
+    return _widen(x, live, start.shape)
+
+
+def central_max_min(
+    start: FloatArray,
+    coef: FloatArray,
+    scale_factors: IntArray,
+    capacity: FloatArray,
+    weights: FloatArray | None = None,
+) -> tuple[FloatArray, float]:
+    """Max-min mode for ``max s s.t. coef·x ≥ s·w``: the end of the central path, and its ``s``.
+
+    ``start`` must be strictly inside the base polytope with ``coef·start > 0`` for every job;
+    ``weights`` ``w`` (default 1) must be positive.
+
+    The path is followed in its level parameter ``l``: the central point with objective value
+    ``s = l`` is the analytic center of ``{base, coef·x ≥ l·w}`` (the stationarity conditions
+    of ``F_τ`` and of that center coincide, with ``τ = Σ_j w_j / slack_j``), so no epigraph
+    variable enters the Newton systems, whose ``s``-Schur complement would cancel
+    catastrophically near the optimum. Each stage raises ``l`` by a fraction of the gap bound
+    ``m/τ`` along the path's tangent, halving the move while the predicted point is infeasible
+    (``l`` past the optimum) or the corrector stalls, and re-centers with Newton's method.
+    """
+    J = coef.shape[0]
+    w = np.ones(J) if weights is None else np.asarray(weights, dtype=np.float64)
+    prob, live = _problem(coef, np.zeros(J), scale_factors, capacity)
+    x = np.array(start[:, live], dtype=np.float64)
+    values = np.einsum("jt,jt->j", prob.C, x) / w
+    level = 0.5 * float(values.min())
+    m = x.size + 2 * J + prob.cap.size
+    budget = MAX_STEPS
+    x, used = _newton(prob.at(level * w), x, tol=STAGE_DECREMENT, budget=budget)
+    budget -= used
+    frac = 0.5
+    while True:
+        _, _, thr = prob.at(level * w).slacks(x)
+        gap = m / float((w / thr).sum())  # duality gap of the central point at this level
+        if gap <= GAP_REL * abs(level):
             break
-        step = 1.0
-        while True:  # backtracking: stay strictly feasible and decrease f (Armijo, 1/4)
-            f_new = barrier(x + step * dx, s + step * ds)
-            if f_new <= f - 0.25 * step * decrement:
-                break
-            step *= 0.5
-            if step < 1e-14:
-                raise SolverError("analytic center: line search stalled (ill-conditioned)")
-        x, s, f = x + step * dx, s + step * ds, f_new
-    out = np.zeros(start.shape)
+        # Tangent of the path: ∂(∇Φ)/∂l = −Σ_j w_j c_j / slack_j², so dx/dl = H⁻¹ (w c / slack²).
+        tangent = _hessian_solver(prob.at(level * w), x)(prob.C * (w / thr**2)[:, None])
+        step = frac * gap
+        while True:
+            nxt = prob.at((level + step) * w)
+            guess = x + step * tangent
+            if np.isfinite(nxt.barrier(guess)):
+                try:
+                    guess, used = _newton(nxt, guess, tol=STAGE_DECREMENT, budget=min(budget, 12))
+                except SolverError:
+                    used = -1
+                if used >= 0:
+                    budget -= used
+                    break
+            step *= 0.25
+            frac = max(frac * 0.25, 1e-6)
+            budget -= 1
+            if budget <= 0 or step <= 1e-15 * abs(level):
+                if gap <= STALL_GAP_REL * abs(level):
+                    return _widen(x, live, start.shape), level
+                raise SolverError("central path: cannot advance the level (ill-conditioned)")
+        x, level = guess, level + step
+        frac = min(0.9, frac * 2.0) if used <= 3 else frac
+    try:  # polish the last center; x is already centered to STAGE_DECREMENT if this stalls
+        x, _ = _newton(prob.at(level * w), x, tol=FINAL_DECREMENT, budget=20)
+    except SolverError:
+        pass
+    return _widen(x, live, start.shape), level
+
+
+def _problem(
+    coef: FloatArray, lower: FloatArray, k: IntArray, capacity: FloatArray
+) -> tuple[_Problem, np.ndarray]:
+    live = capacity > 0.0
+    prob = _Problem(
+        np.ascontiguousarray(coef[:, live], dtype=np.float64),
+        lower,
+        k.astype(np.float64),
+        capacity[live],
+    )
+    return prob, live
+
+
+def _widen(x: FloatArray, live: np.ndarray, shape: tuple[int, ...]) -> FloatArray:
+    out = np.zeros(shape)
     out[:, live] = x
     return out
 
 
+def _hessian_solver(prob: _Problem, x: FloatArray) -> Callable[[FloatArray], FloatArray]:
+    """``r ↦ ∇²Φ(x)⁻¹ r``; also returns nothing else, so callers can reuse it for tangents."""
+    row, capsl, thr = prob.slacks(x)
+    # Per-job T×T blocks B_j = diag(1/x²) + (1/row²)·11ᵀ + (1/thr²)·C_j C_jᵀ, plus the capacity
+    # rows' rank-T coupling (1/cap_slack²)·k kᵀ per type.
+    return _block_woodbury(_block_inverses(x, 1.0 / row, 1.0 / thr, prob.C), prob.k, capsl**-2.0)
+
+
+def _newton(prob: _Problem, x: FloatArray, *, tol: float, budget: int) -> tuple[FloatArray, int]:
+    """Minimise ``Φ`` from a strictly feasible ``x``; returns ``(x, Newton steps used)``."""
+    C, k = prob.C, prob.k
+    f = prob.barrier(x)
+    for step_no in range(budget):
+        row, capsl, thr = prob.slacks(x)
+        # ∇Φ: d slack/dx is +1 (x), −1 (row), −k (cap), +C (thr).
+        grad = -1.0 / x + (1.0 / row)[:, None] + k[:, None] / capsl[None, :] - C / thr[:, None]
+        dx = -_hessian_solver(prob, x)(grad)
+        decrement = -float((grad * dx).sum())
+        if decrement < tol:
+            return x, step_no
+        # Ratio test: the largest step keeping every slack positive, then 1 % back.
+        alpha = 1.0
+        for sl, d in (
+            (x, dx),
+            (row, -dx.sum(axis=1)),
+            (capsl, -(k @ dx)),
+            (thr, np.einsum("jt,jt->j", C, dx)),
+        ):
+            neg = d < 0.0
+            if neg.any():
+                alpha = min(alpha, 0.99 * float((-sl[neg] / d[neg]).min()))
+        while True:  # Armijo backtracking (sufficient decrease 1/4 of the prediction)
+            f_new = prob.barrier(x + alpha * dx)
+            if f_new <= f - 0.25 * alpha * decrement:
+                break
+            alpha *= 0.5
+            if alpha < 1e-14:
+                if decrement < STAGE_DECREMENT:  # converged to rounding precision
+                    return x, step_no
+                raise SolverError("central path: line search stalled (ill-conditioned)")
+        x, f = x + alpha * dx, f_new
+    raise SolverError(f"central path: no convergence in {budget} Newton steps")
+
+
+def _block_inverses(x: FloatArray, ir: FloatArray, it: FloatArray, C: FloatArray) -> FloatArray:
+    """``B_j⁻¹`` for ``B_j = diag(1/x_j²) + ir_j²·11ᵀ + it_j²·C_j C_jᵀ``, stably.
+
+    Near the optimum some slacks are ~1e-9, so ``B_j`` mixes entries of 1 and 1e18: a direct
+    inverse is singular in float64, and so is a Woodbury formula through ``UᵀU`` (it squares the
+    condition number). With ``S = diag(x_j)``, ``S B_j S = I + U Uᵀ`` for ``U = [u, v]``,
+    ``u = ir·x_j``, ``v = it·C_j∘x_j``. Gram–Schmidt ``U = Q R`` (``R`` upper triangular) gives
+    ``(I + UUᵀ)⁻¹ = I − QQᵀ + Q (I + RRᵀ)⁻¹ Qᵀ``, and for triangular ``R`` the 2×2 determinant
+    ``1 + r11² + r12² + r22² + r11²·r22²`` is a sum of positive terms: no cancellation. Then
+    ``B_j⁻¹ = S (·) S``. (Where ``v ∥ u``, ``r22 → 0`` and the second direction drops out.)
+    """
+    u = ir[:, None] * x
+    v = it[:, None] * C * x
+    r11 = np.sqrt((u * u).sum(axis=1))  # > 0: ir > 0 and x > 0
+    q1 = u / r11[:, None]
+    r12 = (q1 * v).sum(axis=1)
+    w = v - r12[:, None] * q1
+    w -= (q1 * w).sum(axis=1)[:, None] * q1  # re-orthogonalise (twice is enough)
+    r22 = np.sqrt((w * w).sum(axis=1))
+    q2 = w / np.where(r22 > 0.0, r22, 1.0)[:, None]
+    det = 1.0 + r11**2 + r12**2 + r22**2 + (r11 * r22) ** 2
+    # (I + RRᵀ)⁻¹ = adj / det, RRᵀ = [[r11² + r12², r12·r22], [r12·r22, r22²]].
+    a11, a12, a22 = (1.0 + r22**2) / det, -(r12 * r22) / det, (1.0 + r11**2 + r12**2) / det
+    q1o = q1[:, :, None] * q1[:, None, :]
+    q2o = q2[:, :, None] * q2[:, None, :]
+    cross = q1[:, :, None] * q2[:, None, :]
+    inner = (
+        (a11 - 1.0)[:, None, None] * q1o
+        + (a22 - 1.0)[:, None, None] * q2o
+        + a12[:, None, None] * (cross + cross.transpose(0, 2, 1))
+    )
+    diag = np.arange(x.shape[1])
+    inner[:, diag, diag] += 1.0
+    return np.asarray(x[:, :, None] * inner * x[:, None, :], dtype=np.float64)
+
+
 def _block_woodbury(
-    B: npt.NDArray[np.float64], k: FloatArray, d_cap: FloatArray
+    B_inv: FloatArray, k: FloatArray, d_cap: FloatArray
 ) -> Callable[[FloatArray], FloatArray]:
-    """``r ↦ (B + U diag(d_cap) Uᵀ)⁻¹ r`` with ``B`` block diagonal and ``U[(j,t), t] = k[j]``."""
-    B_inv = np.linalg.inv(B)  # (J, T, T); the blocks are SPD
-    # Uᵀ B⁻¹ U is T×T: Σ_j k[j]² (B_j⁻¹)[t, u].
-    small = np.einsum("j,jtu->tu", k**2, B_inv) + np.diag(1.0 / d_cap)
+    """``r ↦ (B + U diag(d_cap) Uᵀ)⁻¹ r`` given ``B⁻¹`` (block diagonal), ``U[(j,t), t] = k[j]``."""
+    BU = B_inv * k[:, None, None]  # B_j⁻¹ U_j, U_j = k[j]·I
+    # Uᵀ B⁻¹ U + D⁻¹ is T×T: Σ_j k[j]² (B_j⁻¹) + diag(1/d_cap).
+    small = np.einsum("j,jtu->tu", k, BU) + np.diag(1.0 / d_cap)
 
     def apply(r: FloatArray) -> FloatArray:
-        y = np.einsum("jtu,ju->jt", B_inv, r)  # B⁻¹ r
-        corr = np.linalg.solve(small, k @ y)  # (Uᵀ B⁻¹ U + D⁻¹)⁻¹ Uᵀ B⁻¹ r
-        return np.asarray(y - np.einsum("jtu,j,u->jt", B_inv, k, corr), dtype=np.float64)
+        y = np.einsum("jtu,ju->jt", B_inv, r)
+        corr = np.linalg.solve(small, k @ y)
+        return np.asarray(y - np.einsum("jtu,u->jt", BU, corr), dtype=np.float64)
 
     return apply

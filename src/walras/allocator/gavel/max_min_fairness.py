@@ -10,7 +10,10 @@ throughputs, ``k`` the scale factors, ``w`` the priority weights and ``cap`` the
 "proportional" allocation (every job gets the same share ``cap[t] / Σ cap`` of every type; it
 ignores scale factors), so each job's throughput is measured against what an equal split would
 give it. The factor ``k[j]`` makes the objective count GPU-time: a 1-GPU job gets ``k`` times the
-time fraction of an otherwise equal ``k``-GPU job. Solved as one LP (epigraph variable ``s``).
+time fraction of an otherwise equal ``k``-GPU job. An LP (epigraph variable ``s``). By default the
+policy returns the analytic center of its optimal face, the optimum Gavel's interior-point solver
+(ECOS) returns, by path-following (:mod:`.center`); ``central=False`` solves the LP with HiGHS
+and returns its vertex.
 
 The agnostic variant (Gavel ``MaxMinFairnessPolicy``) runs the same LP with every throughput
 replaced by 1 (so ``prop = 1``): it equalises weighted GPU-time and ignores which type is faster.
@@ -61,29 +64,6 @@ def coefficients(inputs: GavelInputs, throughputs: FloatArray) -> FloatArray:
     return np.asarray(throughputs * scale[:, None], dtype=np.float64)
 
 
-SLAB = 1e-7
-"""Relative thickness of the optimal face for the central optimum (ECOS stops at gaps ~1e-8)."""
-
-
-def central_optimum(x_opt: FloatArray, coef: FloatArray, inputs: GavelInputs) -> FloatArray:
-    """Analytic center of the max-min optimal face, thickened by ``SLAB`` (:mod:`.center`).
-
-    Start: ``(1 − ε)·x_opt + ε·x_in`` with ``x_in`` strictly inside the base polytope and
-    ``ε = SLAB / 2``, so every base inequality has slack ``≥ ε·slack(x_in) > 0`` and every job's
-    value is ``≥ (1 − ε)·s* > (1 − SLAB)·s* = s_lo``.
-    """
-    k, cap = inputs.scale_factors, inputs.capacity
-    x_opt = lp.finish(x_opt, k, cap)  # exactly feasible, so the start is strictly feasible
-    s_opt = float((coef * x_opt).sum(axis=1).min())
-    eps = SLAB / 2.0
-    start = (1.0 - eps) * x_opt + eps * lp.strictly_inside(k, cap)
-    s_lo = s_opt * (1.0 - SLAB)
-    s_start = 0.5 * (s_lo + float((coef * start).sum(axis=1).min()))
-    return center.analytic_center(
-        start, coef, np.zeros(inputs.n_jobs), k, cap, s_start=s_start, s_lower=s_lo
-    )
-
-
 class MaxMinFairness:
     """``max_min_fairness_perf`` (``aware=True``) or ``max_min_fairness`` (``aware=False``).
 
@@ -101,9 +81,10 @@ class MaxMinFairness:
         if J == 0 or T == 0:
             return np.zeros((J, T))
         thr = inputs.throughputs if self.aware else np.ones((J, T))
-        poly = lp.base_polytope(inputs.scale_factors, inputs.capacity)
         coef = coefficients(inputs, thr)
-        x, s_opt = lp.max_min(poly, coef)
-        if self.central and s_opt > 0.0:
-            x = central_optimum(x, coef, inputs)
+        if self.central and bool((inputs.capacity > 0.0).any()):
+            start = lp.strictly_inside(inputs.scale_factors, inputs.capacity)
+            x, _ = center.central_max_min(start, coef, inputs.scale_factors, inputs.capacity)
+        else:
+            x, _ = lp.max_min(lp.base_polytope(inputs.scale_factors, inputs.capacity), coef)
         return lp.finish(x, inputs.scale_factors, inputs.capacity)
