@@ -22,7 +22,16 @@ from walras.sim.scenario import load_scenario
 HALF_UNIT = 0.0005 + 1e-6
 
 
-@pytest.mark.parametrize("path", replay_cases(), ids=lambda p: p.name.split(".")[0])
+def _cases() -> list[object]:
+    return [
+        pytest.param(
+            p, id=p.name.split(".")[0], marks=[] if p.name.startswith("D1") else [pytest.mark.slow]
+        )
+        for p in replay_cases()
+    ]
+
+
+@pytest.mark.parametrize("path", _cases())
 def test_replayed_allocations_reproduce_gavel(path: pathlib.Path) -> None:
     case = load_replay(path)
     scenario = load_scenario(
@@ -41,3 +50,22 @@ def test_replayed_allocations_reproduce_gavel(path: pathlib.Path) -> None:
         paid, dispatches = printed["restarted_dispatches"]
         assert summary["restarts"] == paid
         assert sum(result.ledger.rounds_run) == dispatches
+
+
+def test_d1_agnostic_max_min_is_decided_by_solver_noise() -> None:
+    # Why the D1 max_min_fairness record cannot be matched by any other LP solver: ECOS returns
+    # the agnostic allocation 0.2 (or 0.1 for 2-GPU jobs) perturbed in the 11th digit, and those
+    # perturbations decide the round priorities' ties. Rounding Gavel's *own* allocations to 9
+    # decimals (far below anything a policy means) already moves Gavel's makespan by more than
+    # the ±3 % acceptance band.
+    case = load_replay(DATA / "allocations" / "D1_max_min_fairness_gps1_x0.json.gz")
+    rounded = [
+        [clock, {j: {t: round(v, 9) for t, v in row.items()} for j, row in table.items()}]
+        for clock, table in case["allocations"]
+    ]
+    scenario = load_scenario(DATA / case["trace"], cluster=case["cluster"])
+    result = engine.run(
+        scenario.workload, scenario.cluster, Replay(case["policy"], rounded), SimConfig()
+    )
+    makespan = result.summary()["makespan_s"]
+    assert abs(makespan / case["gavel_printed"]["makespan_s"] - 1) > 0.03
