@@ -20,11 +20,23 @@ from walras.sim.config import SimConfig
 from walras.sim.policies import GavelPolicy
 from walras.sim.scenario import load_scenario
 
+NOISE_DECIDED = {
+    ("D1", "max_min_fairness"): (
+        "decided by ECOS's 1e-11 perturbations of a symmetric optimum (rounding Gavel's own "
+        "allocations to 9 decimals moves its makespan > 3 %: "
+        "test_sim_gavel_replay::test_d1_agnostic_max_min_is_decided_by_solver_noise)"
+    ),
+}
+"""Records no other solver can reproduce to ±3 %: run, but not held to the band."""
+
 
 def _params() -> list[Any]:
     out = []
     for r in gavel_records("D1", "D2", "D4"):
-        marks = [] if r["case"] == "D1" else [pytest.mark.slow]
+        marks: list[Any] = [] if r["case"] == "D1" else [pytest.mark.slow]
+        reason = NOISE_DECIDED.get((r["case"], r["policy"]))
+        if reason is not None:
+            marks.append(pytest.mark.xfail(reason=reason, strict=False))
         out.append(pytest.param(r, id=f"{r['case']}-{r['policy']}", marks=marks))
     return out
 
