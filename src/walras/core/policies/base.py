@@ -101,6 +101,9 @@ class PolicyOptions:
     max_iter: int = 100
     distributed_reader: DistributedReader | None = None
     seed: int = 0
+    # Price discovery: scale each job's weight by its remaining time (walras.core.weighting).
+    weighting: str = "none"
+    weighting_exponent: float = -0.5
 
 
 class Policy(Protocol):
@@ -113,6 +116,51 @@ class Policy(Protocol):
 
     def solve(self, snap: snapshot.Snapshot, view: snapshot.ClusterView) -> Solution:
         """Target fractions for every schedulable active job of the snapshot."""
+
+
+def inputs_key(snap: snapshot.Snapshot, view: snapshot.ClusterView) -> tuple[object, ...]:
+    """What every policy's solve depends on besides progress: the active jobs (UID and spec
+    generation), their tenants, and the usable cluster (nodes, GPUs, foreign use per node)."""
+    return (
+        tuple((j.uid, j.generation, j.tenant) for j in snap.active_jobs),
+        tuple(sorted((name, repr(spec)) for name, spec in snap.tenants.items())),
+        view.gpu_types,
+        tuple(n.name for n in view.nodes),
+        view.node_gpus.tobytes(),
+        view.node_foreign.tobytes(),
+        view.type_capacity.tobytes(),
+    )
+
+
+class SolutionMemo:
+    """The last solution and the inputs it came from, reused while the inputs stay identical.
+
+    Most rounds see exactly the problem of the round before (no job arrived, finished or changed,
+    no node came or went); re-solving it gives the same targets (up to the solver's tolerance)
+    and costs the most CPU of a round. A policy computes a key from everything its solve reads
+    (:func:`inputs_key` plus, e.g., weights that depend on progress) and asks the memo first. The
+    reused solution carries the current snapshot's job objects (their statuses are newer).
+    """
+
+    def __init__(self) -> None:
+        self._key: object = None
+        self._solution: Solution | None = None
+
+    def get(self, key: object, snap: snapshot.Snapshot) -> Solution | None:
+        if self._solution is None or key != self._key:
+            return None
+        by_key = {j.key: j for j in snap.jobs}
+        if any(j.key not in by_key for j in self._solution.jobs):
+            return None
+        return replace(
+            self._solution,
+            jobs=tuple(by_key[j.key] for j in self._solution.jobs),
+            iterations=0,
+            seconds=0.0,
+        )
+
+    def put(self, key: object, solution: Solution) -> None:
+        self._key, self._solution = key, solution
 
 
 def with_seconds(sol: Solution, seconds: float) -> Solution:

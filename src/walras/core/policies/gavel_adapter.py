@@ -33,7 +33,9 @@ from walras.core.policies.base import (
     PolicyOptions,
     PolicyUnavailableError,
     Solution,
+    SolutionMemo,
     empty_solution,
+    inputs_key,
     with_seconds,
 )
 from walras.core.policies.eligibility import Capacity, usable_types
@@ -50,6 +52,7 @@ class GavelBaseline:
         self.seed = options.seed
         self._policy: Any = None
         self._ids: dict[str, int] = {}
+        self._memo = SolutionMemo()
 
     def warm_up(self) -> None:
         self._gavel_policy()
@@ -63,7 +66,15 @@ class GavelBaseline:
 
     def solve(self, snap: snapshot.Snapshot, view: snapshot.ClusterView) -> Solution:
         start = time.perf_counter()
-        return with_seconds(self._solve(snap, view), time.perf_counter() - start)
+        # Policies that read progress (remaining work, time since arrival) see new inputs every
+        # round; the others only when jobs or the cluster change.
+        key = None if self.needs_remaining else inputs_key(snap, view)
+        cached = self._memo.get(key, snap) if key is not None else None
+        if cached is not None:
+            return cached
+        sol = with_seconds(self._solve(snap, view), time.perf_counter() - start)
+        self._memo.put(key, sol)
+        return sol
 
     def _job_id(self, job: model.JobSpec) -> int:
         if job.uid not in self._ids:
@@ -135,7 +146,10 @@ class GavelBaseline:
             X = np.asarray(self._gavel_policy().allocate(inputs), dtype=np.float64)
         except InvalidProblem as exc:
             raise PolicyUnavailableError(f"policy {self.name}: {exc}") from exc
-        X = np.clip(X, 0.0, 1.0)
+        # Time on a type where the job makes no progress is worth nothing to it; an LP may still
+        # put some there when it is indifferent (degenerate optima). Drop it so the realiser never
+        # holds GPUs for a job that cannot use them.
+        X = np.where(thr > 0, np.clip(X, 0.0, 1.0), 0.0)
         sums = X.sum(axis=1)
         X = np.where(sums[:, None] > 1.0, X / np.maximum(sums, 1e-300)[:, None], X)
         return Solution(

@@ -22,13 +22,15 @@ from typing import Any
 import numpy as np
 
 from walras.allocator.errors import InvalidProblem
-from walras.core import governance, model, snapshot
+from walras.core import governance, model, snapshot, weighting
 from walras.core.policies.base import (
     FloatArray,
     JobIssue,
     PolicyOptions,
     Solution,
+    SolutionMemo,
     empty_solution,
+    inputs_key,
     with_seconds,
 )
 from walras.core.policies.eligibility import Capacity, usable_types
@@ -47,6 +49,9 @@ class PriceDiscovery:
         self.eps = options.eps
         self.backend = options.backend
         self.max_iter = options.max_iter
+        self.weighting = options.weighting
+        self._memo = SolutionMemo()
+        self.weighting_exponent = options.weighting_exponent
         self._warm: tuple[tuple[str, ...], FloatArray] | None = None
 
     def warm_up(self) -> None:
@@ -59,7 +64,22 @@ class PriceDiscovery:
 
     def solve(self, snap: snapshot.Snapshot, view: snapshot.ClusterView) -> Solution:
         start = time.perf_counter()
-        return with_seconds(self._solve(snap, view), time.perf_counter() - start)
+        key: tuple[object, ...] = inputs_key(snap, view)
+        if self.weighting != "none":
+            key += (
+                weighting.factors(
+                    snap.active_jobs,
+                    snap,
+                    weighting=self.weighting,
+                    exponent=self.weighting_exponent,
+                ).tobytes(),
+            )
+        cached = self._memo.get(key, snap)
+        if cached is not None:
+            return cached
+        sol = with_seconds(self._solve(snap, view), time.perf_counter() - start)
+        self._memo.put(key, sol)
+        return sol
 
     def _solve(self, snap: snapshot.Snapshot, view: snapshot.ClusterView) -> Solution:
         from walras.allocator import pricing
@@ -90,11 +110,16 @@ class PriceDiscovery:
         kinds = [j.utility.kind for j in rows]
         weight = np.zeros(n, dtype=np.float64)
 
+        factor = weighting.factors(
+            rows, snap, weighting=self.weighting, exponent=self.weighting_exponent
+        )
+
         def govern(sel: Sequence[int]) -> None:
             # Normalised over the jobs actually solved: a dropped job's weight goes back to the
             # rest of its tenant, so the tenant keeps its total.
             idx = list(sel)
             weight[idx] = governance.normalised_weights([rows[i] for i in idx], snap.tenants)
+            weight[idx] *= factor[idx]
 
         govern(range(n))
         target = np.array([j.utility.target for j in rows], dtype=np.float64)

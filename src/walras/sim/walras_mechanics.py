@@ -1,0 +1,367 @@
+"""Walras's own round mechanics (``--semantics walras``): the operator's scheduling core on a
+simulated clock and cluster.
+
+Only the clock and the cluster are simulated; every decision is made by the code the operator runs
+(``walras.core.cycle.plan``: completions → registered policy → realiser). The simulated cluster is
+fed through the same parsers and :class:`~walras.core.snapshot.Store` as the operator's watches:
+nodes, ResourcePools, FungibleJobs and pods are API-shaped dicts, so a job here is exactly what a
+user would submit and the operator would see.
+
+The loop, as the operator behaves (``walras.operator.loop``):
+
+- a **full round** every ``round_s`` seconds: ``plan(..., incremental=False)``; its deletions are
+  the slices that ended, its creations the gangs placed afresh;
+- an **incremental round** whenever a job arrives or finishes between boundaries:
+  ``plan(..., incremental=True)`` keeps every running gang and only fills free GPUs;
+- pods are bound as soon as they are created (the simulated API has no latency), and a job's pods
+  turn ``Succeeded`` the moment its work is done, which the next cycle reads as completion.
+
+Progress: a gang placed afresh (``JobRound.kept`` false, the first dispatch included) holds its
+GPUs but works only from ``start + restart_s`` (``--restart-seconds``, the checkpoint reload); it
+then runs at ``spec.throughput[type]`` work units per second, the job's whole-gang rate on that GPU
+type (Gavel's table values). It finishes exactly when ``work = totalWork``:
+``finish = max(start + restart_s, now) + remaining / rate``. Utilisation counts a GPU busy while a
+pod holds it (restart seconds included), as Gavel counts it.
+
+Worked example (one 1-GPU job alone, R = 360, X = 10, rate 2 work/s, totalWork 1000, arrival 0):
+the arrival's incremental round places it at t = 0; it works from 10 s and finishes at
+10 + 1000 / 2 = 510 s (full rounds at 360 s keep it on its GPU, so no second restart). JCT =
+makespan = 510 s; utilisation 510 / 510 = 1 on its GPU.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from walras.core import crd, cycle, policies
+from walras.core.snapshot import Store
+from walras.sim.cluster import Cluster
+from walras.sim.config import SimConfig
+from walras.sim.errors import SimInputError, SimulationStuckError
+from walras.sim.ledger import Ledger, RoundRecord
+from walras.sim.workload import Workload
+
+Progress = Callable[[int, int], None]
+
+NAMESPACE = "sim"
+RESOURCE = crd.DEFAULT_RESOURCE_NAME
+_EPS = 1e-9
+# A safety net against a policy that never places some job: no real run needs this many cycles
+# per job, and a bug should end in an error naming the stuck jobs, not an endless loop.
+_MAX_CYCLES_PER_JOB = 20_000
+
+
+def job_name(j: int) -> str:
+    return f"job-{j:05d}"
+
+
+def job_manifest(workload: Workload, j: int) -> dict[str, Any]:
+    """Trace job ``j`` as the FungibleJob a user would submit."""
+    rates = {
+        t: float(workload.throughputs[j, c])
+        for c, t in enumerate(workload.gpu_types)
+        if workload.throughputs[j, c] > 0
+    }
+    return {
+        "apiVersion": crd.API_VERSION,
+        "kind": crd.JOB_KIND,
+        "metadata": {
+            "namespace": NAMESPACE,
+            "name": job_name(j),
+            "uid": f"sim-uid-{j}",
+            "generation": 1,
+            "creationTimestamp": None,
+        },
+        "spec": {
+            "replicas": int(workload.scale_factors[j]),
+            "throughput": rates,
+            "utility": {"kind": "log", "weight": float(workload.priority_weights[j])},
+            "totalWork": float(workload.total_steps[j]),
+            "template": {
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "train",
+                            "image": workload.job_types[j],
+                            "resources": {"limits": {RESOURCE: "1"}},
+                        }
+                    ]
+                }
+            },
+        },
+    }
+
+
+def node_manifest(name: str, gpu_type: str, gpus: int) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {crd.GPU_TYPE_LABEL: gpu_type}},
+        "spec": {},
+        "status": {
+            "allocatable": {RESOURCE: str(gpus), "cpu": "1000", "memory": "4Ti", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+def pool_manifest(gpu_type: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": gpu_type, "generation": 1},
+        "spec": {"gpuType": gpu_type, "nodeSelector": {crd.GPU_TYPE_LABEL: gpu_type}},
+    }
+
+
+@dataclass(slots=True)
+class _Running:
+    """A job's gang on its GPUs: since when, when it starts working, at what rate."""
+
+    start: float
+    productive_from: float
+    rate: float
+    gpus: tuple[int, ...]
+    pods: tuple[str, ...]
+    accounted_to: float
+
+
+@dataclass(slots=True)
+class _Sim:
+    workload: Workload
+    cluster: Cluster
+    config: SimConfig
+    ledger: Ledger
+    store: Store = field(default_factory=Store)
+    work: list[float] = field(default_factory=list)
+    running: dict[int, _Running] = field(default_factory=dict)
+    free_gpus: dict[str, list[int]] = field(default_factory=dict)
+    node_type: dict[str, str] = field(default_factory=dict)
+    admitted: set[int] = field(default_factory=set)
+    done: set[int] = field(default_factory=set)
+    finish_heap: list[tuple[float, int]] = field(default_factory=list)
+    pod_manifests: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def settle(self, j: int, now: float) -> None:
+        """Account job ``j``'s work and busy time up to ``now``."""
+        run = self.running[j]
+        if now <= run.accounted_to:
+            return
+        begin = max(run.accounted_to, run.productive_from)
+        if now > begin:
+            self.work[j] += (now - begin) * run.rate
+        busy = now - run.accounted_to
+        steps = int(round(self.work[j])) - self.ledger.steps_done[j]
+        self.ledger.ran(j, max(steps, 0), busy, run.gpus)
+        run.accounted_to = now
+
+    def finish_time(self, j: int) -> float:
+        run = self.running[j]
+        if run.rate <= 0:
+            return math.inf
+        left = max(float(self.workload.total_steps[j]) - self.work[j], 0.0)
+        return max(run.productive_from, run.accounted_to) + left / run.rate
+
+    def stop(self, j: int, now: float) -> None:
+        self.settle(j, now)
+        run = self.running.pop(j)
+        for g in run.gpus:
+            self.free_gpus[self._node_of_gpu(g)].append(g)
+
+    def _node_of_gpu(self, g: int) -> str:
+        for node in self.cluster.nodes:
+            if g in node.gpu_ids:
+                return node.name
+        raise KeyError(g)
+
+
+def run(
+    workload: Workload,
+    cluster: Cluster,
+    policy: Any,
+    config: SimConfig,
+    ledger: Ledger,
+    progress: Progress | None = None,
+) -> float:
+    """Simulate until every job has finished; returns the final clock (the makespan)."""
+    name = getattr(policy, "name", str(policy))
+    try:
+        core_policy = policies.create(name, policies.PolicyOptions(seed=config.seed))
+    except policies.UnknownPolicyError as exc:
+        raise SimInputError(f"--policy: {exc}") from None
+    sim = _Sim(workload, cluster, config, ledger, work=[0.0] * workload.n_jobs)
+    for gpu_type in cluster.gpu_types:
+        sim.store.upsert("pool", pool_manifest(gpu_type))
+    for node in cluster.nodes:
+        sim.store.upsert("node", node_manifest(node.name, node.gpu_type, len(node.gpu_ids)))
+        sim.free_gpus[node.name] = sorted(node.gpu_ids, reverse=True)
+        sim.node_type[node.name] = node.gpu_type
+    arrivals = sorted(range(workload.n_jobs), key=lambda j: (float(workload.arrivals[j]), j))
+    state = cycle.CycleState()
+    round_s, restart_s = float(config.round_s), float(config.restart_s)
+    n = workload.n_jobs
+    ptr = 0
+    now = float(workload.arrivals[arrivals[0]]) if n else 0.0
+    next_full = now
+    round_no = 0
+    budget = _MAX_CYCLES_PER_JOB * max(n, 1)
+    while len(sim.done) < n:
+        next_arrival = float(workload.arrivals[arrivals[ptr]]) if ptr < n else math.inf
+        while sim.finish_heap and (
+            sim.finish_heap[0][1] not in sim.running
+            or abs(sim.finish_heap[0][0] - sim.finish_time(sim.finish_heap[0][1])) > 1e-6
+        ):
+            heapq.heappop(sim.finish_heap)  # stale entry: the job stopped or was re-placed
+        next_finish = sim.finish_heap[0][0] if sim.finish_heap else math.inf
+        active = len(sim.admitted) - len(sim.done)
+        if active == 0:
+            next_full = max(next_full, next_arrival)
+        now = min(next_full, next_arrival, next_finish)
+        if math.isinf(now):
+            stuck = sorted(sim.admitted - sim.done)[:5]
+            raise SimulationStuckError(
+                f"no job can run any more; jobs {[job_name(j) for j in stuck]} never finish"
+            )
+        event = False
+        while sim.finish_heap and sim.finish_heap[0][0] <= now + _EPS:
+            _, j = heapq.heappop(sim.finish_heap)
+            if j in sim.running and abs(sim.finish_time(j) - now) <= 1e-6 and j not in sim.done:
+                _complete(sim, j, now)
+                event = True
+        while ptr < n and float(workload.arrivals[arrivals[ptr]]) <= now + _EPS:
+            j = arrivals[ptr]
+            manifest = job_manifest(workload, j)
+            manifest["metadata"]["creationTimestamp"] = _stamp(float(workload.arrivals[j]))
+            sim.store.upsert("job", manifest)
+            sim.admitted.add(j)
+            ptr += 1
+            event = True
+        full = now >= next_full - _EPS
+        if not (full or event):
+            continue
+        round_no += 1
+        budget -= 1
+        if budget < 0:
+            raise SimulationStuckError(f"more than {_MAX_CYCLES_PER_JOB} cycles per job")
+        for j in list(sim.running):
+            sim.settle(j, now)
+        planned = cycle.plan(
+            state,
+            core_policy,
+            sim.store.freeze(now),
+            now=now,
+            round_no=round_no,
+            incremental=not full,
+            restart_s=restart_s,
+        )
+        ledger.solve_s.append(planned.timings["solve"])
+        _apply(sim, planned, now, full)
+        if full:
+            busy = [0] * len(cluster.gpu_types)
+            for run_ in sim.running.values():
+                for g in run_.gpus:
+                    busy[cluster.gpu_types.index(sim.node_type[sim._node_of_gpu(g)])] += 1
+            waiting = len(sim.admitted) - len(sim.done) - len(sim.running)
+            ledger.rounds.append(
+                RoundRecord(now, now + round_s, tuple(busy), len(sim.running), waiting)
+            )
+            next_full = now + round_s
+        if progress is not None:
+            progress(ledger.finished, n)
+    return now
+
+
+def _stamp(epoch: float) -> str:
+    from walras.core import model
+
+    return model.format_time(epoch)
+
+
+def _complete(sim: _Sim, j: int, now: float) -> None:
+    """Job ``j`` did all its work at ``now``: its pods succeed, its GPUs go free."""
+    pods = sim.running[j].pods
+    sim.stop(j, now)
+    sim.work[j] = float(sim.workload.total_steps[j])
+    remaining = int(sim.workload.total_steps[j]) - sim.ledger.steps_done[j]
+    if remaining > 0:
+        sim.ledger.steps_done[j] += remaining
+    sim.ledger.complete(j, now)
+    sim.done.add(j)
+    for pod in pods:
+        sim.store.upsert("pod", _pod_manifest_phase(sim, pod, crd.PHASE_SUCCEEDED))
+
+
+def _pod_manifest_phase(sim: _Sim, name: str, phase: str) -> dict[str, Any]:
+    """The pod as the API would show it after its phase changed."""
+    manifest = sim.pod_manifests[name]
+    manifest["status"] = {"phase": phase}
+    return manifest
+
+
+def _index(name: str) -> int:
+    return int(name.rsplit("-", 1)[1])
+
+
+def _apply(sim: _Sim, planned: cycle.CyclePlan, now: float, full: bool) -> None:
+    """Carry a plan out on the simulated cluster (what the operator's writes do on a real one)."""
+    real = planned.realisation
+    deleted_jobs: set[int] = set()
+    for delete in real.deletes:
+        sim.store.delete("pod", delete.pod.namespace, delete.pod.name)
+        sim.pod_manifests.pop(delete.pod.name, None)
+        deleted_jobs.add(_index(delete.pod.job))
+    for j in deleted_jobs:
+        if j in sim.running:
+            sim.stop(j, now)
+        if j in sim.done and not any(p.job == job_name(j) for p in sim.store.pods.values()):
+            sim.store.delete("job", NAMESPACE, job_name(j))
+    by_job: dict[int, list[Any]] = {}
+    for create in real.creates:
+        by_job.setdefault(_index(create.job.name), []).append(create)
+    for j, creates in sorted(by_job.items()):
+        if j in sim.running:
+            sim.stop(j, now)
+        gpus: list[int] = []
+        pods: list[str] = []
+        for create in creates:
+            manifest = _created_pod(create.manifest, create.node)
+            sim.pod_manifests[create.name] = manifest
+            sim.store.upsert("pod", manifest)
+            pods.append(create.name)
+            free = sim.free_gpus[create.node]
+            if len(free) < create.gpus:
+                raise SimulationStuckError(
+                    f"the plan put {job_name(j)} on {create.node}, which has "
+                    f"{len(free)} free GPUs of the {create.gpus} it needs"
+                )
+            gpus.extend(free.pop() for _ in range(create.gpus))
+        job = creates[0].job
+        gpu_type = sim.node_type[creates[0].node]
+        rate = float(job.throughput.get(gpu_type, 0.0))
+        sim.running[j] = _Running(
+            start=now,
+            productive_from=now + float(sim.config.restart_s),
+            rate=rate,
+            gpus=tuple(gpus),
+            pods=tuple(pods),
+            accounted_to=now,
+        )
+        sim.ledger.dispatched(j, now, restarted=True)
+        if rate > 0:
+            heapq.heappush(sim.finish_heap, (sim.finish_time(j), j))
+    if full:
+        for key, jr in planned.realisation.jobs.items():
+            j = _index(key[1])
+            if jr.kept and j in sim.running and j not in by_job:
+                sim.ledger.dispatched(j, now, restarted=False)
+
+
+def _created_pod(manifest: Mapping[str, Any], node: str) -> dict[str, Any]:
+    """The pod the operator created, as the API returns it once bound and running."""
+    out = dict(manifest)
+    meta = dict(out["metadata"])
+    meta.setdefault("uid", f"uid-{meta['name']}")
+    out["metadata"] = meta
+    out["spec"] = {**dict(out["spec"]), "nodeName": node}
+    out["status"] = {"phase": crd.PHASE_RUNNING}
+    return out
