@@ -151,7 +151,7 @@ class _Sim:
         if now > begin:
             self.work[j] += (now - begin) * run.rate
         busy = now - run.accounted_to
-        steps = int(round(self.work[j])) - self.ledger.steps_done[j]
+        steps = round(self.work[j]) - self.ledger.steps_done[j]
         self.ledger.ran(j, max(steps, 0), busy, run.gpus)
         run.accounted_to = now
 
