@@ -5,7 +5,8 @@
 #                                        cache (once per version)
 #   hack/control-plane.sh paths          print the cached binary paths (KEY=PATH lines)
 #   hack/control-plane.sh start DIR      certs + tokens, etcd, kube-apiserver, kube-controller-manager (garbage
-#                                        collector, namespace, resource quota and ServiceAccount controllers),
+#                                        collector, namespace, resource quota, ServiceAccount and ClusterRole
+#                                        aggregation controllers),
 #                                        kwok on loopback; kubeconfigs in DIR
 #   hack/control-plane.sh stop DIR       kill exactly the PIDs recorded in DIR, then remove DIR
 #   hack/control-plane.sh env DIR        print `export KUBECONFIG=DIR/admin.kubeconfig` (and PATH with the cached tools)
@@ -419,12 +420,13 @@ cmd_start() {
 	# kube-controller-manager with the controllers tests rely on: garbage collector (deleting a
 	# FungibleJob removes its pods through their ownerReferences), namespace (a deleted namespace is
 	# emptied and removed), resource quota (ResourceQuota usage is computed, so quota admission
-	# works) and ServiceAccount (`default` in every namespace). Not the node lifecycle controller:
+	# works), ServiceAccount (`default` in every namespace) and ClusterRole aggregation (the
+	# built-in admin/edit/view roles get their rules, as users get them). Not the node lifecycle controller:
 	# kwok's heartbeats are slower than its grace period, so it would mark nodes NotReady. No
 	# serving port (--secure-port=0): several control planes may run side by side.
 	"$KCM_BIN" \
 		--kubeconfig="$dir/admin.kubeconfig" \
-		--controllers=garbage-collector-controller,namespace-controller,resourcequota-controller,serviceaccount-controller \
+		--controllers=garbage-collector-controller,namespace-controller,resourcequota-controller,serviceaccount-controller,clusterrole-aggregation-controller \
 		--leader-elect=false \
 		--secure-port=0 \
 		--use-service-account-credentials=false \
