@@ -205,18 +205,9 @@ def run_psdsf() -> list[dict[str, Any]]:
     return lines
 
 
-def available_gb() -> float:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) / 1024**2
-    except OSError:
-        pass
-    return 0.0
-
-
 def main(argv: list[str]) -> int:
+    from bench_pricing import available_gb  # same directory: bench/ is on sys.path
+
     if argv[:1] == ["--case"]:
         name = argv[1]
         if name == "gavel":

@@ -38,7 +38,13 @@ from walras.allocator.fairness.solver import Method, Mode
 from walras.allocator.pop.clients import merge_virtual
 from walras.allocator.pop.partition import check_k
 from walras.allocator.pop.plan import Balance, Plan, make_plan
-from walras.allocator.pop.results import PopFairnessResult, PopRun, ShardReport, frozen
+from walras.allocator.pop.results import (
+    PopFairnessResult,
+    ShardReport,
+    exact_run,
+    frozen,
+    sharded_run,
+)
 from walras.allocator.pop.shards import Runner
 from walras.allocator.pop.split import FloatArray
 
@@ -132,7 +138,7 @@ def solve_fairness(
         report = ShardReport(
             0, N, frozen(problem.capacity), w, c, r.certificate_violation, converged=r.converged
         )
-        run = PopRun(False, 1, 1, 0, np.zeros(N, dtype=np.int64), (report,), w, c)
+        run = exact_run(N, report, wall0, cpu0)
         return PopFairnessResult(
             r.tasks, r.totals, r.certificate_violation, r.certificate_violation, mode,
             r.converged, run, exact=r,
@@ -171,16 +177,7 @@ def solve_fairness(
         )
     tasks: FloatArray = merge_virtual(plan.clients, X, N, weighted=False)
     violation = fairness.certificate(problem, tasks, mode)
-    run = PopRun(
-        sharded=True,
-        k=k,
-        workers=used,
-        splits=plan.clients.splits,
-        assignment=plan.real_assignment,
-        shards=tuple(reports),
-        wall_s=time.perf_counter() - wall0,
-        cpu_s=time.process_time() - cpu0,
-    )
+    run = sharded_run(plan, reports, used, wall0, cpu0)
     return PopFairnessResult(
         tasks=frozen(tasks),
         totals=frozen(tasks.sum(axis=1)),

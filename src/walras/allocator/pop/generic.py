@@ -33,7 +33,13 @@ from walras.allocator.errors import InvalidProblem
 from walras.allocator.pop.clients import merge_virtual
 from walras.allocator.pop.partition import IntArray, check_k
 from walras.allocator.pop.plan import Balance, make_plan
-from walras.allocator.pop.results import PopAllocation, PopRun, ShardReport, frozen
+from walras.allocator.pop.results import (
+    PopAllocation,
+    ShardReport,
+    exact_run,
+    frozen,
+    sharded_run,
+)
 from walras.allocator.pop.shards import Runner
 from walras.allocator.pop.split import FloatArray
 
@@ -126,16 +132,7 @@ def solve_rows(
     if X is None:  # pragma: no cover - make_plan rejects n = 0
         raise InvalidProblem("no shard has clients", field="uids")
     merged = merge_virtual(plan.clients, X, n, weighted=True)
-    run = PopRun(
-        sharded=k > 1 or plan.clients.splits > 0,
-        k=k,
-        workers=used,
-        splits=plan.clients.splits,
-        assignment=plan.real_assignment,
-        shards=tuple(reports),
-        wall_s=time.perf_counter() - wall0,
-        cpu_s=time.process_time() - cpu0,
-    )
+    run = sharded_run(plan, reports, used, wall0, cpu0)
     return PopAllocation(allocation=frozen(merged), run=run)
 
 
@@ -168,7 +165,7 @@ def solve_gavel(
         x = frozen(pol.allocate(inputs))
         w, c = time.perf_counter() - wall0, time.process_time() - cpu0
         report = ShardReport(0, inputs.n_jobs, frozen(inputs.capacity), w, c, float("nan"))
-        run = PopRun(False, 1, 1, 0, np.zeros(inputs.n_jobs, dtype=np.int64), (report,), w, c)
+        run = exact_run(inputs.n_jobs, report, wall0, cpu0)
         return PopAllocation(allocation=x, run=run)
 
     def make_shard(rows: IntArray, fraction: FloatArray, cap: FloatArray) -> Any:

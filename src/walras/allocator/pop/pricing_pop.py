@@ -47,10 +47,11 @@ from walras.allocator.pop.partition import check_k
 from walras.allocator.pop.plan import Plan, make_plan, resplit
 from walras.allocator.pop.results import (
     PopPricingResult,
-    PopRun,
     RepairReport,
     ShardReport,
+    exact_run,
     frozen,
+    sharded_run,
 )
 from walras.allocator.pop.shards import Runner
 from walras.allocator.pop.split import FloatArray, is_integral
@@ -363,16 +364,7 @@ def _merge(
                 objective=0.0 if r is None else float(best.utility[s]),
             )
         )
-    run = PopRun(
-        sharded=True,
-        k=plan.k,
-        workers=workers,
-        splits=plan.clients.splits,
-        assignment=plan.real_assignment,
-        shards=tuple(shards),
-        wall_s=time.perf_counter() - wall0,
-        cpu_s=time.process_time() - cpu0,
-    )
+    run = sharded_run(plan, shards, workers, wall0, cpu0)
     return PopPricingResult(
         allocation=_readonly(X),
         throughput=_readonly(t),
@@ -416,16 +408,7 @@ def _exact(
         converged=r.converged,
         objective=float(r.utility),
     )
-    run = PopRun(
-        sharded=False,
-        k=1,
-        workers=1,
-        splits=0,
-        assignment=np.zeros(problem.n, dtype=np.int64),
-        shards=(report,),
-        wall_s=time.perf_counter() - wall0,
-        cpu_s=time.process_time() - cpu0,
-    )
+    run = exact_run(problem.n, report, wall0, cpu0)
     return PopPricingResult(
         allocation=r.allocation,
         throughput=r.throughput,

@@ -17,11 +17,15 @@ unchanged, in ``exact``.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from walras.allocator.pop.plan import Plan
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -177,3 +181,33 @@ class PopAllocation:
 
     allocation: FloatArray
     run: PopRun
+
+
+def sharded_run(
+    plan: Plan, shards: list[ShardReport], workers: int, wall0: float, cpu0: float
+) -> PopRun:
+    """The ``PopRun`` of a sharded solve that started at ``wall0``/``cpu0``."""
+    return PopRun(
+        sharded=plan.k > 1 or plan.clients.splits > 0,
+        k=plan.k,
+        workers=workers,
+        splits=plan.clients.splits,
+        assignment=plan.real_assignment,
+        shards=tuple(shards),
+        wall_s=time.perf_counter() - wall0,
+        cpu_s=time.process_time() - cpu0,
+    )
+
+
+def exact_run(n: int, report: ShardReport, wall0: float, cpu0: float) -> PopRun:
+    """The ``PopRun`` of an exact (k = 1) solve: one shard holding all ``n`` clients."""
+    return PopRun(
+        sharded=False,
+        k=1,
+        workers=1,
+        splits=0,
+        assignment=np.zeros(n, dtype=np.int64),
+        shards=(report,),
+        wall_s=time.perf_counter() - wall0,
+        cpu_s=time.process_time() - cpu0,
+    )
