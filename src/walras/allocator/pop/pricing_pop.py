@@ -218,8 +218,8 @@ def solve_pricing(
     """Price discovery on ``k`` shards; see the module docstring.
 
     Args:
-        uids: one stable UID per job (default: the row numbers as strings, stable only while
-            the caller's rows are).
+        uids: one stable UID per job (default: rows are sharded by ``splitmix64(row) mod k``,
+            stable only while the caller's rows keep their order).
         eps, max_iter, backend: passed to every shard's ``pricing.solve`` (``eps`` is per job,
             so each shard's gap is at most ``eps·n_s`` when it converges).
         client_split: the paper's threshold ``t``: up to ``⌊t·n⌋`` halvings of the

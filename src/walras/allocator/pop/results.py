@@ -106,7 +106,9 @@ class RepairReport:
         utility: merged utility returned (the best seen; never below ``utility_plain``).
         recovered: ``utility − utility_plain``.
         spread_before, spread_after: largest relative price spread over types,
-            ``max_s p_sj / min_s p_sj − 1``, for plain POP and for the returned configuration.
+            ``max_s p_sj / min_s p_sj − 1``, for plain POP and for the returned configuration
+            (on the prices the shards returned, each only as exact as its duality gap: a shard
+            re-solved from p̄ that meets its ε at once returns p̄ itself).
         within_tolerance: the returned configuration's spread is at most the tolerance.
         resolves: shard solves the repair made.
     """
