@@ -23,6 +23,8 @@ from collections.abc import Callable
 from typing import Protocol
 
 from walras.allocator.errors import InvalidProblem
+from walras.allocator.gavel.fifo import Fifo
+from walras.allocator.gavel.finish_time_fairness import FinishTimeFairness
 from walras.allocator.gavel.inputs import FloatArray, GavelInputs, IntArray
 from walras.allocator.gavel.lp import SolverError
 from walras.allocator.gavel.max_min_fairness import MaxMinFairness
@@ -42,6 +44,10 @@ _REGISTRY: dict[str, Callable[[int], GavelPolicy]] = {
     "max_min_fairness": lambda seed: MaxMinFairness(aware=False),
     "min_total_duration_perf": lambda seed: MinTotalDuration(aware=True),
     "min_total_duration": lambda seed: MinTotalDuration(aware=False),
+    "finish_time_fairness_perf": lambda seed: FinishTimeFairness(aware=True),
+    "finish_time_fairness": lambda seed: FinishTimeFairness(aware=False),
+    "fifo_perf": lambda seed: Fifo(aware=True),
+    "fifo": lambda seed: Fifo(aware=False, seed=seed),
 }
 
 POLICY_NAMES: tuple[str, ...] = tuple(_REGISTRY)

@@ -38,6 +38,7 @@ symmetry ``x0 = x1 = y`` maximising ``2 log y + 2 log(1 − y) + log(4 − 2y)``
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -118,8 +119,8 @@ def central_max_min(
 ) -> tuple[FloatArray, float]:
     """Max-min mode for ``max s s.t. coef·x ≥ s·w``: the end of the central path, and its ``s``.
 
-    ``start`` must be strictly inside the base polytope with ``coef·start > 0`` for every job;
-    ``weights`` ``w`` (default 1) must be positive.
+    ``start`` must be strictly inside the base polytope with ``coef·start > 0`` for every job
+    with a weight; ``weights`` ``w`` (default 1) must be ≥ 0 with at least one positive.
 
     The path is followed in its level parameter ``l``: the central point with objective value
     ``s = l`` is the analytic center of ``{base, coef·x ≥ l·w}`` (the stationarity conditions
@@ -132,24 +133,29 @@ def central_max_min(
     J = coef.shape[0]
     w = np.ones(J) if weights is None else np.asarray(weights, dtype=np.float64)
     prob, live = _problem(coef, np.zeros(J), scale_factors, capacity)
+    # Rows with w = 0 are plain ``coef·x ≥ 0``; where coef is 0 on every live type, too, that row
+    # is 0 ≥ 0 (no interior), so it becomes 0 ≥ −1, a constant that leaves the center unchanged.
+    offset = np.where((w == 0.0) & ~(prob.C > 0.0).any(axis=1), 1.0, 0.0)
+    prob = prob.at(-offset)
     x = np.array(start[:, live], dtype=np.float64)
-    values = np.einsum("jt,jt->j", prob.C, x) / w
+    weighted = w > 0.0
+    values = np.einsum("jt,jt->j", prob.C, x)[weighted] / w[weighted]
     level = 0.5 * float(values.min())
     m = x.size + 2 * J + prob.cap.size
     budget = MAX_STEPS
-    x, used = _newton(prob.at(level * w), x, tol=STAGE_DECREMENT, budget=budget)
+    x, used = _newton(prob.at(level * w - offset), x, tol=STAGE_DECREMENT, budget=budget)
     budget -= used
     frac = 0.5
     while True:
-        _, _, thr = prob.at(level * w).slacks(x)
+        _, _, thr = prob.at(level * w - offset).slacks(x)
         gap = m / float((w / thr).sum())  # duality gap of the central point at this level
         if gap <= GAP_REL * abs(level):
             break
         # Tangent of the path: ∂(∇Φ)/∂l = −Σ_j w_j c_j / slack_j², so dx/dl = H⁻¹ (w c / slack²).
-        tangent = _hessian_solver(prob.at(level * w), x)(prob.C * (w / thr**2)[:, None])
+        tangent = _hessian_solver(prob.at(level * w - offset), x)(prob.C * (w / thr**2)[:, None])
         step = frac * gap
         while True:
-            nxt = prob.at((level + step) * w)
+            nxt = prob.at((level + step) * w - offset)
             guess = x + step * tangent
             if np.isfinite(nxt.barrier(guess)):
                 try:
@@ -168,10 +174,8 @@ def central_max_min(
                 raise SolverError("central path: cannot advance the level (ill-conditioned)")
         x, level = guess, level + step
         frac = min(0.9, frac * 2.0) if used <= 3 else frac
-    try:  # polish the last center; x is already centered to STAGE_DECREMENT if this stalls
-        x, _ = _newton(prob.at(level * w), x, tol=FINAL_DECREMENT, budget=20)
-    except SolverError:
-        pass
+    with contextlib.suppress(SolverError):  # x is centered to STAGE_DECREMENT already
+        x, _ = _newton(prob.at(level * w - offset), x, tol=FINAL_DECREMENT, budget=20)
     return _widen(x, live, start.shape), level
 
 

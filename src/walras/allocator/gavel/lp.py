@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 import scipy.optimize as opt
 import scipy.sparse as sp
 
@@ -76,18 +77,29 @@ def solve(
     return res
 
 
-def max_min(poly: Polytope, coef: FloatArray) -> tuple[FloatArray, float]:
-    """``max s  s.t.  Σ_t coef[j, t] x[j, t] ≥ s  ∀j``, ``x`` in ``poly``; returns ``(x, s*)``."""
+def max_min(
+    poly: Polytope, coef: FloatArray, active: npt.NDArray[np.bool_] | None = None
+) -> tuple[FloatArray, float]:
+    """``max s  s.t.  Σ_t coef[j, t] x[j, t] ≥ s`` for every (``active``) job, ``x`` in ``poly``.
+
+    Returns ``(x, s*)``; ``s*`` is ``inf`` when no job is active.
+    """
     J, T = poly.n_jobs, poly.n_types
+    rows = per_job_rows(coef)
+    if active is not None:
+        rows = rows[np.flatnonzero(active)]
+    n_rows = rows.shape[0]
+    if n_rows == 0:
+        return np.zeros((J, T)), np.inf
     # Variables (x, s): rows  s − Σ_t coef·x ≤ 0,  then the base rows (no s).
     A = sp.vstack(
         [
-            sp.hstack([-per_job_rows(coef), sp.csr_matrix(np.ones((J, 1)))]),
+            sp.hstack([-rows, sp.csr_matrix(np.ones((n_rows, 1)))]),
             sp.hstack([poly.rows, sp.csr_matrix((J + T, 1))]),
         ],
         format="csr",
     )
-    b = np.concatenate([np.zeros(J), poly.rhs])
+    b = np.concatenate([np.zeros(n_rows), poly.rhs])
     c = np.zeros(J * T + 1)
     c[-1] = -1.0
     res = solve(c, A, b, [(0.0, None)] * (J * T + 1))
@@ -95,17 +107,6 @@ def max_min(poly: Polytope, coef: FloatArray) -> tuple[FloatArray, float]:
         raise SolverError(f"max-min LP reported infeasible: {res.message}")
     v = np.asarray(res.x, dtype=np.float64)
     return v[:-1].reshape(J, T), float(v[-1])
-
-
-def feasible_point(poly: Polytope, coef: FloatArray, lower: FloatArray) -> FloatArray | None:
-    """Some ``x`` in ``poly`` with ``Σ_t coef[j, t] x[j, t] ≥ lower[j]`` for all ``j``, or None."""
-    J, T = poly.n_jobs, poly.n_types
-    A = sp.vstack([-per_job_rows(coef), poly.rows], format="csr")
-    b = np.concatenate([-lower, poly.rhs])
-    res = solve(np.zeros(J * T), A, b, [(0.0, None)] * (J * T))
-    if res.status != FEASIBLE:
-        return None
-    return np.asarray(res.x, dtype=np.float64).reshape(J, T)
 
 
 def finish(x: FloatArray, scale_factors: IntArray, capacity: FloatArray) -> FloatArray:
@@ -121,44 +122,6 @@ def finish(x: FloatArray, scale_factors: IntArray, capacity: FloatArray) -> Floa
     used = scale_factors.astype(np.float64) @ x
     scale = np.where(used > capacity, capacity / np.where(used > 0.0, used, 1.0), 1.0)
     return np.asarray(x * scale[None, :], dtype=np.float64)
-
-
-def interior_point(poly: Polytope, coef: FloatArray, lower: FloatArray) -> tuple[FloatArray, float]:
-    """A point deep inside ``poly ∩ {Σ_t coef[j, t] x[j, t] ≥ lower[j]}``: ``(x, margin)``.
-
-    Maximises the smallest slack ``m`` of every inequality (``x ≥ m``, row sums ``≤ 1 − m``,
-    capacity ``≤ cap − m``, throughput rows ``≥ lower + m``), with ``m ≤ 1`` to keep the LP
-    bounded. A positive ``margin`` means the point is strictly feasible, as Newton's method in
-    :mod:`.center` needs. Types with no GPUs are left out of ``x ≥ m`` (their column stays 0).
-    """
-    J, T = poly.n_jobs, poly.n_types
-    n = J * T
-    idx = np.flatnonzero(np.tile(poly.rhs[J:] > 0.0, J))
-    k = idx.size
-    # Variables (x, m). Rows: −C x + m ≤ −lower;  base rows + m ≤ rhs;  −x + m ≤ 0 (live types).
-    nonneg = sp.csr_matrix(
-        (
-            np.concatenate([-np.ones(k), np.ones(k)]),
-            (np.concatenate([np.arange(k), np.arange(k)]), np.concatenate([idx, np.full(k, n)])),
-        ),
-        shape=(k, n + 1),
-    )
-    A = sp.vstack(
-        [
-            sp.hstack([-per_job_rows(coef), sp.csr_matrix(np.ones((J, 1)))]),
-            sp.hstack([poly.rows, sp.csr_matrix(np.ones((J + T, 1)))]),
-            nonneg,
-        ],
-        format="csr",
-    )
-    c = np.zeros(n + 1)
-    c[-1] = -1.0
-    bounds: list[Bound] = [(0.0, None)] * n + [(None, 1.0)]
-    res = solve(c, A, np.concatenate([-lower, poly.rhs, np.zeros(k)]), bounds)
-    if res.status != FEASIBLE:
-        raise SolverError(f"interior-point LP reported infeasible: {res.message}")
-    v = np.asarray(res.x, dtype=np.float64)
-    return v[:n].reshape(J, T), float(v[-1])
 
 
 def strictly_inside(scale_factors: IntArray, capacity: FloatArray) -> FloatArray:

@@ -7,12 +7,16 @@ which every active job can finish at a constant rate, with ``n[j]`` its remainin
                               x ≥ 0,  Σ_t x[j, t] ≤ 1,  Σ_j k[j] · x[j, t] ≤ cap[t]
 
 For a fixed ``T`` this is an LP feasibility problem, and feasibility is monotone in ``T``, so
-Gavel bisects, and so do we, with Gavel's exact bracket and stopping rule (the result depends on
-them, because Gavel returns the allocation of the last feasible ``T`` it *tried*, not of the
-optimum): start with ``[lo, hi] = [100, 10⁶]``; while ``1.05·lo < hi``, test ``T = (lo + hi)/2``
-and move ``hi`` (feasible) or ``lo`` (infeasible) to it. If no ``T`` in the bracket was feasible,
-repeat on ``[10⁶, 10⁷]``, then ``[10⁷, 10⁸]``, and so on. The result is the allocation at the
-smallest feasible ``T`` tried, which is within 5 % of the optimum ``T*``.
+Gavel bisects with its own bracket and stopping rule, and returns the allocation of the last
+feasible ``T`` it *tried*, not of the optimum: start with ``[lo, hi] = [100, 10⁶]``; while
+``1.05·lo < hi``, test ``T = (lo + hi)/2`` and move ``hi`` (feasible) or ``lo`` (infeasible) to
+it. If no ``T`` in the bracket was feasible, repeat on ``[10⁶, 10⁷]``, then ``[10⁷, 10⁸]``, ….
+The result is within 5 % above the optimum ``T*``.
+
+We replay exactly that sequence of ``T`` with one LP instead of one per test: ``T`` is feasible
+iff ``T ≥ T* = 1/u*`` with ``u* = max_x min_j Σ_t thr[j, t] x[j, t] / n[j]`` (over jobs with
+``n[j] > 0``), a max-min LP solved once with HiGHS. So the final ``T`` is Gavel's to the last
+bit (barring a tested ``T`` within solver tolerance of ``T*``), at the cost of one LP.
 
 Gavel's feasibility problem has the constant objective ``maximise 1``, so every feasible ``x`` is
 optimal; its interior-point solver returns (approximately) the analytic center of that feasible
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from walras.allocator.errors import InvalidProblem
 from walras.allocator.gavel import center, lp
 from walras.allocator.gavel.inputs import FloatArray, GavelInputs
 
@@ -44,21 +49,18 @@ MAX_BRACKETS = 12
 """Brackets ``[10⁶·10ⁱ, 10⁷·10ⁱ]`` tried before giving up (10¹⁸ s: the jobs cannot run at all)."""
 
 
-def bisect_horizon(
-    poly: lp.Polytope, throughputs: FloatArray, remaining: FloatArray
-) -> tuple[float, FloatArray]:
-    """Gavel's bisection; returns the smallest feasible tested ``T`` and the LP's ``x`` there."""
+def gavel_horizon(t_star: float) -> float:
+    """The ``T`` Gavel's bisection ends with when exactly the ``T ≥ t_star`` are feasible."""
     lo, hi = FIRST_BRACKET
     top = hi
     for _ in range(MAX_BRACKETS):
-        best: tuple[float, FloatArray] | None = None
+        best: float | None = None
         while STOP_RATIO * lo < hi:
             T = (lo + hi) / 2.0
-            x = lp.feasible_point(poly, throughputs, remaining / T)
-            if x is None:
-                lo = T
+            if t_star <= T:
+                best, hi = T, T
             else:
-                best, hi = (T, x), T
+                lo = T
         if best is not None:
             return best
         lo, hi, top = top, top * 10.0, top * 10.0
@@ -88,32 +90,49 @@ class MinTotalDuration:
         if not self.aware:
             ref = inputs.reference_column(self.name)
             thr = np.repeat(thr[:, ref : ref + 1], T, axis=1)
-        poly = lp.base_polytope(inputs.scale_factors, inputs.capacity)
-        horizon, x = bisect_horizon(poly, thr, remaining)
+        k, cap = inputs.scale_factors, inputs.capacity
+        active = remaining > 0.0
+        live = cap > 0.0
+        stuck = active & ~(thr[:, live] > 0.0).any(axis=1)
+        if stuck.any():
+            j = int(np.argmax(stuck))
+            raise InvalidProblem(
+                f"job {inputs.job_ids[j]}: {remaining[j]:g} steps left but throughput 0 on "
+                "every type with GPUs, so no horizon is feasible",
+                field="throughputs",
+                index=j,
+            )
+        poly = lp.base_polytope(k, cap)
+        coef = thr / np.where(active, remaining, 1.0)[:, None]
+        x_opt, u_star = lp.max_min(poly, coef, active)
+        horizon = gavel_horizon(1.0 / u_star if u_star > 0.0 else np.inf)
         self.last_horizon = horizon
+        x_opt = lp.finish(x_opt, k, cap)
         if self.central:
-            x = feasible_center(poly, thr, remaining / horizon, inputs, fallback=x)
-        return lp.finish(x, inputs.scale_factors, inputs.capacity)
+            x_opt = feasible_center(x_opt, u_star * horizon, thr, remaining / horizon, inputs)
+        return lp.finish(x_opt, k, cap)
 
 
 def feasible_center(
-    poly: lp.Polytope,
-    coef: FloatArray,
-    lower: FloatArray,
-    inputs: GavelInputs,
-    *,
-    fallback: FloatArray,
+    x_opt: FloatArray, ratio: float, coef: FloatArray, lower: FloatArray, inputs: GavelInputs
 ) -> FloatArray:
-    """Analytic center of ``poly ∩ {coef·x ≥ lower}``, from the max-margin point (:mod:`.lp`).
+    """Analytic center of Gavel's polytope ∩ ``{coef·x ≥ lower}`` (:mod:`.center`).
 
-    If the polytope has (numerically) no interior, i.e. the tested horizon is the optimum to
-    solver precision, every feasible point is on the optimal face already and ``fallback`` (a
-    feasible LP point) is returned.
+    ``x_opt`` is feasible with ``coef·x_opt ≥ ratio·lower`` for a ``ratio ≥ 1``. The start
+    ``(1 − ε)·x_opt + ε·x_in`` (``x_in`` strictly inside the base polytope) keeps
+    ``coef·x > lower`` for ``ε < 1 − 1/ratio``. If ``ratio`` is 1 to rounding (the tested
+    horizon is the optimum itself), the polytope has no interior: every feasible point is on the
+    optimal face and ``x_opt`` is returned. Jobs with nothing left (``lower = 0`` and a zero
+    row) get the slack row ``0 ≥ −1`` instead of ``0 ≥ 0``, which has no interior.
     """
-    start, margin = lp.interior_point(poly, coef, lower)
-    if margin <= 1e-9:
-        return fallback
+    k, cap = inputs.scale_factors, inputs.capacity
+    eps = 0.5 * (1.0 - 1.0 / ratio) if np.isfinite(ratio) else 0.5
+    if eps <= 1e-12:
+        return x_opt
+    start = (1.0 - eps) * x_opt + eps * lp.strictly_inside(k, cap)
+    live = cap > 0.0
+    lower = np.where((coef[:, live] > 0.0).any(axis=1), lower, -1.0)
     try:
-        return center.analytic_center(start, coef, lower, inputs.scale_factors, inputs.capacity)
+        return center.analytic_center(start, coef, lower, k, cap)
     except lp.SolverError:
-        return fallback
+        return x_opt
