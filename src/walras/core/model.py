@@ -155,6 +155,8 @@ class JobSpec:
     requests: Mapping[str, float] = dataclasses.field(default_factory=dict)
     tolerations: tuple[Toleration, ...] = ()
     affinity: tuple[NodeSelectorTerm, ...] = ()
+    # HadarE may run copies of the job on several nodes (spec.forkable; opt-in per job).
+    forkable: bool = False
 
     @property
     def key(self) -> JobKey:
@@ -438,6 +440,24 @@ def _resource_field(pod_spec: Mapping[str, Any], resource: str) -> str:
     return f"spec.template.spec.overhead[{resource}]"
 
 
+def _check_quantities(pod_spec: Mapping[str, Any]) -> None:
+    """Every resource quantity of the template is a finite float (``1e400`` is well-formed for
+    the API server, but no node holds it and it would overflow every sum)."""
+    for part in ("containers", "initContainers"):
+        for k, container in enumerate(pod_spec.get(part) or []):
+            res = _mapping(_mapping(container).get("resources"))
+            for kind in ("limits", "requests"):
+                for name, value in _mapping(res.get(kind)).items():
+                    try:
+                        quantity(value)
+                    except ValueError as exc:
+                        raise _DefectError(
+                            f"spec.template.spec.{part}[{k}].resources.{kind}[{name}]",
+                            "InvalidQuantity",
+                            str(exc),
+                        ) from None
+
+
 def _parse_job(obj: Mapping[str, Any]) -> JobSpec:
     meta = _mapping(obj.get("metadata"))
     spec = _mapping(obj.get("spec"))
@@ -455,6 +475,7 @@ def _parse_job(obj: Mapping[str, Any]) -> JobSpec:
         raise _DefectError(problem.field, problem.reason, problem.message)
     template = _mapping(spec.get("template"))
     pod_spec = _mapping(template.get("spec"))
+    _check_quantities(pod_spec)
     requests = pod_requests(pod_spec)
     gpu_limits: dict[str, int] = {}
     for res_name, count in sorted(requests.items()):
@@ -536,6 +557,7 @@ def _parse_job(obj: Mapping[str, Any]) -> JobSpec:
     if tenant is not None and not isinstance(tenant, str):
         raise _DefectError("spec.tenant", "InvalidTenant", f"{tenant!r} is not a string")
     return JobSpec(
+        forkable=spec.get("forkable") is True,
         namespace=namespace,
         name=name,
         uid=str(meta.get("uid", "")),
