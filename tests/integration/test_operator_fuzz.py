@@ -355,3 +355,38 @@ def test_rounds_never_fail_and_log_is_clean(fuzz: Outcome) -> None:
     assert "Traceback" not in log
     assert "round" in log and "failed; retrying" not in log
     assert fuzz.operator.alive()
+
+
+def _server_accepts_pod(kube: Any, namespace: str, template: Any) -> tuple[bool, str]:
+    """A server-side dry run of a Pod made from ``template`` (nothing is stored)."""
+    meta = template.get("metadata") if isinstance(template, dict) else None
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {**(meta if isinstance(meta, dict) else {}), "name": "probe"},
+        "spec": template.get("spec") if isinstance(template, dict) else None,
+    }
+    try:
+        devcluster.request(
+            kube, "POST", f"/api/v1/namespaces/{namespace}/pods", body=body, query={"dryRun": "All"}
+        )
+    except ApiException as exc:
+        return False, str(json.loads(exc.body or "{}").get("message", exc.body))[:200]
+    return True, ""
+
+
+def test_template_checks_agree_with_the_api_server(kube: Any, fuzz: Outcome) -> None:
+    """Oracle: the API server itself. For every template that reached the operator (mutants the
+    schema accepted, and the valid jobs), ``walras.core.podtemplate.check`` rejects it exactly
+    when a dry-run create of a Pod from it fails."""
+    from walras.core import podtemplate
+
+    stored = {j["metadata"]["name"]: j for j in list_jobs(kube, fuzz.namespace)}
+    disagree = []
+    for name in [*fuzz.accepted, *(m["metadata"]["name"] for m in VALID)]:
+        template = stored[name]["spec"].get("template")
+        server_ok, why = _server_accepts_pod(kube, fuzz.namespace, template)
+        problem = podtemplate.check(template)
+        if server_ok != (problem is None):
+            disagree.append((name, server_ok, why, problem))
+    assert disagree == [], "\n".join(map(str, disagree))

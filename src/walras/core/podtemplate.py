@@ -106,7 +106,8 @@ def _short(value: object) -> str:
 
 
 def quantity_text(value: object, field: str) -> float:
-    """A quantity as the API server reads it (string or number), finite and >= 0."""
+    """A quantity as the API server reads it (string or number), >= 0; ``inf`` when it is
+    well-formed but beyond float64."""
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise _BadError(field, f"must be a quantity, got {_short(value)}", "InvalidQuantity")
     text = str(value).strip()
@@ -114,10 +115,12 @@ def quantity_text(value: object, field: str) -> float:
         raise _BadError(field, f"{_short(value)} is not a quantity", "InvalidQuantity")
     try:
         number = quantity(text)
-    except ValueError as exc:
-        raise _BadError(field, str(exc), "InvalidQuantity") from None
-    if not math.isfinite(number) or number < 0:
-        raise _BadError(field, f"{_short(value)} must be finite and >= 0", "InvalidQuantity")
+    except ValueError:
+        # The grammar holds but the value is beyond float64 (``1e400``): the API server stores
+        # it, so it is no shape error; walras.core.model rejects it as a number out of range.
+        return math.inf
+    if number < 0:
+        raise _BadError(field, f"{_short(value)} must be >= 0", "InvalidQuantity")
     return number
 
 
@@ -151,7 +154,7 @@ def _resources(value: object, field: str) -> None:
             if not isinstance(name, str) or not _label_key_ok(name):
                 raise _BadError(where, f"{_short(name)} is not a valid resource name")
             number = quantity_text(amount, where)
-            if not is_native(name) and number != int(number):
+            if not is_native(name) and math.isfinite(number) and number != int(number):
                 raise _BadError(
                     where, f"extended resource {name} must be a whole number", "InvalidQuantity"
                 )
@@ -247,8 +250,10 @@ def _requirements(value: object, field: str, *, fields: bool = False) -> None:
             raise _BadError(f"{where}.values", f"operator {op} needs values")
         if op in ("Exists", "DoesNotExist") and values:
             raise _BadError(f"{where}.values", f"operator {op} takes no values")
-        if op in ("Gt", "Lt") and (len(values) != 1 or not re.match(r"^-?[0-9]+$", values[0])):
-            raise _BadError(f"{where}.values", f"operator {op} needs exactly one integer value")
+        # The API server stores a non-integer Gt/Lt value; such a term matches no node
+        # (walras.core.filters.requirement_matches), as in kube-scheduler.
+        if op in ("Gt", "Lt") and len(values) != 1:
+            raise _BadError(f"{where}.values", f"operator {op} needs exactly one value")
 
 
 def _affinity(value: object, field: str) -> None:
