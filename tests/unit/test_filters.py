@@ -417,3 +417,30 @@ def test_empty_pool_is_left_out_and_its_jobs_conditioned() -> None:
     assert {c.job.name for c in planned.realisation.creates} == {"v", "k"}
     (issue,) = planned.solution.issues
     assert (issue.key, issue.reason) == (("ns", "p"), "NoCapacity")
+
+
+def test_type_whose_every_node_is_cordoned_is_left_out() -> None:
+    cordoned = _node_obj("p0", "p100")
+    cordoned["spec"]["unschedulable"] = True
+    objs = [
+        *_pools("v100", "p100"),
+        ("node", _node_obj("v0", "v100")),
+        ("node", cordoned),
+        ("job", _job_obj("p", {"p100": 1.0})),
+        ("job", _job_obj("v", {"v100": 1.0})),
+    ]
+    planned = _plan(objs)
+    assert planned.view.gpu_types == ("v100",)
+    state = planned.view.pools["p100"]
+    assert (state.matching, state.cordoned, state.capacity) == (1, 1, 0)
+    assert "1 cordoned" in planned.view.empty_types["p100"]
+    assert [c.job.name for c in planned.realisation.creates] == ["v"]
+    (issue,) = planned.solution.issues
+    assert issue.reason == "NoCapacity" and "1 cordoned" in issue.message
+
+
+def test_every_pool_empty_plans_nothing_and_raises_nothing() -> None:
+    planned = _plan([*_pools("v100", "p100"), ("job", _job_obj("v", {"v100": 1.0}))])
+    assert planned.view.gpu_types == ()
+    assert planned.realisation.creates == ()
+    assert [i.reason for i in planned.solution.issues] == ["NoCapacity"]
