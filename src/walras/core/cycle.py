@@ -29,7 +29,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from walras.core import completion, history, model, realise
+from walras.core import completion, history, model, placements, realise
 from walras.core import snapshot as snapshots
 from walras.core.policies import Policy, Solution
 
@@ -155,12 +155,16 @@ def plan(
     sol = policy.solve(snap, view)
     t2 = time.perf_counter()
 
-    real = realise.realise(sol, snap, view, hists, round_no, incremental=incremental)
+    if sol.placements is not None:
+        real = placements.realise_placements(sol, snap, view, round_no)
+    else:
+        real = realise.realise(sol, snap, view, hists, round_no, incremental=incremental)
     for job in sol.jobs:
         jr = real.jobs[job.key]
+        speed = sol.rates.get(job.key) if sol.placements is not None else None
         hists[job.key].run_in(
             jr.group,
-            rate(job, jr.group, snap) if jr.group else 0.0,
+            (speed if speed is not None else rate(job, jr.group, snap)) if jr.group else 0.0,
             now,
             restarted=bool(jr.group) and not jr.kept,
             restart_s=restart_s,

@@ -186,7 +186,16 @@ def run(
     """Simulate until every job has finished; returns the final clock (the makespan)."""
     name = getattr(policy, "name", str(policy))
     try:
-        core_policy = policies.create(name, policies.PolicyOptions(seed=config.seed))
+        core_policy = policies.create(
+            name,
+            policies.PolicyOptions(
+                seed=config.seed,
+                round_seconds=float(config.round_s),
+                restart_seconds=float(config.restart_s),
+                weighting=getattr(config, "weighting", "none"),
+                weighting_exponent=getattr(config, "weighting_exponent", -0.5),
+            ),
+        )
     except policies.UnknownPolicyError as exc:
         raise SimInputError(f"--policy: {exc}") from None
     sim = _Sim(workload, cluster, config, ledger, work=[0.0] * workload.n_jobs)

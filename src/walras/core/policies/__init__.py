@@ -7,6 +7,7 @@ only place that names them.
 from walras.core.policies import (  # noqa: F401  (imported for their registration)
     fifo,
     finish_time_fairness,
+    hadar,
     max_min_fairness,
     min_total_duration,
     price_discovery,

@@ -60,6 +60,9 @@ class Solution:
         tenant_tasks: PS-DSF tenant totals ``x_n`` (work units per second).
         alternatives: per job, ``{gpu type: fraction it would get there alone at these prices}``.
         issues: jobs left out, with the reason.
+        placements: for policies that place gangs themselves (Hadar): job → ``(node, pods)``;
+            ``None`` for policies whose targets the realiser turns into pods.
+        rates: with ``placements``, each placed job's work per second (all its pods).
     """
 
     policy: str
@@ -79,6 +82,8 @@ class Solution:
     converged: bool = True
     seconds: float = 0.0
     timings: Mapping[str, float] = field(default_factory=dict)
+    placements: Mapping[model.JobKey, tuple[tuple[str, int], ...]] | None = None
+    rates: Mapping[model.JobKey, float] = field(default_factory=dict)
 
 
 # Integration point with the node agents: a reader returns the agents' converged tasks as
@@ -104,6 +109,9 @@ class PolicyOptions:
     # Price discovery: scale each job's weight by its remaining time (walras.core.weighting).
     weighting: str = "none"
     weighting_exponent: float = -0.5
+    # Policies that plan whole rounds (Hadar) need the round length and the restart cost.
+    round_seconds: float = 360.0
+    restart_seconds: float = 10.0
 
 
 class Policy(Protocol):

@@ -1,0 +1,166 @@
+"""``hadar`` and ``hadare``: online primal–dual scheduling, and job forking (paper 003).
+
+Unlike the fraction policies, Hadar decides each round's placements itself
+(``walras.allocator.hadar.plan_round``): per GPU type a price exponential in the GPUs taken, a
+job's payoff = its utility at the projected finish − the price of its GPUs, positive-payoff jobs
+admitted so that the total payoff is maximal, running jobs kept unless a move gains more than the
+restart. ``hadare`` adds HadarE's copies: a forkable job (``spec.forkable: true``) runs one gang per
+node with room, and its work is split across them. The solution carries those placements
+(``Solution.placements``), which ``walras.core.placements`` turns into pods.
+
+Inputs from the snapshot: ``throughput[j, t]`` = ``spec.throughput[t]`` (0 where the gang cannot
+run), ``replicas`` = gang size (one GPU per pod), ``remaining`` = ``totalWork − work done``
+(required: a job without ``totalWork`` gets a ``TotalWorkRequired`` issue), ``elapsed`` = now −
+arrival, ``node_free`` = each usable node's GPUs minus foreign use (Walras's own pods included:
+Hadar decides afresh who keeps them), ``current`` = the job's alive pods per node.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from walras.core import crd, model, snapshot
+from walras.core.policies.base import (
+    JobIssue,
+    PolicyOptions,
+    Solution,
+    empty_solution,
+    with_seconds,
+)
+from walras.core.policies.eligibility import Capacity, usable_types
+from walras.core.policies.registry import register
+
+
+@register("hadar", summary="online primal-dual placement with exponential prices (paper 003)")
+class Hadar:
+    """Hadar: one gang per job, placed by payoff."""
+
+    name = "hadar"
+    fork = False
+
+    def __init__(self, options: PolicyOptions) -> None:
+        self.round_seconds = options.round_seconds
+        self.restart_seconds = options.restart_seconds
+
+    def warm_up(self) -> None:
+        from walras.allocator import hadar
+
+        del hadar
+
+    def solve(self, snap: snapshot.Snapshot, view: snapshot.ClusterView) -> Solution:
+        start = time.perf_counter()
+        return with_seconds(self._solve(snap, view), time.perf_counter() - start)
+
+    def _solve(self, snap: snapshot.Snapshot, view: snapshot.ClusterView) -> Solution:
+        from walras.allocator import hadar
+
+        types = view.gpu_types
+        capacity = Capacity(view)
+        issues: list[JobIssue] = []
+        rows: list[model.JobSpec] = []
+        masks: list[list[bool]] = []
+        for job in snap.active_jobs:
+            usable, issue = usable_types(job, view, capacity)
+            if issue is None and job.total_work is None:
+                issue = JobIssue(
+                    job.key,
+                    "spec.totalWork",
+                    "TotalWorkRequired",
+                    f"policy {self.name} projects finish times from the remaining work; "
+                    "set spec.totalWork",
+                )
+            if issue is None and any(
+                job.gpus_per_pod(p.resource_name) != 1 for p in view.node_pool[:1]
+            ):
+                issue = JobIssue(
+                    job.key,
+                    "spec.template.spec.containers",
+                    "OneGPUPerPodRequired",
+                    f"policy {self.name} places one GPU per pod; use replicas for more GPUs",
+                )
+            if issue is not None:
+                issues.append(issue)
+                continue
+            rows.append(job)
+            masks.append([usable.get(t, False) for t in types])
+        gpp = np.ones(len(rows), dtype=np.int64)
+        K = len(view.nodes)
+        if not rows or not types or K == 0:
+            return empty_solution(self.name, view, rows, issues, gpp)
+        thr = np.array(
+            [
+                [j.throughput.get(t, 0.0) if m[g] else 0.0 for g, t in enumerate(types)]
+                for j, m in zip(rows, masks, strict=True)
+            ],
+            dtype=np.float64,
+        )
+        node_index = view.node_index
+        current = np.zeros((len(rows), K), dtype=np.int64)
+        pods_by_job = snap.pods_by_job()
+        for r, job in enumerate(rows):
+            for pod in pods_by_job.get(job.key, []):
+                k = node_index.get(pod.where)
+                if k is not None and not pod.terminating and pod.phase != crd.PHASE_FAILED:
+                    current[r, k] += 1
+        remaining = [snapshot.remaining_work(j, snap) or 0.0 for j in rows]
+        now = snap.taken_at
+        elapsed = [
+            max(now - snap.progress.get(j.key, snapshot.JobProgress(arrival=j.created)).arrival, 0)
+            for j in rows
+        ]
+        inputs = hadar.make_inputs(
+            thr,
+            [j.replicas for j in rows],
+            remaining,
+            view.node_type,
+            np.maximum(view.node_gpus - view.node_foreign, 0),
+            elapsed=elapsed,
+            current=current,
+            forkable=[self.fork and j.forkable for j in rows],
+            weight=[j.utility.weight for j in rows],
+            total_work=[
+                max(j.total_work or 0.0, left) for j, left in zip(rows, remaining, strict=True)
+            ],
+            round_seconds=self.round_seconds,
+            restart_seconds=self.restart_seconds,
+        )
+        plan = hadar.plan_round(inputs, fork_jobs=self.fork)
+        targets = np.zeros((len(rows), len(types)))
+        placements: dict[model.JobKey, tuple[tuple[str, int], ...]] = {}
+        rates: dict[model.JobKey, float] = {}
+        for jp in plan.jobs:
+            job = rows[jp.job]
+            pods = sum(n for _, n in jp.placement)
+            for k, n in jp.placement:
+                targets[jp.job, int(view.node_type[k])] += n / max(pods, 1)
+            placements[job.key] = tuple((view.nodes[k].name, int(n)) for k, n in jp.placement)
+            rates[job.key] = float(jp.rate)
+        prices = {
+            t: float(p) for t, p in zip(types, plan.type_prices, strict=True) if np.isfinite(p)
+        }
+        return Solution(
+            policy=self.name,
+            groups=types,
+            group_type=types,
+            node_group=view.node_type.copy(),
+            jobs=tuple(rows),
+            targets=targets,
+            gpus_per_pod=gpp,
+            prices=prices,
+            expected_throughput=np.array([rates.get(j.key, 0.0) for j in rows]),
+            tenant_tasks={},
+            alternatives={},
+            issues=tuple(issues),
+            placements=placements,
+            rates=rates,
+        )
+
+
+@register("hadare", summary="Hadar with job forking: copies of forkable jobs on idle nodes")
+class HadarE(Hadar):
+    """HadarE: Hadar plus copies of forkable jobs (``spec.forkable: true``)."""
+
+    name = "hadare"
+    fork = True
