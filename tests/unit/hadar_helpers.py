@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from walras.allocator.hadar import HadarPlan, make_inputs, plan_round
+from walras.allocator.hadar import HadarPlan, Utility, make_inputs, plan_round
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -51,7 +51,13 @@ class RunResult:
     plans: tuple[HadarPlan, ...]
 
 
-def run(work: Workload, *, fork_jobs: bool, max_rounds: int = 10_000) -> RunResult:
+def run(
+    work: Workload,
+    *,
+    fork_jobs: bool,
+    utility: Utility | None = None,
+    max_rounds: int = 10_000,
+) -> RunResult:
     """Run rounds until every job is done (or ``max_rounds``; then TTD is ``inf``)."""
     J, K = work.throughput.shape[0], work.node_type.shape[0]
     remaining = work.total_work.astype(np.float64).copy()
@@ -76,6 +82,7 @@ def run(work: Workload, *, fork_jobs: bool, max_rounds: int = 10_000) -> RunResu
             total_work=work.total_work,
             round_seconds=L,
             restart_seconds=restart,
+            utility=utility,
         )
         plan = plan_round(inputs, fork_jobs=fork_jobs)
         plans.append(plan)

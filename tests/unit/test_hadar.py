@@ -24,6 +24,7 @@ from walras.allocator.errors import InvalidProblem
 from walras.allocator.hadar import (
     HadarInputs,
     HadarPlan,
+    Hyperbolic,
     InverseSlowdown,
     LinearDecay,
     competitive_ratio,
@@ -607,13 +608,22 @@ def test_competitive_ratio_constants() -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("shape", [InverseSlowdown(), InverseSlowdown(2.0), LinearDecay()])
+@pytest.mark.parametrize(
+    "shape", [InverseSlowdown(), InverseSlowdown(2.0), LinearDecay(), Hyperbolic()]
+)
 def test_utility_shapes_are_positive_and_non_increasing(shape: object) -> None:
     tau = np.linspace(100.0, 5000.0, 50)
     ideal = np.full(50, 100.0)
     vals = shape(tau, ideal)  # type: ignore[operator]  # every shape is callable
     assert (vals > 0).all() and (np.diff(vals) <= 0).all()
     assert shape(np.array([np.inf]), np.array([100.0]))[0] == 0.0  # type: ignore[operator]
+
+
+def test_hyperbolic_worked_example_and_order() -> None:
+    shape = Hyperbolic(horizon=3600.0)
+    # h / (h + τ): τ = 3 h gives 1/4, whatever the job's own ideal time.
+    got = shape(np.array([3 * 3600.0, 3 * 3600.0]), np.array([60.0, 36000.0]))
+    assert got == pytest.approx([0.25, 0.25])
 
 
 def test_linear_decay_endpoints() -> None:

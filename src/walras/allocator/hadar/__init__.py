@@ -26,13 +26,14 @@ from walras.allocator.hadar.inputs import HadarInputs, make_inputs
 from walras.allocator.hadar.planner import plan_round
 from walras.allocator.hadar.prices import capacity, competitive_ratio, default_bounds, price
 from walras.allocator.hadar.results import Gang, HadarPlan, JobPlan
-from walras.allocator.hadar.utilities import InverseSlowdown, LinearDecay, Utility
+from walras.allocator.hadar.utilities import Hyperbolic, InverseSlowdown, LinearDecay, Utility
 
 __all__ = [
     "DP_MAX_CELLS",
     "Gang",
     "HadarInputs",
     "HadarPlan",
+    "Hyperbolic",
     "InverseSlowdown",
     "JobPlan",
     "LinearDecay",

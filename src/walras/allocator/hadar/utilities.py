@@ -21,6 +21,16 @@ exactness argument of FIND_ALLOC needs: a faster allocation is never worth less)
 - :class:`LinearDecay`: ``shape = clip(1 - (τ/ideal - 1)/(horizon - 1), floor, 1)``, i.e. 1 when
   the job finishes in its ideal time and ``floor`` once it takes ``horizon`` times that. The floor
   keeps a late job's utility positive, so it is still admitted when GPUs are cheap.
+- :class:`Hyperbolic`: ``shape = h / (h + τ)`` with one time scale ``h`` for every job (default
+  1 h). Unlike the two above it does not scale with the job's own size, so a job that can finish
+  sooner is worth more: shortest-projected-completion first, for mean JCT. Example: ``h = 1 h``,
+  ``τ = 3 h``: ``shape = 0.25``.
+
+Which jobs win follows from the shape: with ``InverseSlowdown`` and a batch arriving together,
+the jobs with the most work keep the highest per-GPU utility (``ideal/τ`` falls slowest for
+them), i.e. roughly longest-job-first, good for the makespan; ``Hyperbolic`` is roughly
+shortest-job-first. A utility of the completion time lowers a job's value while it waits, so a
+long-waiting job is worth less, not more: the paper's model has no anti-starvation term.
 
 Called by :mod:`~walras.allocator.hadar.planner` (payoffs) and :mod:`~walras.allocator.hadar.prices`
 (the default price bounds).
@@ -87,3 +97,18 @@ class LinearDecay:
         shape = 1.0 - late / (self.horizon - 1.0)
         # An infinite τ (no progress) is worth nothing, not the floor.
         return np.where(np.isfinite(tau), np.clip(shape, self.floor, 1.0), 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Hyperbolic:
+    """``horizon / (horizon + τ)``: one time scale for all jobs, so shorter jobs are worth more."""
+
+    horizon: float = 3600.0
+
+    def __post_init__(self) -> None:
+        if not (np.isfinite(self.horizon) and self.horizon > 0):
+            raise ValueError(f"Hyperbolic.horizon must be positive, got {self.horizon}")
+
+    def __call__(self, tau: FloatArray, ideal: FloatArray) -> FloatArray:
+        del ideal  # the same scale for every job, on purpose (see the module docstring)
+        return np.asarray(self.horizon / (self.horizon + tau), dtype=np.float64)
