@@ -58,6 +58,9 @@ class LoopConfig:
     debounce: float = 0.3
     # /readyz turns 503 after this many failed rounds in a row (walras.operator.health.ROUNDS).
     max_failed_rounds: int = 3
+    # The clock rounds plan with (their ``now``, and held jobs' back-off). Injected, as Kueue
+    # injects its clock, so the real loop can run on a simulated clock (the same-code-path test).
+    clock: Callable[[], float] = time.time
 
 
 @dataclass(slots=True)
@@ -310,7 +313,7 @@ class RoundLoop:
         return report
 
     async def _round(self, report: RoundReport, incremental: bool, t0: float) -> None:
-        now = time.time()
+        now = self.config.clock()
         snap = self._prepare(self.store.freeze(now), now)
         planned = await asyncio.to_thread(
             cycle.plan,
@@ -438,7 +441,7 @@ class RoundLoop:
         prev = self.blocked.get(job.uid)
         attempts = prev.attempts + 1 if prev is not None else 1
         delay = min(RETRY_FIRST_S * 2 ** (attempts - 1), RETRY_MAX_S)
-        held = Blocked(job.generation, reason, message, time.time() + delay, attempts)
+        held = Blocked(job.generation, reason, message, self.config.clock() + delay, attempts)
         self.blocked[job.uid] = held
         return held
 
@@ -563,7 +566,7 @@ class RoundLoop:
                 c.name,
                 message,
                 sum(outcome[(key, x.name)].ok for x in creates),
-                held.retry_at - time.time(),
+                held.retry_at - self.config.clock(),
             )
         if undo:
             await kubeapi.gather_limited(self.api.delete_pod(c.job.namespace, c.name) for c in undo)
