@@ -182,8 +182,14 @@ def run(
     config: SimConfig,
     ledger: Ledger,
     progress: Progress | None = None,
+    *,
+    observer: Callable[[cycle.CyclePlan], None] | None = None,
 ) -> float:
-    """Simulate until every job has finished; returns the final clock (the makespan)."""
+    """Simulate until every job has finished; returns the final clock (the makespan).
+
+    ``observer`` is called with every cycle's plan once it is applied (the same-code-path test
+    compares these with the real operator's rounds).
+    """
     name = getattr(policy, "name", str(policy))
     try:
         core_policy = policies.create(
@@ -265,6 +271,8 @@ def run(
         )
         ledger.solve_s.append(planned.timings["solve"])
         _apply(sim, planned, now, full)
+        if observer is not None:
+            observer(planned)
         if full:
             busy = [0] * len(cluster.gpu_types)
             for run_ in sim.running.values():
