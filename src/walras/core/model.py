@@ -64,7 +64,6 @@ def _str_map(value: object) -> dict[str, str]:
 # Bounds on numbers a user sets (the CRD schema enforces the same; objects stored before the
 # schema had them are checked here). They keep the solver's numbers far from float overflow:
 # a weight of 1e308 would otherwise hold a full share whatever everyone else asks.
-MIN_WEIGHT = 1e-6
 MAX_WEIGHT = 1e6
 MAX_TARGET = 1e12
 MAX_ALPHA = 100.0
@@ -522,8 +521,10 @@ def _parse_job(obj: Mapping[str, Any]) -> JobSpec:
     if kind_crd not in UTILITY_KINDS:
         raise _DefectError("spec.utility.kind", "InvalidUtility", f"unknown kind {kind_crd!r}")
     weight = _number(
-        util_raw.get("weight", 1.0), "spec.utility.weight", "InvalidUtility", MIN_WEIGHT, MAX_WEIGHT
+        util_raw.get("weight", 1.0), "spec.utility.weight", "InvalidUtility", 0, MAX_WEIGHT
     )
+    if not weight > 0:
+        raise _DefectError("spec.utility.weight", "InvalidUtility", f"weight {weight} <= 0")
     alpha = _number(
         util_raw.get("alpha", 2.0), "spec.utility.alpha", "InvalidUtility", 0, MAX_ALPHA
     )
