@@ -85,6 +85,8 @@ async def start_rounds(settings: kopf.OperatorSettings, **_: Any) -> None:
         _TASKS.append(asyncio.create_task(op.elector.run(_STOP)))
     rounds = op.rounds
     rounds.facts = _ROUNDS.facts
+    # The handlers fill the store the round loop plans on (kopf starts watching after startup).
+    _WATCHER.store = rounds.store
     readiness = await op.readiness()
     _WATCHER.readiness = readiness
     _ROUNDS.target = rounds
