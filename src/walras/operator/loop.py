@@ -205,6 +205,7 @@ class RoundLoop:
         # Pods we bound that the watch has not shown bound yet: pod -> (node, gpus, when).
         self.ledger: dict[model.JobKey, tuple[str, dict[str, float], float]] = {}
         self._bound_index: tuple[int, dict[model.JobKey, list[str]]] = (-1, {})
+        self._bound_jobs: dict[model.JobKey, model.JobKey] = {}  # pod in the ledger -> its job
         self.events_posted: dict[str, tuple[str, str]] = {}
         self.last_report: RoundReport | None = None
         self.last_solution: policies.Solution | None = None
@@ -579,6 +580,8 @@ class RoundLoop:
             pod = self.store.pods.get(key)
             if (pod is not None and pod.node) or (pod is None and now - since > 10.0):
                 del self.ledger[key]
+        for key in [k for k in self._bound_jobs if k not in self.ledger]:
+            del self._bound_jobs[key]
         usage = snapshot.node_usage([*self.store.pods.values(), *self.store.foreign.values()])
         for node_name, requests, _ in self.ledger.values():
             filters.add_usage(usage.setdefault(node_name, {}), requests)
@@ -598,6 +601,10 @@ class RoundLoop:
                 node = pod.node or self.ledger.get(pod_key, ("", {}, 0.0))[0]
                 if node:
                     index.setdefault(pod.job_key, []).append(node)
+            # Pods bound this round whose creation the watch has not delivered yet.
+            for pod_key, job_key in self._bound_jobs.items():
+                if pod_key not in self.store.pods and pod_key in self.ledger:
+                    index.setdefault(job_key, []).append(self.ledger[pod_key][0])
             self._bound_index = (self.round_no, index)
         nodes = set(jr.nodes)
         return sum(n in nodes for n in self._bound_index[1].get(key, ()))
@@ -672,6 +679,7 @@ class RoundLoop:
             if r.outcome in (kubeapi.Outcome.OK, kubeapi.Outcome.CONFLICT):
                 bound += 1
                 self.ledger[(b.namespace, b.name)] = (b.node, requests, time.monotonic())
+                self._bound_jobs[(b.namespace, b.name)] = key
             elif key not in broken:
                 broken[key] = (b, r)
         metrics.BINDINGS.inc(bound)
