@@ -1,0 +1,139 @@
+"""The round loop's gang rules against a scripted API (no Kubernetes): a gang with a member that is
+not created, or not bound, leaves nothing bound behind and holds its job out with the reason.
+
+Oracle: the gang contract itself, read off the requests the loop sends: after a failed member, no
+further bind of that gang, a delete for every member that was created or bound, a status with
+``Admitted=False`` and the API server's message, one Event, and no create for the held job in the
+next round.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+from walras.kube import writes
+from walras.operator import loop
+
+GPU = "nvidia.com/gpu"
+
+
+class FakeApi:
+    """Records every write; answers from ``fail_create``/``fail_bind`` (pod -> Result) or OK."""
+
+    def __init__(
+        self,
+        fail_create: Mapping[str, writes.Result] | None = None,
+        fail_bind: Mapping[str, writes.Result] | None = None,
+    ) -> None:
+        self.fail_create = dict(fail_create or {})
+        self.fail_bind = dict(fail_bind or {})
+        self.calls: list[tuple[str, ...]] = []
+        self.statuses: dict[str, dict[str, Any]] = {}
+        self.events: list[tuple[str, str]] = []
+
+    async def create_pod(self, namespace: str, manifest: Mapping[str, Any]) -> writes.Result:
+        name = manifest["metadata"]["name"]
+        self.calls.append(("create", name))
+        return self.fail_create.get(name, writes.Result(writes.Outcome.OK, 201))
+
+    async def bind_pod(self, namespace: str, name: str, node: str) -> writes.Result:
+        self.calls.append(("bind", name))
+        return self.fail_bind.get(name, writes.Result(writes.Outcome.OK, 201))
+
+    async def delete_pod(self, namespace: str, name: str, **_: Any) -> writes.Result:
+        self.calls.append(("delete", name))
+        return writes.Result(writes.Outcome.OK, 200)
+
+    async def patch_job_status(
+        self, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> writes.Result:
+        self.statuses[name] = dict(status)
+        return writes.Result(writes.Outcome.OK, 200)
+
+    async def patch_pool_status(self, name: str, status: Mapping[str, Any]) -> writes.Result:
+        return writes.Result(writes.Outcome.OK, 200)
+
+    async def post_event(self, job: Any, *, reason: str, message: str, **_: Any) -> writes.Result:
+        self.events.append((reason, message))
+        return writes.Result(writes.Outcome.OK, 201)
+
+    def names(self, verb: str) -> list[str]:
+        return [c[1] for c in self.calls if c[0] == verb]
+
+
+def make_loop(api: FakeApi) -> loop.RoundLoop:
+    rounds = loop.RoundLoop(
+        loop.snapshot.Store(),
+        api,  # type: ignore[arg-type]  # duck-typed stand-in for walras.kube.writes.Api
+        loop.LoopConfig(backend="numpy"),
+    )
+    store = rounds.store
+    store.upsert("pool", {"metadata": {"name": "g", "generation": 1}, "spec": {"gpuType": "g"}})
+    store.upsert(
+        "node",
+        {
+            "metadata": {"name": "n0", "labels": {"walras.dev/gpu-type": "g"}},
+            "status": {
+                "allocatable": {GPU: "8", "cpu": "32", "memory": "64Gi", "pods": "110"},
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
+        },
+    )
+    store.upsert(
+        "job",
+        {
+            "metadata": {"namespace": "ns", "name": "gang", "uid": "u1", "generation": 1},
+            "spec": {
+                "replicas": 3,
+                "throughput": {"g": 1.0},
+                "template": {"spec": {"containers": [{"name": "c", "image": "i"}]}},
+            },
+        },
+    )
+    return rounds
+
+
+def admitted(status: Mapping[str, Any]) -> dict[str, Any]:
+    return next(c for c in status["conditions"] if c["type"] == "Admitted")
+
+
+def test_a_rejected_member_removes_the_gang_and_holds_the_job() -> None:
+    quota = writes.Result(
+        writes.Outcome.ERROR,
+        403,
+        'pods "gang-r1-1" is forbidden: exceeded quota: q, requested: pods=1',
+        "Forbidden",
+    )
+    api = FakeApi(fail_create={"gang-r1-1": quota})
+    rounds = make_loop(api)
+    asyncio.run(rounds.run_round())
+    assert sorted(api.names("create")) == ["gang-r1-0", "gang-r1-1", "gang-r1-2"]
+    assert api.names("bind") == []
+    assert sorted(api.names("delete")) == ["gang-r1-0", "gang-r1-2"]
+    status = api.statuses["gang"]
+    assert status["phase"] == "Pending" and status["fairShare"] == 0.0
+    cond = admitted(status)
+    assert (cond["status"], cond["reason"]) == ("False", "QuotaExceeded")
+    assert "exceeded quota: q" in cond["message"] and "gang-r1-1" not in cond["message"]
+    assert [r for r, _ in api.events] == ["QuotaExceeded"]
+    # Held out: the next round creates nothing for it and posts no second Event.
+    api.calls.clear()
+    asyncio.run(rounds.run_round())
+    assert api.names("create") == [] and api.names("bind") == []
+    assert [r for r, _ in api.events] == ["QuotaExceeded"]
+
+
+def test_an_unbindable_member_removes_the_whole_gang() -> None:
+    gone = writes.Result(writes.Outcome.GONE, 404, 'pods "gang-r1-2" not found', "NotFound")
+    api = FakeApi(fail_bind={"gang-r1-2": gone})
+    rounds = make_loop(api)
+    asyncio.run(rounds.run_round())
+    assert sorted(api.names("bind")) == ["gang-r1-0", "gang-r1-1", "gang-r1-2"]
+    # The members bound before the failure are deleted too: no partial gang survives.
+    assert sorted(api.names("delete")) == ["gang-r1-0", "gang-r1-1", "gang-r1-2"]
+    cond = admitted(api.statuses["gang"])
+    assert (cond["status"], cond["reason"]) == ("False", "BindFailed")
+    assert "binding pod gang-r1-2 to n0" in cond["message"]
+    assert not rounds.ledger
