@@ -71,7 +71,7 @@ def simulate_command(
     ] = 0.0,
     seed: Annotated[int, typer.Option(help="Seed (Gavel's type shuffle, agnostic FIFO).")] = 0,
     window: Annotated[
-        str | None, typer.Option(help="A:B: also report mean JCT of job ids A..B-1.")
+        str | None, typer.Option(help="Job ids A:B (B excluded) whose mean JCT is also reported.")
     ] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     out: Annotated[
