@@ -6,9 +6,10 @@
 Each shard is solved by ``pricing.solve`` unchanged. The merged utility is at most the exact
 optimum (the merged X is feasible for the full problem); the merged certificate is the full
 problem's dual value at the shards' capacity-weighted mean prices p̄,
-``g(p̄) = p̄^T R + Σ_i max_x [u_i(a_i^T x) − (d_i ⊙ p̄)^T x] ≥ U*``, from one best-response pass
-(``pricing.solve(problem, warm_prices=p̄, max_iter=1)``): ``gap = g(p̄) − U(X)`` bounds the
-loss against the exact optimum.
+``g(p̄) = p̄^T R + Σ_i max_x [u_i(a_i^T x) − (d_i ⊙ p̄)^T x] ≥ U*``, from one best-response pass:
+``gap = g(p̄) − U(X)`` bounds the loss against the exact optimum. The pass runs in the shards
+(``g(p̄) = Σ_s g_s(p̄) + p̄^T (R − Σ_s R_s)``, in parallel) unless some shard masks a type the
+full problem allows (then one pass over the full problem).
 
 Details:
 - jobs are validated on the full problem first (``strict`` as in ``pricing.solve``), so errors
@@ -91,6 +92,21 @@ def _solve_shard(
     )
 
 
+def _shard_dual(
+    shared: tuple[tuple[pricing.PricingProblem | None, ...], _Options],
+    payload: tuple[int, FloatArray, FloatArray],
+) -> float:
+    """The shard's dual value g_s(p) (one best-response pass at p, capacity ``cap``)."""
+    problems, opts = shared
+    s, cap, p = payload
+    problem = problems[s]
+    if problem is None:  # pragma: no cover - empty shards are never sent
+        raise RuntimeError("empty shard")
+    problem = dataclasses.replace(problem, capacity=cap)
+    res = pricing.solve(problem, max_iter=1, backend=opts.backend, warm_prices=p, strict=False)
+    return float(res.dual_bound)
+
+
 def _shard_demand(
     shared: tuple[tuple[pricing.PricingProblem | None, ...], _Options],
     payload: tuple[int, FloatArray, FloatArray],
@@ -144,26 +160,35 @@ def utility(problem: pricing.PricingProblem, t: Any) -> float:
 
 def _shard_problems(
     vproblem: pricing.PricingProblem, plan: Plan, uids: Sequence[str] | None
-) -> tuple[pricing.PricingProblem | None, ...]:
+) -> tuple[tuple[pricing.PricingProblem | None, ...], bool]:
+    """The shards' problems, and whether any job's demand exceeds its shard's capacity.
+
+    The full problem has passed ``check_jobs``; a shard can only add the defect "fits on no
+    type" (its capacity is smaller), so only shards where some demand exceeds the capacity
+    are screened again.
+    """
     out: list[pricing.PricingProblem | None] = []
+    masked = False
     for s, rows in enumerate(plan.members):
         if len(rows) == 0:
             out.append(None)
             continue
         sp = vproblem.subset(rows, capacity=plan.capacity[s])
-        issues = pricing.screen_jobs(sp)
-        if issues:
-            first = issues[0]
-            job = int(plan.clients.owner[rows[first.index]])
-            raise InvalidProblem(
-                f"job {job}{'' if uids is None else f' ({uids[job]!r})'}: {first.reason} "
-                f"in shard {s} of {plan.k} "
-                f"(capacity {plan.capacity[s].tolist()}); use fewer shards or client_split",
-                field=first.field,
-                index=job,
-            )
+        if (sp.demand_matrix().max(axis=0) > plan.capacity[s]).any():
+            masked = True
+            issues = pricing.screen_jobs(sp)
+            if issues:
+                first = issues[0]
+                job = int(plan.clients.owner[rows[first.index]])
+                raise InvalidProblem(
+                    f"job {job}{'' if uids is None else f' ({uids[job]!r})'}: {first.reason} "
+                    f"in shard {s} of {plan.k} "
+                    f"(capacity {plan.capacity[s].tolist()}); use fewer shards or client_split",
+                    field=first.field,
+                    index=job,
+                )
         out.append(sp)
-    return tuple(out)
+    return tuple(out), masked
 
 
 def _sample_prices(problem: pricing.PricingProblem, eps: float, max_iter: int) -> FloatArray | None:
@@ -247,7 +272,7 @@ def solve_pricing(
         # Whole GPUs per shard when every shard can get at least one of every type.
         plan = resplit(plan, R, integral=True)
     vproblem = _virtual_problem(problem, plan)
-    problems = _shard_problems(vproblem, plan, ids)
+    problems, masked = _shard_problems(vproblem, plan, ids)
     opts = _Options(eps, max_iter, backend)
     live = [s for s in range(k) if active[s]]
     warm = _sample_prices(vproblem, eps, max_iter)
@@ -305,10 +330,25 @@ def solve_pricing(
                 within_tolerance=after <= spread_tol,
                 resolves=outcome.resolves,
             )
+        p_bar = repair_mod.mean_prices(best.prices, best.caps, active)
+        dual = math.nan
+        if certify and not masked:
+            # g(p) = p^T R + Σ_i φ_i(p) = Σ_s g_s(p) + p^T (R − Σ_s R_s): the shards evaluate
+            # their jobs in parallel. Valid only when no shard masks a type the full problem
+            # allows (a masked φ_i would be smaller and the sum no upper bound).
+            duals = runner.map(_shard_dual, [(s, best.caps[s], p_bar) for s in live])
+            dual = math.fsum([d.value for d in duals]) + float(p_bar @ (R - best.caps.sum(axis=0)))
+            for s, d in zip(live, duals, strict=True):
+                timing[s] += (d.wall_s, d.cpu_s)
+        elif certify:
+            cert = pricing.solve(
+                problem, eps=eps, max_iter=1, backend=backend, warm_prices=p_bar, strict=False
+            )
+            dual = cert.dual_bound
         workers_used = runner.workers
     return _merge(
-        problem, vproblem, plan, best, report, timing, solves, certify, workers_used,
-        eps, max_iter, backend, wall0, cpu0,
+        problem, vproblem, plan, best, report, timing, solves, p_bar, dual, workers_used,
+        wall0, cpu0,
     )  # fmt: skip
 
 
@@ -320,33 +360,25 @@ def _merge(
     report: RepairReport | None,
     timing: FloatArray,
     solves: FloatArray,
-    certify: bool,
+    p_bar: FloatArray,
+    dual: float,
     workers: int,
-    eps: float,
-    max_iter: int,
-    backend: str,
     wall0: float,
     cpu0: float,
 ) -> PopPricingResult:
     n, m = problem.n, problem.m
     split = plan.clients.splits > 0
     X = np.zeros((vproblem.n, m))
+    t = np.zeros(vproblem.n)
     for s, rows in enumerate(plan.members):
         r = best.results[s]
         if r is not None:
             X[rows] = r.allocation
+            t[rows] = r.throughput
     if split:
         X = merge_virtual(plan.clients, X, n, weighted=True)
-    t = (np.asarray(problem.throughput) * X).sum(axis=1)
+        t = (np.asarray(problem.throughput) * X).sum(axis=1)
     total = utility(problem, t) if split else best.total
-    active = [r is not None for r in best.results]
-    p_bar = repair_mod.mean_prices(best.prices, best.caps, active)
-    dual = math.nan
-    if certify:
-        cert = pricing.solve(
-            problem, eps=eps, max_iter=1, backend=backend, warm_prices=p_bar, strict=False
-        )
-        dual = cert.dual_bound
     shards = []
     for s, rows in enumerate(plan.members):
         r = best.results[s]
