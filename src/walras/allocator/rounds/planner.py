@@ -49,6 +49,7 @@ def plan_round(
     node_group: object,
     node_free: object,
     current: object | None = None,
+    hold: float = 0.0,
 ) -> RoundPlan:
     """Choose this round's gang placements from fractional targets and the rounds history.
 
@@ -62,6 +63,11 @@ def plan_round(
         node_group: ``(K,)`` group of each node, in ``[0, G)``.
         node_free: ``(K,)`` GPUs on each node usable by Walras this round.
         current: ``(J, K)`` replicas of job ``j`` running on node ``k`` now (sticky placement).
+        hold: credit, in the units of ``received``, that a job running its whole gang in a group
+            gets on that group's pair: its priority there is computed with
+            ``received − hold``. A running job so keeps its slice until it is ``hold`` ahead of
+            its target, so it is served in blocks instead of alternating every round (each
+            switch restarts its pods). 0 is Gavel's priority.
 
     Returns:
         The placements (sorted by job) and the jobs with a positive target left unplaced.
@@ -76,6 +82,14 @@ def plan_round(
     t_pair = p.targets[jj, gg]
     r_pair = p.received[jj, gg]
     e_pair = p.elapsed[jj]
+    if hold < 0 or not np.isfinite(hold):
+        raise InvalidProblem(f"hold must be a finite number >= 0, got {hold}", field="hold")
+    if hold > 0 and p.current is not None:
+        # Only a job that can be kept where it is (whole gang, one group) earns the credit.
+        running = _current_placements(p)[0]
+        on_own = np.array([running[j] == g for j, g in zip(jj.tolist(), gg.tolist(), strict=True)])
+        if on_own.size:
+            r_pair = np.where(on_own, np.maximum(r_pair - hold, 0.0), r_pair)
     prio = _priority(t_pair, e_pair, r_pair)
     deficit = t_pair * e_pair - r_pair
     # np.lexsort sorts by the last key first.

@@ -112,6 +112,8 @@ class PolicyOptions:
     # Policies that plan whole rounds (Hadar) need the round length and the restart cost.
     round_seconds: float = 360.0
     restart_seconds: float = 10.0
+    # POP (paper 001): solve this many shards of the jobs independently (1 = exact).
+    pop_shards: int = 1
 
 
 class Policy(Protocol):

@@ -63,8 +63,18 @@ def canonical(name: str) -> str:
 
 
 def create(name: str, options: PolicyOptions | None = None) -> Policy:
-    """A new policy object (fresh warm-start state) for ``name`` or one of its aliases."""
-    return _ENTRIES[canonical(name)].factory(options or PolicyOptions())
+    """A new policy object (fresh warm-start state) for ``name`` or one of its aliases.
+
+    With ``options.pop_shards = k > 1`` it is POP over ``k`` instances of the policy
+    (:mod:`walras.core.policies.sharded`).
+    """
+    opts = options or PolicyOptions()
+    entry = _ENTRIES[canonical(name)]
+    if opts.pop_shards > 1:
+        from walras.core.policies.sharded import Sharded
+
+        return Sharded(entry.name, opts.pop_shards, lambda: entry.factory(opts))
+    return entry.factory(opts)
 
 
 def names() -> tuple[str, ...]:

@@ -1,0 +1,114 @@
+"""POP for any policy whose groups are GPU types: ``k`` shards solved independently (paper 001).
+
+Written once for every registered policy (``PolicyOptions.pop_shards = k``; the registry wraps
+the policy in :class:`Sharded`). Each round:
+
+- jobs go to shards by a stable hash of their UID (``walras.allocator.pop.shard_of``), so a job
+  keeps its shard across rounds and jobs coming and going never move it;
+- shard ``s`` gets ``capacity_s`` = 1/k of every GPU type's free GPUs, remainders in whole GPUs
+  (``pop.split_capacity``: no capacity lost, ``Σ_s capacity_s = capacity``);
+- each shard is an ordinary snapshot (its jobs only) and view (its capacity) solved by its own
+  instance of the inner policy (its own warm start);
+- the targets are stacked (rows in namespace/name order, as every Solution). Feasible by
+  construction: ``Σ_j d_j x_{j,t} = Σ_s Σ_{j∈s} d_j x_{j,t} ≤ Σ_s capacity_{s,t} = capacity_t``.
+
+Prices are per shard; the merged solution shows their mean per type, and ``timings`` carries the
+spread ``max_s p_{s,t} − min_s p_{s,t}`` (what ALGORITHMS.md §4's repair would act on). Policies
+whose groups are nodes (``psdsf``) or that place gangs themselves (``hadar``) are not sharded here:
+``walras.allocator.pop.solve_fairness`` shards PS-DSF tenants for ``walras fairshare``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from walras.core import snapshot
+from walras.core.policies.base import (
+    Policy,
+    PolicyUnavailableError,
+    Solution,
+    with_seconds,
+)
+
+
+class Sharded:
+    """``k`` instances of an inner policy, one per shard (see the module docstring)."""
+
+    def __init__(self, name: str, k: int, make: Callable[[], Policy]) -> None:
+        if k < 2:
+            raise ValueError(f"POP needs k >= 2 shards, got {k}")
+        self.name = name
+        self.k = k
+        self._shards = [make() for _ in range(k)]
+        self._of: dict[str, int] = {}
+
+    def warm_up(self) -> None:
+        self._shards[0].warm_up()
+
+    def _shard(self, uid: str) -> int:
+        if uid not in self._of:
+            from walras.allocator import pop
+
+            self._of[uid] = pop.shard_of(uid, self.k)
+        return self._of[uid]
+
+    def solve(self, snap: snapshot.Snapshot, view: snapshot.ClusterView) -> Solution:
+        from walras.allocator import pop
+
+        start = time.perf_counter()
+        parts = pop.split_capacity(view.type_capacity, self.k, integral=True)
+        results: list[Solution] = []
+        for s, inner in enumerate(self._shards):
+            jobs = tuple(j for j in snap.jobs if self._shard(j.uid) == s)
+            sub_snap = dataclasses.replace(snap, jobs=jobs)
+            sub_view = dataclasses.replace(view, type_capacity=np.asarray(parts[s], np.float64))
+            results.append(inner.solve(sub_snap, sub_view))
+        if any(r.placements is not None for r in results) or any(
+            r.groups != view.gpu_types for r in results
+        ):
+            raise PolicyUnavailableError(
+                f"policy {self.name}: POP shards split GPU types; this policy's groups are nodes "
+                "or it places gangs itself"
+            )
+        return with_seconds(merge(self.name, results, view), time.perf_counter() - start)
+
+
+def merge(name: str, results: Sequence[Solution], view: snapshot.ClusterView) -> Solution:
+    """The shards' solutions as one (rows sorted by namespace/name)."""
+    rows = [(job.key, s, r) for s, sol in enumerate(results) for r, job in enumerate(sol.jobs)]
+    rows.sort()
+    jobs = tuple(results[s].jobs[r] for _, s, r in rows)
+    G = len(view.gpu_types)
+    targets = np.array([results[s].targets[r] for _, s, r in rows]).reshape(len(rows), G)
+    gpp = np.array([results[s].gpus_per_pod[r] for _, s, r in rows], dtype=np.int64)
+    expected = np.array([results[s].expected_throughput[r] for _, s, r in rows])
+    prices: dict[str, float] = {}
+    timings: dict[str, float] = {"shards": float(len(results))}
+    for t in view.gpu_types:
+        values = [sol.prices[t] for sol in results if t in sol.prices and sol.jobs]
+        if values:
+            prices[t] = float(np.mean(values))
+            timings[f"price_spread_{t}"] = float(max(values) - min(values))
+    alternatives = {k: v for sol in results for k, v in sol.alternatives.items()}
+    return Solution(
+        policy=name,
+        groups=view.gpu_types,
+        group_type=view.gpu_types,
+        node_group=view.node_type.copy(),
+        jobs=jobs,
+        targets=targets,
+        gpus_per_pod=gpp,
+        prices=prices,
+        expected_throughput=expected,
+        tenant_tasks={},
+        alternatives=alternatives,
+        issues=tuple(i for sol in results for i in sol.issues),
+        iterations=max((sol.iterations for sol in results), default=0),
+        gap=float(sum(sol.gap for sol in results)),
+        converged=all(sol.converged for sol in results),
+        timings=timings,
+    )
