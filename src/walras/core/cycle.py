@@ -109,11 +109,13 @@ def plan(
     round_no: int,
     incremental: bool = False,
     restart_s: float = 0.0,
+    hold_s: float = 0.0,
 ) -> CyclePlan:
     """Plan one round (see the module docstring); updates ``state`` in place.
 
     ``restart_s``: seconds a gang placed afresh (not kept on its nodes) works nothing (its
-    checkpoint reload); the history's work accounting leaves them out.
+    checkpoint reload); the history's work accounting leaves them out. ``hold_s``: the
+    realiser's credit for running gangs (serve in blocks; see ``walras.allocator.rounds``).
 
     Raises whatever the policy raises (e.g. ``PolicyUnavailableError``); the shell decides whether
     a failed round is retried.
@@ -158,7 +160,9 @@ def plan(
     if sol.placements is not None:
         real = placements.realise_placements(sol, snap, view, round_no)
     else:
-        real = realise.realise(sol, snap, view, hists, round_no, incremental=incremental)
+        real = realise.realise(
+            sol, snap, view, hists, round_no, incremental=incremental, hold=hold_s
+        )
     for job in sol.jobs:
         jr = real.jobs[job.key]
         speed = sol.rates.get(job.key) if sol.placements is not None else None

@@ -188,8 +188,13 @@ def realise(
     round_no: int,
     *,
     incremental: bool = False,
+    hold: float = 0.0,
 ) -> Realisation:
-    """Plan this round and diff it against the existing pods (see the module docstring)."""
+    """Plan this round and diff it against the existing pods (see the module docstring).
+
+    ``hold``: seconds of credit a running gang gets on its current group (``plan_round``'s
+    ``hold``): it is served in blocks instead of alternating between groups every round.
+    """
     node_index = view.node_index
     pods_by_job = snap.pods_by_job()
     J, G = sol.targets.shape
@@ -236,6 +241,7 @@ def realise(
             node_group=sol.node_group,
             node_free=node_free,
             current=plan_current if plan_current.any() else None,
+            hold=hold,
         )
         placements = {p.job: p for p in (*plan.placements, *frozen)}
     else:
