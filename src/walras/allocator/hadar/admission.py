@@ -23,14 +23,14 @@ DP is used when ``queue length × states ≤ dp_max_cells`` (``auto``), the gree
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 
-from walras.allocator.hadar.find_alloc import States, best_in, find_alloc
+from walras.allocator.hadar.find_alloc import States, best_many
 from walras.allocator.hadar.prices import price
 
 FloatArray = npt.NDArray[np.float64]
@@ -44,12 +44,13 @@ DP_MAX_CELLS = 10_000_000
 
 @dataclass(frozen=True, slots=True)
 class QueueJob:
-    """What the queue choice needs of one waiting job."""
+    """What the queue choice needs of one waiting job: its per-type rates, gang size and its
+    utility at each of those rates (0 where the rate is 0)."""
 
     job: int
     speed: FloatArray
     gang: int
-    value: Callable[[FloatArray], FloatArray]
+    utils: FloatArray
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,15 +98,27 @@ def _dp_table(queue: Sequence[QueueJob], free0: IntArray, market: Market) -> npt
     dims = tuple(int(d) + 1 for d in free0)
     grid = np.indices(dims).reshape(len(dims), -1).T.astype(np.int64)
     states = States(grid, market.prices(grid), _strides(free0))
+    admit = np.zeros((len(queue), grid.shape[0]), dtype=bool)
+    # A job that fits in no state (all are within free0) is never admitted: skip it.
+    room = free0.astype(np.int64)
+    fits = [i for i, q in enumerate(queue) if int(room[q.speed > 0].sum()) >= q.gang]
+    if not fits:
+        return admit
+    # FIND_ALLOC does not depend on the DP's values: evaluate every job at every state at once.
+    best = best_many(
+        states,
+        np.array([queue[i].speed for i in fits]),
+        np.array([queue[i].gang for i in fits], dtype=np.int64),
+        np.array([queue[i].utils for i in fits]),
+        details=False,
+    )
     value = np.zeros(grid.shape[0])
     index = np.arange(grid.shape[0])
-    admit = np.zeros((len(queue), grid.shape[0]), dtype=bool)
-    for i in range(len(queue) - 1, -1, -1):
-        q = queue[i]
-        best = best_in(states, q.speed, q.gang, q.value)
-        take = best.payoff + value[index - best.after]
-        do = (best.payoff > 0) & (take >= value)
-        admit[i] = do
+    for row in range(len(fits) - 1, -1, -1):
+        pay = best.payoff[row]
+        take = pay + value[index - best.after[row]]
+        do = (pay > 0) & (take >= value)
+        admit[fits[row]] = do
         value = np.where(do, take, value)
     return admit
 
@@ -127,18 +140,19 @@ def _forward(
     for i, q in enumerate(queue):
         if table is not None and not table[i, int(state @ strides)]:
             continue
-        best = find_alloc(q.speed, q.gang, state[None, :], market.prices(state)[None, :], q.value)
-        if table is None and not best.payoff[0] > 0:
+        one = States(state[None, :], market.prices(state)[None, :])
+        best = best_many(one, q.speed[None, :], np.array([q.gang]), q.utils[None, :], counts=True)
+        if table is None and not best.payoff[0, 0] > 0:
             continue
-        counts = best.counts[0]
+        counts = best.counts[0, 0]
         out.append(
             Admitted(
                 q.job,
                 counts,
-                float(best.rate[0]),
-                float(best.utility[0]),
-                float(best.cost[0]),
-                float(best.payoff[0]),
+                float(best.rate[0, 0]),
+                float(best.utility[0, 0]),
+                float(best.cost[0, 0]),
+                float(best.payoff[0, 0]),
             )
         )
         state -= counts

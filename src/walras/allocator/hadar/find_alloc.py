@@ -43,9 +43,10 @@ IntArray = npt.NDArray[np.int64]
 
 @dataclass(frozen=True, slots=True)
 class Best:
-    """Best allocation per state: ``payoff (S,)`` (``-inf`` if no gang fits), ``counts (S, T)``
-    GPUs per type (zeros unless asked for), ``rate (S,)`` work/s, ``utility (S,)``, ``cost (S,)``
-    and ``after (S,)``, the index of the state left behind (see :class:`States`)."""
+    """Best allocations: ``payoff`` (``-inf`` where no gang fits), ``rate`` (work/s),
+    ``utility``, ``cost`` and ``after`` (index of the state left behind, see :class:`States`),
+    each of shape ``(S,)`` for one job or ``(n, S)`` for several; ``counts`` adds a trailing
+    axis of GPUs per type (``T``), and is empty (trailing axis 0) unless asked for."""
 
     payoff: FloatArray
     counts: IntArray
@@ -109,57 +110,96 @@ def find_alloc(
         prices: ``(S, T)`` price of one GPU per type in each state.
         value: utility of running at rates ``(n,)`` (restart and elapsed time included).
     """
-    return best_in(States(free, prices), speed, gang, value, counts=True)
+    usable = speed > 0
+    utils = np.zeros(speed.shape[0])
+    utils[usable] = value(speed[usable])
+    many = best_many(
+        States(free, prices), speed[None, :], np.array([gang]), utils[None, :], counts=True
+    )
+    return Best(
+        many.payoff[0], many.counts[0], many.rate[0], many.utility[0], many.cost[0], many.after[0]
+    )
 
 
-def best_in(
+def best_many(
     states: States,
-    speed: FloatArray,
-    gang: int,
-    value: Callable[[FloatArray], FloatArray],
+    speeds: FloatArray,
+    gangs: IntArray,
+    utils: FloatArray,
     *,
     counts: bool = False,
+    details: bool = True,
+    chunk_cells: int = 1_000_000,
 ) -> Best:
-    """:func:`find_alloc` over prepared ``states``; ``counts=False`` skips building counts."""
-    S, T = states.free.shape
-    order = np.argsort(-speed, kind="stable")
-    n_positive = int((speed > 0).sum())
-    # The rate is always one of the job's speeds, so the utility is needed at those rates only.
-    rates = np.unique(speed[speed > 0])
-    u_of_rate = value(rates) if rates.size else np.zeros(0)
-    best_pay = np.full(S, -np.inf)
-    best_rate = np.zeros(S)
-    best_util = np.zeros(S)
-    best_cost = np.zeros(S)
-    best_after = np.zeros(S, dtype=np.int64)
-    best_counts = np.zeros((T, S), dtype=np.int64)
-    for n_allowed in range(1, n_positive + 1):
-        # Types tied in speed form one bottleneck: allow all of them together.
-        if n_allowed < n_positive and speed[order[n_allowed]] == speed[order[n_allowed - 1]]:
-            continue
-        types, fo, po, before = states.view(tuple(int(t) for t in order[:n_allowed]))
-        take = np.minimum(np.maximum(gang - before, 0), fo)
-        feasible = before[-1] + fo[-1] >= gang
-        cost = (take * po).sum(axis=0)
-        rate = np.where(take > 0, speed[types], np.inf).min(axis=0)
-        rate = np.where(feasible, rate, rates[0])
-        util = u_of_rate[np.searchsorted(rates, rate)]
-        pay = np.where(feasible, util - cost, -np.inf)
-        better = pay > best_pay  # strict: on a tie the faster bottleneck (found first) stays
-        if not better.any():
-            continue
-        best_pay = np.where(better, pay, best_pay)
-        best_rate = np.where(better, rate, best_rate)
-        best_util = np.where(better, util, best_util)
-        best_cost = np.where(better, cost, best_cost)
-        after = (take * states.strides[types]).sum(axis=0)
-        best_after = np.where(better, after, best_after)
-        if counts:
-            c = np.zeros((T, S), dtype=np.int64)
-            c[types, np.arange(S)[None, :]] = take
-            best_counts = np.where(better[None, :], c, best_counts)
-    best_rate = np.where(np.isfinite(best_pay), best_rate, 0.0)
-    return Best(best_pay, best_counts.T.copy(), best_rate, best_util, best_cost, best_after)
+    """FIND_ALLOC for ``n`` jobs at every state at once; fields are ``(n, S)``.
+
+    Args:
+        states: the pooled states and their prices.
+        speeds: ``(n, T)`` per-type rates (0: unusable).
+        gangs: ``(n,)`` gang sizes.
+        utils: ``(n, T)`` each job's utility when it runs at ``speeds[i, t]`` (the rate is
+            always one of the job's own speeds, so this is all of the utility FIND_ALLOC needs).
+        counts: also return GPUs per type, ``(n, S, T)``.
+        details: also return rate, utility and cost (else they are empty, ``(n, 0)``: the queue
+            DP needs only payoff and ``after``, and this halves its memory).
+        chunk_cells: jobs are processed in chunks of about this many ``(job, type, state)``
+            cells, to bound memory.
+    """
+    n, T = speeds.shape
+    S = states.free.shape[0]
+    best_pay = np.full((n, S), -np.inf)
+    best_rate = np.zeros((n, S if details else 0))
+    best_util = np.zeros((n, S if details else 0))
+    best_cost = np.zeros((n, S if details else 0))
+    best_after = np.zeros((n, S), dtype=np.int64)
+    best_counts = np.zeros((n, S, T if counts else 0), dtype=np.int64)
+    # Each job's bottlenecks, fastest first; types tied in speed form one bottleneck.
+    orders = np.argsort(-speeds, axis=1, kind="stable")
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i in range(n):
+        sp, order = speeds[i], orders[i]
+        n_positive = int((sp > 0).sum())
+        for n_allowed in range(1, n_positive + 1):
+            if n_allowed < n_positive and sp[order[n_allowed]] == sp[order[n_allowed - 1]]:
+                continue
+            groups.setdefault(tuple(int(t) for t in order[:n_allowed]), []).append(i)
+    columns = np.arange(S)
+    # Shorter prefixes first, so that each job meets its bottlenecks fastest first and keeps
+    # the faster one on a tie (strict ``>`` below).
+    for allowed in sorted(groups, key=len):
+        types, fo, po, before = states.view(allowed)
+        members = np.array(groups[allowed], dtype=np.int64)
+        step = max(1, chunk_cells // (len(allowed) * S))
+        for lo in range(0, members.size, step):
+            idx = members[lo : lo + step]
+            g = gangs[idx]
+            take = np.minimum(np.maximum(g[:, None, None] - before[None], 0), fo[None])
+            feasible = (before[-1] + fo[-1])[None, :] >= g[:, None]
+            cost = (take * po[None]).sum(axis=1)
+            slowest = np.where(take > 0, speeds[idx][:, types], np.inf).argmin(axis=1)
+            slow_type = types[slowest, columns[None, :]]
+            util = utils[idx[:, None], slow_type]
+            pay = np.where(feasible, util - cost, -np.inf)
+            better = pay > best_pay[idx]
+            if not better.any():
+                continue
+            best_pay[idx] = np.where(better, pay, best_pay[idx])
+            if details:
+                rate = speeds[idx[:, None], slow_type]
+                best_rate[idx] = np.where(better, rate, best_rate[idx])
+                best_util[idx] = np.where(better, util, best_util[idx])
+                best_cost[idx] = np.where(better, cost, best_cost[idx])
+            after = (take * states.strides[types][None]).sum(axis=1)
+            best_after[idx] = np.where(better, after, best_after[idx])
+            if counts:
+                c = np.zeros((idx.size, T, S), dtype=np.int64)
+                c[np.arange(idx.size)[:, None, None], types[None], columns[None, None, :]] = take
+                best_counts[idx] = np.where(
+                    better[:, :, None], c.transpose(0, 2, 1), best_counts[idx]
+                )
+    if details:
+        best_rate = np.where(np.isfinite(best_pay), best_rate, 0.0)
+    return Best(best_pay, best_counts, best_rate, best_util, best_cost, best_after)
 
 
 def layout(

@@ -82,7 +82,8 @@ def plan_round(
 
     waiting = [int(j) for j in np.flatnonzero(active) if int(j) not in gangs]
     waiting.sort(key=lambda j: (-float(inputs.elapsed[j]), j))
-    queue = [QueueJob(j, thr[j], int(inputs.replicas[j]), _value(inputs, j)) for j in waiting]
+    utils = _utils_at_speeds(inputs, np.array(waiting, dtype=np.int64))
+    queue = [QueueJob(j, thr[j], int(inputs.replicas[j]), utils[i]) for i, j in enumerate(waiting)]
     admitted, used = choose(queue, pooled(inputs, free), market, method, dp_max_cells)
     for a in admitted:
         prefer = inputs.current[a.job] if rows[a.job] > 0 else None
@@ -116,12 +117,24 @@ def _value(inputs: HadarInputs, j: int) -> Callable[[FloatArray], FloatArray]:
     """Utility of job ``j`` started now (restart paid) at rates ``(S,)``."""
     start = float(inputs.elapsed[j]) + inputs.restart_seconds
     rem = float(inputs.remaining[j])
-    index = np.array([j])
+    # ``job_utility`` for one job, with its constants hoisted: the queue DP calls this per job.
+    ideal = np.array([float(inputs.total_work[j]) / float(inputs.throughput[j].max())])
+    scale = float(inputs.weight[j]) * int(inputs.replicas[j])
+    shape = inputs.utility
 
     def value(rate: FloatArray) -> FloatArray:
-        return job_utility(inputs, index, start + rem / rate)
+        return np.asarray(scale * shape(start + rem / rate, ideal), dtype=np.float64)
 
     return value
+
+
+def _utils_at_speeds(inputs: HadarInputs, jobs: IntArray) -> FloatArray:
+    """``(n, T)``: utility of each job started now (restart paid) at each type's rate."""
+    speed = inputs.throughput[jobs]
+    start = inputs.elapsed[jobs] + inputs.restart_seconds
+    with np.errstate(divide="ignore"):
+        tau = start[:, None] + inputs.remaining[jobs, None] / np.where(speed > 0, speed, 0.0)
+    return np.where(speed > 0, job_utility(inputs, jobs[:, None], tau), 0.0)
 
 
 def _keep_or_move(
