@@ -56,8 +56,8 @@ CLUSTER = "v100=8,p100=8,k80=8"
 GPUS_PER_NODE = "4"
 ROUND_S = 360.0
 ROUNDS = 8
-# Far more steps than any job can do in ROUNDS rounds (the fastest rate in Gavel's table is below
-# 1e4 steps/s, and 8 × 360 s × 1e4 = 2.9e7 < 1e9), so nothing completes.
+# Far more steps than any job can do in ROUNDS rounds (the fastest rate in Gavel's table is 699
+# steps/s, and 8 × 360 s × 699 steps/s = 2.0e6 ≪ 1e9), so nothing completes.
 TOTAL_STEPS = 10**9
 
 # job name -> (GPU type, ((node, pods on it), ...) sorted by node)
@@ -291,13 +291,14 @@ def test_simulator_and_operator_place_alike(
     returned = _counting(monkeypatch)
     plans = simulate(policy, arrival, ROUNDS)
     assert len(returned) == ROUNDS and all(a is b for a, b in zip(plans, returned, strict=True))
-    assert not any(p.incremental for p in plans)
+    assert not any(p.incremental or p.finished for p in plans)
     assert [p.now for p in plans] == [arrival + r * ROUND_S for r in range(ROUNDS)]
     simulated = [_planned(p) for p in plans]
 
     returned.clear()
     operated = asyncio.run(operate(kube, control_plane.admin_kubeconfig, policy, arrival, ROUNDS))
     assert len(returned) == ROUNDS  # one plan per round, from the same function
+    assert not any(p.finished for p in returned)
     # The API server holds exactly what the operator's plans said (nothing lost in the writes).
     assert [_planned(p) for p in returned] == operated
 
