@@ -69,6 +69,7 @@ def run_case(record: dict[str, Any]) -> dict[str, Any]:
         "solves": len(result.ledger.solve_s),
         "solve_s_mean": round(s["solve_s_mean"], 5),
         "solve_s_total": round(sum(result.ledger.solve_s), 3),
+        "solve_cpu_s_total": round(sum(result.ledger.solve_cpu_s), 3),
         "gavel_makespan_s": record["makespan_s"],
         "gavel_avg_jct_s": record["avg_jct_s"],
         "gavel_utilization": record["utilization"],

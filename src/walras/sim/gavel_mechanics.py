@@ -235,7 +235,7 @@ def _solve(
         times_since_start=now - workload.arrivals[idx],
         type_names=cluster.gpu_types,
     )
-    started = time.perf_counter()
+    started, started_cpu = time.perf_counter(), time.process_time()
     try:
         x = policy.allocate(view)
     except Exception as exc:  # any solver failure ends the run with its context, not a traceback
@@ -244,6 +244,7 @@ def _solve(
             f"{type(exc).__name__}: {exc}"
         ) from exc
     ledger.solve_s.append(time.perf_counter() - started)
+    ledger.solve_cpu_s.append(time.process_time() - started_cpu)
     return np.asarray(x, dtype=np.float64).reshape(idx.size, len(cluster.gpu_types))
 
 

@@ -42,6 +42,7 @@ class Ledger:
         self.gpu_busy_s = [0.0] * n_gpus
         self.rounds: list[RoundRecord] = []
         self.solve_s: list[float] = []
+        self.solve_cpu_s: list[float] = []
         self.finished = 0
 
     def remaining(self, job: int) -> int:
