@@ -39,28 +39,35 @@ class GavelPolicy(Protocol):
     def allocate(self, inputs: GavelInputs) -> FloatArray: ...
 
 
-_REGISTRY: dict[str, Callable[[int], GavelPolicy]] = {
-    "max_min_fairness_perf": lambda seed: MaxMinFairness(aware=True),
-    "max_min_fairness": lambda seed: MaxMinFairness(aware=False),
-    "min_total_duration_perf": lambda seed: MinTotalDuration(aware=True),
-    "min_total_duration": lambda seed: MinTotalDuration(aware=False),
-    "finish_time_fairness_perf": lambda seed: FinishTimeFairness(aware=True),
-    "finish_time_fairness": lambda seed: FinishTimeFairness(aware=False),
-    "fifo_perf": lambda seed: Fifo(aware=True),
-    "fifo": lambda seed: Fifo(aware=False, seed=seed),
+_REGISTRY: dict[str, Callable[[int, bool], GavelPolicy]] = {
+    "max_min_fairness_perf": lambda seed, central: MaxMinFairness(aware=True, central=central),
+    "max_min_fairness": lambda seed, central: MaxMinFairness(aware=False, central=central),
+    "min_total_duration_perf": lambda seed, central: MinTotalDuration(aware=True, central=central),
+    "min_total_duration": lambda seed, central: MinTotalDuration(aware=False, central=central),
+    "finish_time_fairness_perf": lambda seed, central: FinishTimeFairness(
+        aware=True, central=central
+    ),
+    "finish_time_fairness": lambda seed, central: FinishTimeFairness(aware=False, central=central),
+    "fifo_perf": lambda seed, central: Fifo(aware=True),
+    "fifo": lambda seed, central: Fifo(aware=False, seed=seed),
 }
 
 POLICY_NAMES: tuple[str, ...] = tuple(_REGISTRY)
 
 
-def make_policy(name: str, *, seed: int = 0) -> GavelPolicy:
-    """A fresh policy object for Gavel's policy ``name``; ``seed`` seeds the agnostic FIFO."""
+def make_policy(name: str, *, seed: int = 0, central: bool = True) -> GavelPolicy:
+    """A fresh policy object for Gavel's policy ``name``.
+
+    ``seed`` seeds the agnostic FIFO's generator (Gavel's ``--seed``). ``central`` selects, for
+    the LP policies, the analytic center of the optimal face (default; what Gavel's
+    interior-point solver returns, see :mod:`.center`) or HiGHS's optimal vertex (``False``).
+    """
     factory = _REGISTRY.get(name)
     if factory is None:
         raise InvalidProblem(
             f"unknown Gavel policy {name!r}; known: {', '.join(POLICY_NAMES)}", field="policy"
         )
-    return factory(seed)
+    return factory(seed, central)
 
 
 __all__ = [

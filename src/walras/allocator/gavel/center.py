@@ -47,12 +47,19 @@ import numpy as np
 from walras.allocator.gavel.inputs import FloatArray, IntArray
 from walras.allocator.gavel.lp import SolverError
 
-GAP_REL = 1e-7
+GAP_REL = 1e-6
 """Max-min mode stops when the central path's gap ``m/τ`` is below this times ``|s|``."""
 
-STALL_GAP_REL = 1e-5
+STALL_GAP_REL = 1e-4
 """If rounding stops the path short of ``GAP_REL`` (slacks near 1e-10), a point with a gap below
-this is still returned: it is optimal to 1e-5 and central to the same precision."""
+this is still returned: it is optimal to 1e-4 relative, far below what the rounds mechanism
+can resolve (a 360 s round is 1/J of a job's share at best)."""
+
+CORRECTOR_STEPS = 12
+"""Newton steps allowed to re-center after a predictor step before the step is shortened."""
+
+MAX_FAILURES = 6
+"""Consecutive shortened predictor steps (each 4× shorter) before the path is declared stuck."""
 
 TAU_GROWTH = 10.0
 """``τ`` multiplier per stage of the path-following (short stages keep Newton in its quadratic
@@ -154,21 +161,23 @@ def central_max_min(
         # Tangent of the path: ∂(∇Φ)/∂l = −Σ_j w_j c_j / slack_j², so dx/dl = H⁻¹ (w c / slack²).
         tangent = _hessian_solver(prob.at(level * w - offset), x)(prob.C * (w / thr**2)[:, None])
         step = frac * gap
+        failures = 0
         while True:
             nxt = prob.at((level + step) * w - offset)
             guess = x + step * tangent
             if np.isfinite(nxt.barrier(guess)):
                 try:
-                    guess, used = _newton(nxt, guess, tol=STAGE_DECREMENT, budget=min(budget, 12))
-                except SolverError:
-                    used = -1
-                if used >= 0:
+                    guess, used = _newton(nxt, guess, tol=STAGE_DECREMENT, budget=CORRECTOR_STEPS)
                     budget -= used
                     break
+                except SolverError:
+                    budget -= CORRECTOR_STEPS
+            failures += 1
             step *= 0.25
             frac = max(frac * 0.25, 1e-6)
-            budget -= 1
-            if budget <= 0 or step <= 1e-15 * abs(level):
+            if failures >= MAX_FAILURES or budget <= 0:
+                # Rounding stops the path (slacks ~1e-10 of the values): a point this close to
+                # the face is returned if its gap is small enough to be called optimal.
                 if gap <= STALL_GAP_REL * abs(level):
                     return _widen(x, live, start.shape), level
                 raise SolverError("central path: cannot advance the level (ill-conditioned)")
