@@ -35,6 +35,7 @@ def run_case(record: dict[str, Any]) -> dict[str, Any]:
     from walras.allocator import gavel
     from walras.sim import engine
     from walras.sim.config import SimConfig
+    from walras.sim.errors import PolicyError
     from walras.sim.policies import GavelPolicy
     from walras.sim.scenario import load_scenario
 
@@ -50,9 +51,12 @@ def run_case(record: dict[str, Any]) -> dict[str, Any]:
         restart_s=float(record["restart_seconds"]),
         seed=record["seed"],
     )
-    result = engine.run(
-        scenario.workload, scenario.cluster, GavelPolicy(record["policy"], seed=0), config
-    )
+    try:
+        result = engine.run(
+            scenario.workload, scenario.cluster, GavelPolicy(record["policy"], seed=0), config
+        )
+    except PolicyError as exc:  # report and go on with the next case
+        return line | {"error": str(exc), "cpu_s": round(time.process_time() - cpu, 3)}
     time_s, cpu_s = time.perf_counter() - wall, time.process_time() - cpu
     s = result.summary()
     paid = record.get("restarted_dispatches")
