@@ -218,6 +218,18 @@ class ClusterView:
     def type_index(self) -> dict[str, int]:
         return {t: g for g, t in enumerate(self.gpu_types)}
 
+    def filter_inputs(self) -> tuple[object, ...]:
+        """Everything the filters read of the usable nodes (``walras.core.filters``): labels,
+        taints, allocatable and foreign pods' requests. A policy that memoises its solve keys on
+        this too, or a new taint or a foreign pod's cpu would leave its eligibility stale."""
+        return (
+            tuple(
+                (tuple(sorted(n.labels.items())), n.taints, tuple(sorted(n.allocatable.items())))
+                for n in self.nodes
+            ),
+            tuple(tuple(sorted(u.items())) for u in self.node_foreign_use),
+        )
+
     def max_pods_on_type(self, gpu_type: str, gpus_per_pod: int) -> int:
         """How many pods of ``gpus_per_pod`` GPUs fit on all nodes of a type at once."""
         if gpu_type not in self.gpu_types or gpus_per_pod < 1:
