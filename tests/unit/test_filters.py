@@ -444,3 +444,12 @@ def test_every_pool_empty_plans_nothing_and_raises_nothing() -> None:
     assert planned.view.gpu_types == ()
     assert planned.realisation.creates == ()
     assert [i.reason for i in planned.solution.issues] == ["NoCapacity"]
+
+
+def test_filter_inputs_change_with_taints_and_foreign_cpu() -> None:
+    base = [*_pools("v100"), ("node", _node_obj("v0", "v100"))]
+    key = _plan(base).view.filter_inputs()
+    tainted = _node_obj("v0", "v100", taints=[{"key": "k", "effect": "NoSchedule"}])
+    assert _plan([*_pools("v100"), ("node", tainted)]).view.filter_inputs() != key
+    assert _plan([*base, ("pod", _daemon_pod("v0"))]).view.filter_inputs() != key
+    assert _plan(base).view.filter_inputs() == key
