@@ -14,6 +14,7 @@ skip, or fail when WALRAS_REQUIRE_APISERVER=1 (CI).
 from __future__ import annotations
 
 import filecmp
+import json
 import os
 import shutil
 import subprocess
@@ -24,6 +25,8 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
+
+from walras.core import policies
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "walras"
@@ -162,6 +165,8 @@ CONTROLLER_GRANTS: dict[tuple[str, str], set[str]] = {
     ("walras.dev", "resourcepools"): {"get", "list", "watch"},
     ("walras.dev", "resourcepools/status"): {"patch"},
     ("walras.dev", "nodeallocations"): {"get", "list", "watch"},
+    # Tenants are admin-owned: the controller only reads them (issue 14, governance).
+    ("walras.dev", "tenants"): {"get", "list", "watch"},
 }
 AGENT_GRANTS: dict[tuple[str, str], set[str]] = {
     ("", "nodes"): {"get"},
@@ -335,11 +340,13 @@ def test_pods_are_hardened(rendering: tuple[Path, list[Manifest]]) -> None:
             assert "memory" in container["resources"]["limits"], kind
 
 
-POLICY_FLAGS = {
-    "priceDiscovery": "price-discovery",
-    "psdsf": "psdsf",
-    "psdsfDistributed": "psdsf-distributed",
-}
+# The chart's policy value is the operator's --policy, a name from the policy registry.
+POLICY_FLAGS = {name: name for name in policies.names()}
+
+
+def test_chart_policy_choices_are_the_registry() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    assert schema["properties"]["policy"]["enum"] == list(policies.names())
 
 
 @pytest.mark.parametrize("policy", sorted(POLICY_FLAGS))
@@ -469,7 +476,7 @@ def test_pdb_min_available_takes_precedence(helm: str) -> None:
         pytest.param(["--set", "policy=fifo"], "policy", id="unknown policy"),
         pytest.param(["--set", "controler.replicas=2"], "controler", id="typo in a key"),
         pytest.param(
-            ["--set", "policy=psdsfDistributed"], "agent.enabled", id="distributed, no agents"
+            ["--set", "policy=psdsf-distributed"], "agent.enabled", id="distributed, no agents"
         ),
         pytest.param(
             ["--set", "controller.replicas=2", "--set", "controller.leaderElection.enabled=false"],
@@ -565,7 +572,7 @@ def test_notes_render(helm: str, values: Path) -> None:
     notes = proc.stdout.partition("NOTES:")[2]
     assert f"is installed in namespace {NAMESPACE}" in notes
     policy = yaml.safe_load(values.read_text()) or {}
-    assert f"--policy={POLICY_FLAGS[policy.get('policy', 'priceDiscovery')]}" in notes
+    assert f"--policy={POLICY_FLAGS[policy.get('policy', 'price-discovery')]}" in notes
 
 
 # ---- the image the chart runs --------------------------------------------------------------------

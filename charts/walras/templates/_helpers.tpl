@@ -50,17 +50,14 @@ app.kubernetes.io/component: {{ index . 1 }}
 
 {{/* values `policy` (camelCase) -> `walras operator --policy` (kebab-case). */}}
 {{- define "walras.policyFlag" -}}
-{{- $flags := dict "priceDiscovery" "price-discovery" "psdsf" "psdsf" "psdsfDistributed" "psdsf-distributed" }}
-{{- if not (hasKey $flags .Values.policy) }}
-{{- fail (printf "policy %q is not one of priceDiscovery, psdsf, psdsfDistributed" .Values.policy) }}
-{{- end }}
-{{- get $flags .Values.policy }}
+{{- /* values.schema.json's enum is the policy registry (walras.core.policies.names()). */ -}}
+{{- .Values.policy }}
 {{- end }}
 
 {{/* Refuse combinations that would run but misbehave. */}}
 {{- define "walras.validate" -}}
-{{- if and (eq .Values.policy "psdsfDistributed") (not .Values.agent.enabled) }}
-{{- fail "policy psdsfDistributed needs the node agents: set agent.enabled=true" }}
+{{- if and (eq .Values.policy "psdsf-distributed") (not .Values.agent.enabled) }}
+{{- fail "policy psdsf-distributed needs the node agents: set agent.enabled=true" }}
 {{- end }}
 {{- if and (gt (int .Values.controller.replicas) 1) (not .Values.controller.leaderElection.enabled) }}
 {{- fail "controller.replicas > 1 needs controller.leaderElection.enabled=true (otherwise every replica writes)" }}
