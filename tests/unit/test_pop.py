@@ -414,3 +414,13 @@ def test_gavel_max_min_per_shard_is_above_the_derived_bound() -> None:
         used = (sf[rows, None] * x_star[rows]).sum(axis=0)
         c_s = min(1.0, float(np.min(plan.capacity[s] / used)))
         assert value[rows].min() >= c_s * s_star * (1 - 1e-6)
+
+
+def test_worker_count_is_bounded_by_shards_and_cores() -> None:
+    from walras.allocator.pop import shards
+
+    assert shards.choose_workers(8, 1) == 1
+    assert shards.choose_workers(3, 16) == 3  # never more processes than shards
+    assert 1 <= shards.choose_workers(8, None) <= min(8, len(os.sched_getaffinity(0)))
+    with pytest.raises(InvalidProblem, match="workers must be"):
+        shards.choose_workers(4, 0)

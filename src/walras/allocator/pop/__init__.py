@@ -31,7 +31,7 @@ from walras.allocator.pop.results import (
     RepairReport,
     ShardReport,
 )
-from walras.allocator.pop.shards import cores
+from walras.allocator.pop.shards import cores, free_cores
 from walras.allocator.pop.split import split_capacity
 
 __all__ = [
@@ -45,6 +45,7 @@ __all__ = [
     "VirtualClients",
     "assign_shards",
     "cores",
+    "free_cores",
     "gavel_uids",
     "make_plan",
     "members",

@@ -10,9 +10,11 @@ collecting the results in order: the answer does not depend on how many workers 
   ``fork`` (used where the platform has it) that is inherited memory, not a pickle, so a
   10⁷-job problem is not copied through pipes on every call. Payloads and answers are pickled:
   keep payloads small (a shard index and a capacity vector).
-- ``workers=None`` picks ``min(len(payloads), cores)`` with ``cores`` the CPUs this process may
-  run on (``os.sched_getaffinity``). One core, one payload or ``workers=1`` runs in-process (a
-  pool would only add start-up and pickling cost). ``fn`` must be a module-level function.
+- ``workers=None`` picks ``min(len(payloads), free)`` with ``free`` the CPUs this process may
+  run on (``os.sched_getaffinity``) minus those the one-minute load average says other
+  processes keep busy (``free_cores``). One free core, one payload or ``workers=1`` runs
+  in-process (a pool would only add start-up and pickling cost). ``fn`` must be a
+  module-level function.
 - The pool is started lazily on the first parallel ``map`` and reused until ``close`` (the
   price-spread repair maps several times over the same shards).
 
@@ -21,6 +23,7 @@ Called by every POP solve (``pop.pricing_pop``, ``pop.fairness_pop``, ``pop.gene
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import os
 import time
@@ -55,11 +58,24 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
+def free_cores() -> int:
+    """Cores not busy with other work: ``cores() − ⌊load₁ − 1⌋⁺`` (at least 1).
+
+    The one-minute load average counts runnable processes, this one included (hence the −1);
+    on a machine whose cores are all busy a process pool only adds fork and pickling time.
+    """
+    try:
+        load = os.getloadavg()[0]
+    except OSError:  # pragma: no cover - no load average on this platform
+        load = 0.0
+    return max(1, cores() - max(0, math.floor(load - 1.0)))
+
+
 def choose_workers(count: int, workers: int | None) -> int:
     """Worker processes to use for ``count`` shards (1 means in-process)."""
     if workers is not None and (isinstance(workers, bool) or workers < 1):
         raise InvalidProblem(f"workers must be ≥ 1 or None, got {workers!r}", field="workers")
-    limit = cores() if workers is None else workers
+    limit = free_cores() if workers is None else workers
     return max(1, min(count, limit))
 
 
