@@ -115,12 +115,10 @@ class GavelInputs:
 
     def type_order(self) -> IntArray:
         """Column indices in Gavel's visiting order (sorted type names; column order without)."""
-        if self.type_names is None:
+        names = self.type_names
+        if names is None:
             return np.arange(self.n_types, dtype=np.int64)
-        return np.asarray(
-            sorted(range(self.n_types), key=lambda t: self.type_names[t]),  # type: ignore[index]  # not None here
-            dtype=np.int64,
-        )
+        return np.asarray(sorted(range(self.n_types), key=lambda t: names[t]), dtype=np.int64)
 
     def reference_column(self, policy: str) -> int:
         """Index of the ``"v100"`` column that agnostic policies read for every type."""

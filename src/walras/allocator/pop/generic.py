@@ -147,7 +147,7 @@ def solve_gavel(
     policy: Any = "max_min_fairness_perf",
     *,
     uids: Sequence[str] | None = None,
-    balance: Balance = "equal",
+    balance: Balance = "demand",
     workers: int | None = None,
 ) -> PopAllocation:
     """A Gavel policy (a name for ``gavel.make_policy`` or a policy object) on ``k`` shards.
@@ -155,6 +155,12 @@ def solve_gavel(
     Shard ``s`` gets the rows of its jobs (every per-job field of ``inputs``) and whole GPUs
     ``capacity_s`` (``pop.split``, spare GPUs to the shards with the most GPU demand, i.e.
     ``Σ scale_factors``). With ``k = 1`` the policy runs on ``inputs`` unchanged.
+
+    ``balance`` defaults to ``"demand"`` (GPUs in proportion to the shard's ``Σ scale_factors``),
+    not the paper's equal 1/k: hashing leaves shards with ±6% of the mean job count at
+    k = 8 and 2,048 jobs, and a max-min policy's value in a shard falls with its crowding.
+    Measured (``bench/bench_pop.py``, k = 8): smallest per-job throughput ratio against exact
+    0.938 with the equal split, 0.980 with the demand split.
     """
     from walras.allocator import gavel  # the Gavel package imports nothing from pop
 
