@@ -130,7 +130,8 @@ class Policy(Protocol):
 
 def inputs_key(snap: snapshot.Snapshot, view: snapshot.ClusterView) -> tuple[object, ...]:
     """What every policy's solve depends on besides progress: the active jobs (UID and spec
-    generation), their tenants, and the usable cluster (nodes, GPUs, foreign use per node)."""
+    generation), their tenants, and the usable cluster (nodes, GPUs, foreign use per node, and
+    what the filters read: labels, taints, allocatable, foreign requests)."""
     return (
         tuple((j.uid, j.generation, j.tenant) for j in snap.active_jobs),
         tuple(sorted((name, repr(spec)) for name, spec in snap.tenants.items())),
@@ -139,6 +140,7 @@ def inputs_key(snap: snapshot.Snapshot, view: snapshot.ClusterView) -> tuple[obj
         view.node_gpus.tobytes(),
         view.node_foreign.tobytes(),
         view.type_capacity.tobytes(),
+        view.filter_inputs(),
     )
 
 
