@@ -19,6 +19,9 @@
 
 ARG VARIANT=cpu
 
+# Few steps, and the large ones last: under buildah's vfs store (hack/build-image.sh) every step is
+# a full copy of the file system, so each step after the virtualenv's COPY would copy ~400 MB.
+
 # ---- build: a virtualenv in /opt/walras with walras and its dependencies -------------------------
 FROM debian:bookworm-slim AS build
 # PIP_CERT: a CA bundle for pip, for build machines whose egress re-signs TLS (hack/build-image.sh
@@ -28,14 +31,14 @@ ARG PIP_CERT
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
+WORKDIR /src
 # Versions come from the Debian release (bookworm: Python 3.11) and its security updates; pinning
 # exact Debian revisions would break the build at the next security update (hence DL3008 off).
 # hadolint ignore=DL3008
 RUN apt-get update \
     && apt-get install --yes --no-install-recommends python3 python3-venv \
-    && rm -rf /var/lib/apt/lists/*
-WORKDIR /src
-RUN python3 -m venv /opt/walras
+    && rm -rf /var/lib/apt/lists/* \
+    && python3 -m venv /opt/walras
 # Dependencies first, from pyproject.toml alone (an empty package and README stand in for the
 # real ones), so that a change of the sources or the README reuses this layer.
 COPY pyproject.toml ./
@@ -43,8 +46,8 @@ RUN mkdir -p src/walras && touch src/walras/__init__.py README.md \
     && /opt/walras/bin/pip install . \
     && /opt/walras/bin/pip uninstall --yes walras \
     && rm -rf src README.md build
-COPY README.md ./
-COPY src ./src
+# The context is pyproject.toml, README.md and src/ only (.dockerignore).
+COPY . ./
 
 FROM build AS build-cpu
 ARG PIP_CERT
@@ -65,6 +68,10 @@ LABEL org.opencontainers.image.title="walras" \
       org.opencontainers.image.description="Walras GPU scheduler (price discovery, PS-DSF)" \
       org.opencontainers.image.licenses="Apache-2.0" \
       dev.walras.variant="${VARIANT}"
+# metrics, health probes
+EXPOSE 8080 8081
+ENTRYPOINT ["walras", "operator"]
+WORKDIR /tmp
 # The interpreter the virtualenv was made with (/usr/bin/python3), nothing else (DL3008: above).
 # hadolint ignore=DL3008
 RUN apt-get update \
@@ -73,7 +80,6 @@ RUN apt-get update \
     && groupadd --system --gid 65532 walras \
     && useradd --system --uid 65532 --gid 65532 --home-dir /tmp --no-create-home \
        --shell /usr/sbin/nologin walras
-COPY --from=venv /opt/walras /opt/walras
 # Everything that might write (HOME, matplotlib, caches, bytecode) is pointed at /tmp or disabled.
 # One OpenBLAS thread: the allocator's BLAS calls are small, and idle OpenBLAS workers busy-waiting
 # for more work took the CPU its numpy kernels needed (walras.allocator.pricing.blas_threads and
@@ -86,7 +92,5 @@ ENV PATH=/opt/walras/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     OPENBLAS_NUM_THREADS=1
 USER 65532:65532
-WORKDIR /tmp
-# metrics, health probes
-EXPOSE 8080 8081
-ENTRYPOINT ["walras", "operator"]
+# Owned by root and read-only to the user: the image writes only under /tmp.
+COPY --from=venv /opt/walras /opt/walras

@@ -9,9 +9,13 @@
 #              `docker load`, or `skopeo copy` to a registry)
 #   --force    build even when an image of the same inputs exists
 #
+# WALRAS_IMAGE_ENGINE=docker|buildah picks the builder (default: docker where an engine answers).
 # Where a Docker engine answers (`docker info`), this is `docker build`. Elsewhere (this project's
 # machines and CI have no engine) it is Debian's buildah, run as root without a daemon:
-# `--storage-driver vfs --isolation chroot`, in a store of our own under $WALRAS_CACHE/image-store.
+# `--isolation chroot`, in a store of our own under $WALRAS_CACHE/image-store/<driver>. The storage
+# driver is overlay where the kernel mounts overlayfs (probed), else vfs, which works everywhere
+# but copies the whole file system at every step (a cold build several times slower, ~10x the
+# disk); WALRAS_IMAGE_STORAGE_DRIVER=vfs|overlay forces one.
 # The Dockerfile's FROM, debian:bookworm-slim, cannot be pulled here, so the same thing is made
 # from Debian's packages: `debootstrap --variant=minbase bookworm`, trimmed the way the official
 # slim image is (no docs, man pages or locales; apt lists and caches removed), committed with
@@ -24,9 +28,11 @@
 # base already has, so no mount point is left in any layer) and pip is pointed at it through the
 # Dockerfile's PIP_CERT build argument.
 #
-# An image whose label dev.walras.inputs equals the hash of the inputs (Dockerfile, .dockerignore,
-# pyproject.toml, README.md, src/, variant, base image) is reused without a build. Otherwise
-# `--layers` reuses the dependency layers as long as pyproject.toml is unchanged.
+# No build runs when the image under the tag is the one last built from inputs of the same hash
+# (Dockerfile, .dockerignore, pyproject.toml, README.md, src/, variant, base image); the hash and
+# image id are kept in the store's directory (a stamp file rather than a label, since under
+# vfs a LABEL step alone costs a full copy of the image). Otherwise the layer cache reuses the
+# dependency layers as long as pyproject.toml is unchanged.
 #
 # Prints key=value lines on stdout (logs go to stderr): engine, image, id, size_bytes, cached
 # (1 when no build ran), build_s, and for buildah the global flags (`buildah_flags`) that reach
@@ -79,22 +85,40 @@ inputs_hash() {
 	} | sha256sum | cut -d' ' -f1
 }
 
+# The stamp of the last build of this engine and tag: "<inputs hash> <image id>".
+stamp_file() { printf '%s/stamps/%s-%s' "$STORE" "$1" "${tag//[^A-Za-z0-9._-]/_}"; }
+up_to_date() { # engine hash current-image-id
+	((force == 0)) && [[ -n "$3" && -f "$(stamp_file "$1")" && "$(cat "$(stamp_file "$1")")" == "$2 $3" ]]
+}
+write_stamp() { # engine hash image-id
+	mkdir -p "$STORE/stamps"
+	printf '%s %s\n' "$2" "$3" >"$(stamp_file "$1")"
+}
+
 report() { # engine id size cached seconds
 	printf 'engine=%s\nimage=%s\nid=%s\nsize_bytes=%s\ncached=%s\nbuild_s=%s\n' \
 		"$1" "$tag" "$2" "$3" "$4" "$5"
 }
 
 # ------------------------------------------------------------------------------------ docker
-if command -v docker >/dev/null && docker info >/dev/null 2>&1; then
+engine="${WALRAS_IMAGE_ENGINE:-auto}"
+if [[ "$engine" == auto ]]; then
+	engine=buildah
+	if command -v docker >/dev/null && docker info >/dev/null 2>&1; then
+		engine=docker
+	fi
+fi
+[[ "$engine" == docker || "$engine" == buildah ]] || die "WALRAS_IMAGE_ENGINE must be docker or buildah"
+
+if [[ "$engine" == docker ]]; then
 	hash="$(inputs_hash "$BASE_IMAGE")"
 	start=$SECONDS
 	cached=1
-	if ((force)) || [[ "$(docker image inspect --format \
-		'{{index .Config.Labels "dev.walras.inputs"}}' "$tag" 2>/dev/null)" != "$hash" ]]; then
+	if ! up_to_date docker "$hash" "$(docker image inspect --format '{{.Id}}' "$tag" 2>/dev/null)"; then
 		cached=0
 		log "docker build $tag (VARIANT=$variant)"
-		docker build --build-arg "VARIANT=$variant" --label "dev.walras.inputs=$hash" \
-			--tag "$tag" . >&2
+		docker build --build-arg "VARIANT=$variant" --tag "$tag" . >&2
+		write_stamp docker "$hash" "$(docker image inspect --format '{{.Id}}' "$tag")"
 	fi
 	if [[ -n "$archive" ]]; then
 		docker save --output "$archive" "$tag"
@@ -116,14 +140,38 @@ done
 archive_name="$tag"
 [[ "$tag" == */* ]] || tag="localhost/$tag"
 
-# The run root holds only locks and mount state: per boot, like /run/containers/storage.
-runroot="${WALRAS_IMAGE_RUNROOT:-/run/walras-buildah}"
-buildah_flags=(--root "$STORE/root" --runroot "$runroot" --storage-driver vfs)
-b() { buildah "${buildah_flags[@]}" "$@"; }
 mkdir -p "$STORE" "$BASE_DIR"
 
+# overlay where the kernel mounts it on the store's file system; vfs otherwise.
+overlay_works() {
+	local dir status=1
+	dir="$(mktemp -d "$STORE/.overlay-probe.XXXXXX")"
+	mkdir -p "$dir/lower" "$dir/upper" "$dir/work" "$dir/merged"
+	if mount -t overlay overlay -o "lowerdir=$dir/lower,upperdir=$dir/upper,workdir=$dir/work" \
+		"$dir/merged" 2>/dev/null; then
+		umount "$dir/merged"
+		status=0
+	fi
+	rm -rf "$dir"
+	return "$status"
+}
+driver="${WALRAS_IMAGE_STORAGE_DRIVER:-}"
+if [[ -z "$driver" ]]; then
+	driver=vfs
+	if overlay_works; then
+		driver=overlay
+	fi
+fi
+[[ "$driver" == overlay || "$driver" == vfs ]] || die "WALRAS_IMAGE_STORAGE_DRIVER must be overlay or vfs"
+
+# The run root holds only locks and mount state: per boot, like /run/containers/storage.
+# One per store: two stores must not share lock and mount state.
+runroot="${WALRAS_IMAGE_RUNROOT:-/run/walras-buildah}/$(printf '%s' "$STORE/$driver" | sha256sum | cut -c1-16)"
+buildah_flags=(--root "$STORE/$driver" --runroot "$runroot" --storage-driver "$driver")
+b() { buildah "${buildah_flags[@]}" "$@"; }
+
 # One build at a time per store (make image and the tests may race).
-exec 8>"$STORE/.lock"
+exec 8>"$STORE/.lock-$driver"
 flock 8
 
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/walras-image.XXXXXX")"
@@ -208,20 +256,28 @@ if ! base_id >/dev/null; then
 fi
 
 hash="$(inputs_hash "$(base_id)")"
-image_label() {
-	b inspect --type image --format '{{index .OCIv1.Config.Labels "dev.walras.inputs"}}' "$tag" 2>/dev/null
-}
+image_id() { b inspect --type image --format '{{.FromImageID}}' "$tag" 2>/dev/null; }
 start=$SECONDS
 cached=1
-if ((force)) || [[ "$(image_label)" != "$hash" ]]; then
+previous="$(image_id || true)"
+if ! up_to_date "buildah-$driver" "$hash" "$previous"; then
 	cached=0
 	mkdir -p "$tmp/ca"
 	cp "$HOST_CA" "$tmp/ca/ca-certificates.crt"
-	log "buildah bud $tag (VARIANT=$variant)"
+	log "buildah bud $tag (VARIANT=$variant, storage driver $driver)"
 	b bud --isolation chroot --pull=never --layers --network host \
 		--volume "$tmp/ca:/mnt:ro" --build-arg PIP_CERT=/mnt/ca-certificates.crt \
-		--build-arg "VARIANT=$variant" --label "dev.walras.inputs=$hash" \
-		--file Dockerfile --tag "$tag" . >&2
+		--build-arg "VARIANT=$variant" --file Dockerfile --tag "$tag" . >&2
+	write_stamp "buildah-$driver" "$hash" "$(image_id)"
+	# Housekeeping, so that a store rebuilt after every change does not grow without bound: the
+	# stages' working containers bud leaves behind, and the image this tag named before (its large
+	# top layer; the layer cache lives in the intermediate images, which stay). Neither is in use:
+	# the lock is held, and a container still using the old image keeps it (rmi refuses).
+	b containers --format '{{.ContainerName}}' | { grep -- '-working-container$' || true; } |
+		while read -r name; do b rm "$name" >/dev/null; done
+	if [[ -n "$previous" && "$previous" != "$(image_id)" ]]; then
+		b rmi "$previous" >/dev/null 2>&1 || true
+	fi
 fi
 seconds=$((SECONDS - start))
 
@@ -231,9 +287,9 @@ if [[ -n "$archive" ]]; then
 	log "wrote $archive"
 fi
 
-id="$(b inspect --type image --format '{{.FromImageID}}' "$tag")"
+id="$(image_id)"
 # Uncompressed size of all layers (what `docker image ls` shows): the local store's manifest lists
-# each layer's uncompressed tar size.
+# each layer's uncompressed tar size (buildah stores layers uncompressed).
 size="$(b inspect --type image --format '{{.Manifest}}' "$tag" |
 	python3 -c 'import json, sys; print(sum(layer["size"] for layer in json.load(sys.stdin)["layers"]))')"
 report buildah "$id" "$size" "$cached" "$seconds"
