@@ -453,3 +453,20 @@ def test_filter_inputs_change_with_taints_and_foreign_cpu() -> None:
     assert _plan([*_pools("v100"), ("node", tainted)]).view.filter_inputs() != key
     assert _plan([*base, ("pod", _daemon_pod("v0"))]).view.filter_inputs() != key
     assert _plan(base).view.filter_inputs() == key
+
+
+def test_gpus_a_filter_frees_go_to_a_job_that_passes() -> None:
+    """Two 1-GPU nodes, one tainted; two untolerating jobs and one tolerating: whatever the GPU
+    plan picks, both GPUs end up used, and the tainted one only by the tolerating job."""
+    taint = [{"key": "dedicated", "value": "infer", "effect": "NoSchedule"}]
+    objs = [
+        *_pools("v100"),
+        ("node", _node_obj("v0", "v100", gpus=1, taints=taint)),
+        ("node", _node_obj("v1", "v100", gpus=1)),
+        ("job", _job_obj("a", {"v100": 1.0})),
+        ("job", _job_obj("b", {"v100": 1.0})),
+        ("job", _job_obj("t", {"v100": 1.0}, tolerations=[{"operator": "Exists"}])),
+    ]
+    placed = {c.job.name: c.node for c in _plan(objs).realisation.creates}
+    assert sorted(placed.values()) == ["v0", "v1"], placed
+    assert placed.get("t") == "v0", placed

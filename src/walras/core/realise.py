@@ -29,11 +29,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from walras.allocator import rounds
 from walras.core import crd, filters, history, model, policies, snapshot
@@ -244,9 +245,10 @@ def realise(
             hold=hold,
         )
         placements = {p.job: p for p in (*plan.placements, *frozen)}
+        unplaced: Sequence[int] = plan.unplaced
     else:
-        placements = {}
-    placements, why = _enforce_filters(placements, sol, view)
+        placements, unplaced = {}, ()
+    placements, why = _enforce_filters(placements, sol, view, targets, unplaced)
 
     creates: list[PodCreate] = []
     deletes: list[PodDelete] = []
@@ -351,10 +353,55 @@ def _gang(
     return out
 
 
+class _Ledger:
+    """Per-node use of every resource while placements are accepted (foreign pods' first)."""
+
+    def __init__(self, sol: policies.Solution, view: snapshot.ClusterView) -> None:
+        self.sol, self.view = sol, view
+        self.capacity = Capacity(view)
+        self.used: dict[int, dict[str, float]] = {}
+
+    def usage(self, k: int) -> dict[str, float]:
+        if k not in self.used:
+            foreign = self.view.node_foreign_use
+            self.used[k] = dict(foreign[k]) if foreign else {}
+        return self.used[k]
+
+    def room(self, job: model.JobSpec, k: int) -> int:
+        """Pods of ``job`` node ``k`` still holds (every resource, pod count included)."""
+        requests = job.pod_requests(self.view.node_pool[k].resource_name)
+        return filters.max_pods(requests, self.view.nodes[k].allocatable, self.usage(k))
+
+    def pack(
+        self, job: model.JobSpec, group: int, prefer: set[int]
+    ) -> list[tuple[int, int]] | None:
+        """The gang on the group's eligible nodes with room (``prefer`` first, then those holding
+        the most pods), or None when it does not fit."""
+        fit = self.capacity.type_fit(job, self.sol.group_type[group])
+        nodes = [k for k in fit.nodes.tolist() if int(self.sol.node_group[k]) == group]
+        rooms = {k: self.room(job, k) for k in nodes}
+        chosen, left = [], job.replicas
+        for k in sorted(nodes, key=lambda k: (k not in prefer, -rooms[k], k)):
+            take = min(rooms[k], left)
+            if take > 0:
+                chosen.append((k, take))
+                left -= take
+            if left == 0:
+                return sorted(chosen)
+        return None
+
+    def take(self, job: model.JobSpec, nodes: Sequence[tuple[int, int]]) -> None:
+        for k, n in nodes:
+            requests = job.pod_requests(self.view.node_pool[k].resource_name)
+            filters.add_usage(self.usage(k), requests, n)
+
+
 def _enforce_filters(
     placements: Mapping[int, rounds.JobPlacement],
     sol: policies.Solution,
     view: snapshot.ClusterView,
+    targets: npt.NDArray[np.float64],
+    unplaced: Sequence[int],
 ) -> tuple[dict[int, rounds.JobPlacement], dict[int, str]]:
     """The placements that pass every filter, moved within their group where they must be.
 
@@ -362,58 +409,44 @@ def _enforce_filters(
     the others by job row. A placement is accepted as planned when each of its nodes passes the
     job's filters and holds its pods next to what is accounted on it so far (foreign pods'
     requests, then the accepted placements'); otherwise its pods are re-packed onto the group's
-    eligible nodes with room (the planned nodes first, then those holding the most pods);
-    otherwise the job is left out
-    of this round, with kube-scheduler's diagnosis as the reason.
+    eligible nodes with room (:meth:`_Ledger.pack`); otherwise the job is left out of this
+    round, with kube-scheduler's diagnosis as the reason. When some job was left out, the jobs
+    the plan could not place (``unplaced``, largest target first) may use what it freed, so
+    filters do not leave GPUs idle that the plan would have filled.
     """
-    capacity = Capacity(view)
-    used: dict[int, dict[str, float]] = {}
-
-    def usage(k: int) -> dict[str, float]:
-        if k not in used:
-            used[k] = dict(view.node_foreign_use[k]) if view.node_foreign_use else {}
-        return used[k]
-
+    ledger = _Ledger(sol, view)
     accepted: dict[int, rounds.JobPlacement] = {}
     why: dict[int, str] = {}
-    order = sorted(placements, key=lambda r: (not placements[r].kept, r))
-    for r in order:
+    for r in sorted(placements, key=lambda r: (not placements[r].kept, r)):
         pl = placements[r]
         job = sol.jobs[r]
-        gpu_type = sol.group_type[pl.group]
-        fit = capacity.type_fit(job, gpu_type)
+        fit = ledger.capacity.type_fit(job, sol.group_type[pl.group])
         eligible = set(fit.nodes.tolist())
-
-        def room(k: int, job: model.JobSpec = job) -> int:
-            requests = job.pod_requests(view.node_pool[k].resource_name)
-            return filters.max_pods(requests, view.nodes[k].allocatable, usage(k))
-
         # A kept gang's pods are on their nodes already (they hold what they use): only count it.
-        if pl.kept or all(k in eligible and room(k) >= n for k, n in pl.nodes):
-            chosen = list(pl.nodes)
-        else:
-            group_nodes = [k for k in fit.nodes.tolist() if int(sol.node_group[k]) == pl.group]
-            planned = {k for k, _ in pl.nodes}
-            candidates = sorted(group_nodes, key=lambda k: (k not in planned, -room(k), k))
-            chosen, left = [], job.replicas
-            for k in candidates:
-                take = min(room(k), left)
-                if take > 0:
-                    chosen.append((k, take))
-                    left -= take
-                if left == 0:
-                    break
-            if left > 0:
-                why[r] = (
-                    f"the gang of {job.replicas} pods does not fit on {gpu_type} nodes that "
-                    f"pass its filters this round ({fit.diagnosis.message()})"
-                )
-                continue
-            chosen.sort()
-        for k, n in chosen:
-            filters.add_usage(usage(k), job.pod_requests(view.node_pool[k].resource_name), n)
+        chosen: list[tuple[int, int]] | None = list(pl.nodes)
+        if not pl.kept and not all(k in eligible and ledger.room(job, k) >= n for k, n in pl.nodes):
+            chosen = ledger.pack(job, pl.group, {k for k, _ in pl.nodes})
+        if chosen is None:
+            why[r] = (
+                f"the gang of {job.replicas} pods does not fit on {sol.group_type[pl.group]} "
+                f"nodes that pass its filters this round ({fit.diagnosis.message()})"
+            )
+            continue
+        ledger.take(job, chosen)
         nodes = tuple((int(k), int(n)) for k, n in chosen)
         accepted[r] = rounds.JobPlacement(
             job=r, group=pl.group, nodes=nodes, kept=pl.kept and nodes == pl.nodes
         )
+    if why:
+        for r in sorted(unplaced, key=lambda r: (-float(targets[r].max()), r)):
+            job = sol.jobs[r]
+            for g in np.argsort(-targets[r], kind="stable").tolist():
+                if targets[r, g] <= 0:
+                    break
+                chosen = ledger.pack(job, g, set())
+                if chosen is not None:
+                    ledger.take(job, chosen)
+                    nodes = tuple((int(k), int(n)) for k, n in chosen)
+                    accepted[r] = rounds.JobPlacement(job=r, group=g, nodes=nodes, kept=False)
+                    break
     return accepted, why
