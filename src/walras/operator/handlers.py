@@ -1,14 +1,18 @@
 """kopf watch handlers: keep the in-memory indexes current and wake the round loop.
 
 ``register`` attaches ``on.event`` handlers for FungibleJobs, ResourcePools, Nodes, Pods and
-Tenants to a
-kopf registry (``walras.operator.main`` creates it). They are coroutines, so they run on the event
-loop and never race the round loop. They never call the API and never patch the object, so kopf
-writes no annotations or finalizers of its own: every write belongs to the round loop.
+Tenants to a kopf registry (``walras.operator.main`` creates it). They are coroutines, so they run
+on the event loop and never race the round loop. They never call the API and never patch the
+object, so kopf writes no annotations or finalizers of its own: every write belongs to the round
+loop.
 
-Wake-ups: a job created, deleted or edited (generation), a pool changed, a node added, removed or
-changing readiness, and a Walras pod finishing run an incremental round; a pod going away lets
-queued bindings proceed. Status-only updates (our own patches) wake nothing.
+Besides the store, they keep the round loop's :class:`walras.operator.loop.Facts`: each pod's
+controller FungibleJob uid (ownership), whether it carries a ``DisruptionTarget`` condition, and
+each job's ``spec.backoffLimit``.
+
+Wake-ups: a job created, deleted or edited (generation), a pool or Tenant changed, a node added,
+removed or changing readiness, and a Walras pod finishing run an incremental round; a pod going
+away lets queued bindings proceed. Status-only updates (our own patches) wake nothing.
 
 ``Readiness`` holds the round loop back until the watches have delivered every object that existed
 at start-up, so a restarted operator never mistakes "not listed yet" for "missing" and plans
