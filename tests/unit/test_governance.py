@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from walras.core import governance, model, policies, snapshot
+from walras.core import tenants as tenants_module
 
 GPU = "nvidia.com/gpu"
 
@@ -243,3 +244,20 @@ def test_raising_the_weight_or_splitting_the_job_buys_nothing() -> None:
             assert after[tenant][1] / spent_after == pytest.approx(
                 before[tenant][1] / spent_before, rel=1e-2
             )
+
+
+def test_psdsf_tenant_weight_is_the_admins_whatever_the_jobs_ask() -> None:
+    store = _store(
+        [
+            job_obj("greedy", "a", {"v100": 1.0}, weight=1e6, tenant="b"),
+            *(job_obj(f"part{i}", "a", {"v100": 1.0}) for i in range(10)),
+            job_obj("b1", "b", {"v100": 1.0}),
+        ]
+    )
+    snap = store.freeze(0.0)
+    tm = tenants_module.tenant_model(snap.jobs, snap.nodes, snap.pools, snap.tenants)
+    # spec.tenant "b" does not move the greedy job out of namespace a's tenant.
+    assert tm.tenants == ("a", "b")
+    assert tm.tenant_jobs["a"] == tuple(sorted(j.key for j in snap.jobs if j.namespace == "a"))
+    # φ_n: 1 for a (no Tenant object), 2 for b (its Tenant): the jobs' weights play no part.
+    np.testing.assert_array_equal(tm.weight, [1.0, 2.0])
