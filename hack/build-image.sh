@@ -38,7 +38,6 @@
 # (1 when no build ran), build_s, and for buildah the global flags (`buildah_flags`) that reach
 # the same store, e.g. `buildah $buildah_flags from --pull=never $image`.
 set -o errexit -o nounset -o pipefail
-cd "$(dirname "$0")/.."
 
 CACHE="${WALRAS_CACHE:-$HOME/.cache/walras}"
 BASE_IMAGE="docker.io/library/debian:bookworm-slim"
@@ -70,6 +69,8 @@ while (($#)); do
 	esac
 done
 [[ "$variant" == cpu || "$variant" == cuda ]] || die "--variant must be cpu or cuda"
+[[ -z "$archive" || "$archive" == /* ]] || archive="$PWD/$archive" # relative to the caller
+cd "$(dirname "$0")/.."
 if [[ -z "$tag" ]]; then
 	tag="walras:dev"
 	[[ "$variant" == cpu ]] || tag="walras:dev-$variant"
@@ -132,7 +133,7 @@ fi
 for tool in buildah debootstrap; do
 	command -v "$tool" >/dev/null || die "$tool not found: run \`make tools\` (hack/install-tools.sh)"
 done
-((EUID == 0)) || die "buildah without a Docker engine needs root here (vfs store, chroot isolation)"
+((EUID == 0)) || die "buildah without a Docker engine needs root here (chroot isolation, a store of our own)"
 [[ -r "$HOST_CA" ]] || die "no CA bundle at $HOST_CA (set WALRAS_BUILD_CA)"
 
 # buildah stores a short name as localhost/NAME; the archive keeps the name as given, which
