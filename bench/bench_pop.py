@@ -11,7 +11,8 @@ Cases (issue 12's acceptance numbers):
   many optima). ``speedup`` is exact wall time over POP wall time (``cpu_speedup`` the same in
   CPU seconds); ``mean_ratio``/``min_ratio`` are per-job effective throughput
   ``Σ_t thr_jt x_jt`` of POP over exact; ``objective_ratio`` is POP's max-min value (smallest
-  normalised throughput) over the exact one.
+  normalised throughput) over the exact one. ``gavel_large``: the same at 8,192 jobs on
+  3 × 2,048 GPUs, k = 8 and 32 (where the vertex LP's super-linear cost shows).
 - ``pricing``: price discovery on paper 000's §6.2 data (log utility), n = 10⁶ and 10⁷ (the
   latter when memory allows), exact vs k = 8 without and with the price-spread repair:
   ``loss_per_job = (U_exact − U_POP)/n`` (negative: POP above the exact solver's ε-optimal
@@ -74,12 +75,12 @@ def gavel_table() -> tuple[np.ndarray[Any, Any], str]:
     return table, "walras.data.gavel"
 
 
-def run_gavel() -> list[dict[str, Any]]:
+def run_gavel(J: int = 2048, per_type: int = 512, ks: tuple[int, ...] = GAVEL_KS,
+              optima: tuple[str, ...] = ("central", "vertex")) -> list[dict[str, Any]]:  # fmt: skip
     from walras.allocator import gavel, pop
     from walras.allocator.gavel.max_min_fairness import MaxMinFairness, coefficients
 
     table, source = gavel_table()
-    J, per_type = 2048, 512
     rng = np.random.default_rng(0)
     thr = table[rng.integers(0, len(table), J)]
     inputs = gavel.GavelInputs(
@@ -91,7 +92,7 @@ def run_gavel() -> list[dict[str, Any]]:
     # The max-min objective's per-job value (Gavel's normalised effective throughput).
     coef = coefficients(inputs, thr)
     lines = []
-    for optimum in ("central", "vertex"):
+    for optimum in optima:
         policy = MaxMinFairness(aware=True, central=optimum == "central")
         wall, cpu = time.perf_counter(), time.process_time()
         exact = policy.allocate(inputs)
@@ -103,7 +104,7 @@ def run_gavel() -> list[dict[str, Any]]:
         lines.append({**common, "case": "exact", "gpus": 3 * per_type, "source": source,
                       "time_s": round(t_exact, 4), "cpu_s": round(c_exact, 4)})  # fmt: skip
         for balance in ("equal", "demand") if optimum == "central" else ("demand",):
-            for k in GAVEL_KS:
+            for k in ks:
                 wall, cpu = time.perf_counter(), time.process_time()
                 res = pop.solve_gavel(inputs, k, policy, balance=balance)  # type: ignore[arg-type]
                 t, c = time.perf_counter() - wall, time.process_time() - cpu
@@ -212,6 +213,8 @@ def main(argv: list[str]) -> int:
         name = argv[1]
         if name == "gavel":
             lines = run_gavel()
+        elif name == "gavel_large":
+            lines = run_gavel(8192, 2048, (8, 32))
         elif name == "pricing":
             lines = run_pricing(int(argv[2]))
         else:
@@ -222,7 +225,7 @@ def main(argv: list[str]) -> int:
     wanted = set(argv) or {"gavel", "pricing", "psdsf"}
     cases: list[list[str]] = []
     if "gavel" in wanted:
-        cases.append(["gavel"])
+        cases += [["gavel"], ["gavel_large"]]
     if "pricing" in wanted:
         cases += [["pricing", str(n)] for n in PRICING_NS]
     if "psdsf" in wanted:
