@@ -567,3 +567,23 @@ def test_every_policy_is_feasible_on_random_inputs(name: str) -> None:
             assert np.all(x.sum(axis=1) <= 1.0)
             continue
         assert_feasible(x, inp)
+
+
+def test_reference_type_replaces_v100_for_agnostic_policies() -> None:
+    # Types "a", "b": with reference_type="b", the agnostic min-total-duration sees b's
+    # throughput (2 steps/s) on both types. 1 job, 1,000 steps, a row sum ≤ 1: T* = 500 s, and
+    # Gavel's bisection ends in [500, 525); with "a" (1 step/s), T* = 1,000 s, in [1000, 1050).
+    for ref, t_star in (("b", 500.0), ("a", 1000.0)):
+        inp = GavelInputs(
+            np.array([[1.0, 2.0]]),
+            np.ones(1, dtype=int),
+            np.ones(2),
+            np.arange(1),
+            num_steps_remaining=np.array([1000.0]),
+            type_names=("a", "b"),
+            reference_type=ref,
+        )
+        policy = MinTotalDuration(aware=False)
+        policy.allocate(inp)
+        assert policy.last_horizon is not None
+        assert t_star <= policy.last_horizon < 1.05 * t_star

@@ -21,6 +21,8 @@ order, FIFO, sort by ``job_ids`` themselves) and one column per GPU type.
   column order is taken to be that order. The agnostic ``min_total_duration`` and
   ``finish_time_fairness`` use the ``"v100"`` column's throughput on every type, as Gavel
   hard-codes it, so they need the names.
+- ``reference_type`` (default ``"v100"``): the type those agnostic policies read. A cluster
+  whose types are not Gavel's names it here (Gavel's choice is its fastest type).
 
 Finish-time fairness also needs each job's cumulative isolated time, which Gavel's policy object
 accumulates itself across calls (it is not scheduler state); :mod:`.finish_time_fairness` keeps
@@ -55,6 +57,7 @@ class GavelInputs:
     num_steps_remaining: FloatArray | None = None
     times_since_start: FloatArray | None = None
     type_names: tuple[str, ...] | None = None
+    reference_type: str = REFERENCE_TYPE
 
     def __post_init__(self) -> None:
         thr = np.asarray(self.throughputs, dtype=np.float64)
@@ -121,14 +124,16 @@ class GavelInputs:
         return np.asarray(sorted(range(self.n_types), key=lambda t: names[t]), dtype=np.int64)
 
     def reference_column(self, policy: str) -> int:
-        """Index of the ``"v100"`` column that agnostic policies read for every type."""
-        if self.type_names is None or REFERENCE_TYPE not in self.type_names:
+        """Index of the ``reference_type`` column that agnostic policies read for every type."""
+        ref = self.reference_type
+        if self.type_names is None or ref not in self.type_names:
             raise InvalidProblem(
-                f"policy {policy} uses the {REFERENCE_TYPE!r} throughput on every type (as Gavel "
-                f"does) and needs type_names containing {REFERENCE_TYPE!r}, got {self.type_names}",
+                f"policy {policy} uses the {ref!r} throughput on every type (as Gavel does with "
+                f"'v100') and needs type_names containing it, got {self.type_names}; set "
+                "reference_type to another type's name",
                 field="type_names",
             )
-        return self.type_names.index(REFERENCE_TYPE)
+        return self.type_names.index(ref)
 
 
 def _set(obj: GavelInputs, name: str, value: object) -> None:
