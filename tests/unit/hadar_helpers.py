@@ -56,6 +56,7 @@ def run(
     *,
     fork_jobs: bool,
     utility: Utility | None = None,
+    backfill: bool = False,
     max_rounds: int = 10_000,
 ) -> RunResult:
     """Run rounds until every job is done (or ``max_rounds``; then TTD is ``inf``)."""
@@ -84,7 +85,7 @@ def run(
             restart_seconds=restart,
             utility=utility,
         )
-        plan = plan_round(inputs, fork_jobs=fork_jobs)
+        plan = plan_round(inputs, fork_jobs=fork_jobs, backfill=backfill)
         plans.append(plan)
         current = np.zeros((J, K), dtype=np.int64)
         for jp in plan.jobs:

@@ -414,6 +414,17 @@ def test_running_job_moves_only_when_the_time_saved_exceeds_the_restart(margin: 
         assert jp.kept and not jp.moved and jp.placement == ((1, 1),)
 
 
+def test_backfill_gives_idle_gpus_to_jobs_with_no_positive_payoff() -> None:
+    # Flat prices above any per-GPU utility (shape ≤ 1, weight 1): no payoff is positive.
+    thr = np.array([[1.0], [2.0]])
+    inputs = make_inputs(thr, [1, 2], [100.0, 100.0], [0, 0], [2, 1], u_min=[5.0], u_max=[5.0])
+    assert plan_round(inputs).jobs == ()
+    plan = plan_round(inputs, backfill=True)
+    check_plan_invariants(inputs, plan)
+    assert [jp.job for jp in plan.jobs] == [0, 1]  # queue order, both fit in 3 GPUs
+    assert all(jp.backfilled and jp.payoff <= 0 for jp in plan.jobs)
+
+
 def test_running_jobs_are_not_preempted_for_waiting_jobs() -> None:
     thr = np.array([[1.0], [1.0], [50.0]])
     current = np.array([[2, 0], [0, 2], [0, 0]])
@@ -735,10 +746,20 @@ def instances(draw: st.DrawFn) -> HadarInputs:
     )
 
 
-@given(inputs=instances(), fork_jobs=st.booleans(), method=st.sampled_from(["dp", "greedy"]))
+@given(
+    inputs=instances(),
+    fork_jobs=st.booleans(),
+    method=st.sampled_from(["dp", "greedy"]),
+    backfill=st.booleans(),
+)
 @settings(max_examples=150, deadline=None)
-def test_plan_invariants(inputs: HadarInputs, fork_jobs: bool, method: str) -> None:
-    plan = plan_round(inputs, fork_jobs=fork_jobs, method=method)  # type: ignore[arg-type]
+def test_plan_invariants(inputs: HadarInputs, fork_jobs: bool, method: str, backfill: bool) -> None:
+    plan = plan_round(
+        inputs,
+        fork_jobs=fork_jobs,
+        method=method,  # type: ignore[arg-type]  # drawn from the two literal values
+        backfill=backfill,
+    )
     check_plan_invariants(inputs, plan)
     for jp in plan.jobs:
         if jp.forked:
@@ -747,5 +768,5 @@ def test_plan_invariants(inputs: HadarInputs, fork_jobs: bool, method: str) -> N
         # Hadar admits a waiting job only at a positive payoff.
         running = (inputs.current.sum(axis=1) == inputs.replicas) & (inputs.remaining > 0)
         for jp in plan.jobs:
-            if not running[jp.job]:
+            if not running[jp.job] and not jp.backfilled:
                 assert jp.payoff > 0

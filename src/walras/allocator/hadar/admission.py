@@ -93,6 +93,12 @@ def choose(
     return _forward(queue, free0, market, None), "greedy"
 
 
+def admit_all(queue: Sequence[QueueJob], free0: IntArray, market: Market) -> list[Admitted]:
+    """Every job in queue order that still fits, at its FIND_ALLOC allocation, whatever its
+    payoff (the planner's opt-in backfill)."""
+    return _forward(queue, free0, market, None, require_positive=False)
+
+
 def _dp_table(queue: Sequence[QueueJob], free0: IntArray, market: Market) -> npt.NDArray[np.bool_]:
     """``admit[i, s]``: take queue job ``i`` at state index ``s`` (C order over ``free0 + 1``)."""
     dims = tuple(int(d) + 1 for d in free0)
@@ -133,6 +139,8 @@ def _forward(
     free0: IntArray,
     market: Market,
     table: npt.NDArray[np.bool_] | None,
+    *,
+    require_positive: bool = True,
 ) -> list[Admitted]:
     strides = _strides(free0)
     state = free0.astype(np.int64).copy()
@@ -142,7 +150,7 @@ def _forward(
             continue
         one = States(state[None, :], market.prices(state)[None, :])
         best = best_many(one, q.speed[None, :], np.array([q.gang]), q.utils[None, :], counts=True)
-        if table is None and not best.payoff[0, 0] > 0:
+        if table is None and not best.payoff[0, 0] > (0 if require_positive else -np.inf):
             continue
         counts = best.counts[0, 0]
         out.append(

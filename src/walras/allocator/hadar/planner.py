@@ -15,7 +15,12 @@ Pipeline (each step only sees the GPUs the previous ones left free):
 2. **Admit from the queue**: waiting jobs (and, under HadarE, every forked-mode job) go through
    :mod:`~walras.allocator.hadar.admission` (exact payoff DP, or the greedy rule), then
    :func:`~walras.allocator.hadar.find_alloc.layout` puts them on nodes, reusing current nodes.
-3. **HadarE only**: :mod:`~walras.allocator.hadar.forking` fills the remaining room with copies,
+3. **Backfill (opt-in, ``backfill=True``)**: GPUs that no positive-payoff job wanted would stay
+   idle this round. The primal-dual rule keeps them for better jobs that may arrive, but Hadar
+   re-plans every round anyway, so an operator that values utilisation (makespan) can give them
+   to the remaining waiting jobs: in queue order, each at its FIND_ALLOC allocation, whatever
+   its payoff (``JobPlan.backfilled``). Off by default: it departs from the paper's rule.
+4. **HadarE only**: :mod:`~walras.allocator.hadar.forking` fills the remaining room with copies,
    trims jobs in their last round to their fastest gangs and splits the steps.
 
 Prices follow every allocation (pooled per type, :mod:`~walras.allocator.hadar.prices`).
@@ -28,7 +33,14 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 
-from walras.allocator.hadar.admission import DP_MAX_CELLS, Market, Method, QueueJob, choose
+from walras.allocator.hadar.admission import (
+    DP_MAX_CELLS,
+    Market,
+    Method,
+    QueueJob,
+    admit_all,
+    choose,
+)
 from walras.allocator.hadar.find_alloc import find_alloc, layout
 from walras.allocator.hadar.forking import (
     GangState,
@@ -51,6 +63,7 @@ def plan_round(
     fork_jobs: bool = False,
     method: Method = "auto",
     dp_max_cells: int = DP_MAX_CELLS,
+    backfill: bool = False,
 ) -> HadarPlan:
     """Plan one round: Hadar (``fork_jobs=False``) or HadarE (``fork_jobs=True``).
 
@@ -59,6 +72,7 @@ def plan_round(
         fork_jobs: run HadarE's copies for forkable jobs.
         method: queue choice, ``"auto"`` (DP when small enough), ``"dp"`` or ``"greedy"``.
         dp_max_cells: ``auto`` uses the DP while ``queue length × pooled states`` is at most this.
+        backfill: give GPUs left idle to waiting jobs whatever their payoff (step 3).
     """
     cap = capacity(inputs)
     u_min, u_max = default_bounds(inputs)
@@ -90,11 +104,23 @@ def plan_round(
         nodes = layout(a.counts, free, inputs.node_type, prefer)
         gangs[a.job] = [GangState(nodes, a.rate, _is_kept(inputs, a.job, nodes), a.cost)]
 
+    filled: set[int] = set()
+    if backfill:
+        rest = [q for q in queue if q.job not in gangs and not forked_mode[q.job]]
+        for a in admit_all(rest, pooled(inputs, free), market):
+            prefer = inputs.current[a.job] if rows[a.job] > 0 else None
+            nodes = layout(a.counts, free, inputs.node_type, prefer)
+            gangs[a.job] = [GangState(nodes, a.rate, _is_kept(inputs, a.job, nodes), a.cost)]
+            filled.add(a.job)
+
     last: set[int] = set()
     if fork_jobs:
         last = fork(inputs, np.flatnonzero(forked_mode), gangs, free, market)
 
-    plans = [_job_plan(inputs, j, gangs[j], bool(forked_mode[j]), j in last) for j in sorted(gangs)]
+    plans = [
+        _job_plan(inputs, j, gangs[j], bool(forked_mode[j]), j in last, j in filled)
+        for j in sorted(gangs)
+    ]
     plans = [p for p in plans if p.gangs]
     placed = {p.job for p in plans}
     final = market.prices(pooled(inputs, free))
@@ -165,7 +191,12 @@ def _keep_or_move(
 
 
 def _job_plan(
-    inputs: HadarInputs, j: int, gangs: list[GangState], forked_mode: bool, last: bool
+    inputs: HadarInputs,
+    j: int,
+    gangs: list[GangState],
+    forked_mode: bool,
+    last: bool,
+    filled: bool,
 ) -> JobPlan:
     rem = float(inputs.remaining[j])
     steps = split_steps(inputs, j, gangs) if forked_mode else [rem] * len(gangs)
@@ -188,6 +219,7 @@ def _job_plan(
         moved=bool(inputs.current[j].sum() > 0) and not kept,
         forked=len(gangs) > 1,
         last_round=last,
+        backfilled=filled,
     )
 
 

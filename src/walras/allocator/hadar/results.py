@@ -46,6 +46,8 @@ class JobPlan:
         moved: the job was running and its placement changed.
         forked: the job runs more than one gang (HadarE only).
         last_round: HadarE found the job can finish this round and kept only its fastest gangs.
+        backfilled: admitted by the opt-in ``backfill`` step at a payoff ≤ 0 (GPUs left idle
+            otherwise), not by the primal-dual rule.
     """
 
     job: int
@@ -59,6 +61,7 @@ class JobPlan:
     moved: bool
     forked: bool
     last_round: bool
+    backfilled: bool = False
 
 
 @dataclass(frozen=True, slots=True)
