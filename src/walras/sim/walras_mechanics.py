@@ -60,7 +60,19 @@ def job_name(j: int) -> str:
 
 
 def job_manifest(workload: Workload, j: int) -> dict[str, Any]:
-    """Trace job ``j`` as the FungibleJob a user would submit."""
+    """Trace job ``j`` as the FungibleJob a user would submit (for manifest input: the user's own
+    manifest, with ``totalWork`` = the work left and no status)."""
+    given = getattr(workload, "manifests", ())
+    if given:
+        doc = dict(given[j])
+        meta = dict(doc.get("metadata") or {})
+        meta.setdefault("namespace", "default")
+        meta.setdefault("uid", f"sim-uid-{j}")
+        meta.setdefault("generation", 1)
+        doc["metadata"] = meta
+        doc["spec"] = {**dict(doc.get("spec") or {}), "totalWork": float(workload.total_steps[j])}
+        doc.pop("status", None)
+        return doc
     rates = {
         t: float(workload.throughputs[j, c])
         for c, t in enumerate(workload.gpu_types)
@@ -141,6 +153,8 @@ class _Sim:
     done: set[int] = field(default_factory=set)
     finish_heap: list[tuple[float, int]] = field(default_factory=list)
     pod_manifests: dict[str, dict[str, Any]] = field(default_factory=dict)
+    index: dict[tuple[str, str], int] = field(default_factory=dict)
+    names: dict[int, tuple[str, str]] = field(default_factory=dict)
 
     def settle(self, j: int, now: float) -> None:
         """Account job ``j``'s work and busy time up to ``now``."""
@@ -235,7 +249,7 @@ def run(
         if math.isinf(now):
             stuck = sorted(sim.admitted - sim.done)[:5]
             raise SimulationStuckError(
-                f"no job can run any more; jobs {[job_name(j) for j in stuck]} never finish"
+                f"no job can run any more; jobs {[sim.names[j][1] for j in stuck]} never finish"
             )
         event = False
         while sim.finish_heap and sim.finish_heap[0][0] <= now + _EPS:
@@ -247,6 +261,8 @@ def run(
             j = arrivals[ptr]
             manifest = job_manifest(workload, j)
             manifest["metadata"]["creationTimestamp"] = _stamp(float(workload.arrivals[j]))
+            key = (str(manifest["metadata"]["namespace"]), str(manifest["metadata"]["name"]))
+            sim.index[key], sim.names[j] = j, key
             sim.store.upsert("job", manifest)
             sim.admitted.add(j)
             ptr += 1
@@ -315,10 +331,6 @@ def _pod_manifest_phase(sim: _Sim, name: str, phase: str) -> dict[str, Any]:
     return manifest
 
 
-def _index(name: str) -> int:
-    return int(name.rsplit("-", 1)[1])
-
-
 def _apply(sim: _Sim, planned: cycle.CyclePlan, now: float, full: bool) -> None:
     """Carry a plan out on the simulated cluster (what the operator's writes do on a real one)."""
     real = planned.realisation
@@ -326,15 +338,15 @@ def _apply(sim: _Sim, planned: cycle.CyclePlan, now: float, full: bool) -> None:
     for delete in real.deletes:
         sim.store.delete("pod", delete.pod.namespace, delete.pod.name)
         sim.pod_manifests.pop(delete.pod.name, None)
-        deleted_jobs.add(_index(delete.pod.job))
+        deleted_jobs.add(sim.index[delete.pod.job_key])
     for j in deleted_jobs:
         if j in sim.running:
             sim.stop(j, now)
-        if j in sim.done and not any(p.job == job_name(j) for p in sim.store.pods.values()):
-            sim.store.delete("job", NAMESPACE, job_name(j))
+        if j in sim.done and not any(p.job_key == sim.names[j] for p in sim.store.pods.values()):
+            sim.store.delete("job", *sim.names[j])
     by_job: dict[int, list[Any]] = {}
     for create in real.creates:
-        by_job.setdefault(_index(create.job.name), []).append(create)
+        by_job.setdefault(sim.index[create.job.key], []).append(create)
     for j, creates in sorted(by_job.items()):
         if j in sim.running:
             sim.stop(j, now)
@@ -348,7 +360,7 @@ def _apply(sim: _Sim, planned: cycle.CyclePlan, now: float, full: bool) -> None:
             free = sim.free_gpus[create.node]
             if len(free) < create.gpus:
                 raise SimulationStuckError(
-                    f"the plan put {job_name(j)} on {create.node}, which has "
+                    f"the plan put {sim.names[j][1]} on {create.node}, which has "
                     f"{len(free)} free GPUs of the {create.gpus} it needs"
                 )
             gpus.extend(free.pop() for _ in range(create.gpus))
@@ -368,7 +380,7 @@ def _apply(sim: _Sim, planned: cycle.CyclePlan, now: float, full: bool) -> None:
             heapq.heappush(sim.finish_heap, (sim.finish_time(j), j))
     if full:
         for key, jr in planned.realisation.jobs.items():
-            j = _index(key[1])
+            j = sim.index[key]
             if jr.kept and j in sim.running and j not in by_job:
                 sim.ledger.dispatched(j, now, restarted=False)
 
