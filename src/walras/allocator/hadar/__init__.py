@@ -10,8 +10,16 @@ Each round, per GPU type ``r`` (capacity pooled over its nodes), one more GPU co
 payoff for an allocation is its utility at the projected completion time minus the prices of its
 GPUs; a gang spread over types runs at its slowest member's rate. Hadar keeps running jobs unless
 moving gains more than the restart, then admits waiting jobs with positive payoff so that the total
-payoff is maximal (exact DP over pooled states, or the paper's greedy online rule). HadarE then
-fills free nodes with copies of forkable jobs and splits their remaining steps across copies.
+payoff is maximal (exact DP over pooled states, or the paper's greedy online rule); an opt-in
+backfill gives GPUs left idle to the other waiting jobs. HadarE then fills free nodes with copies
+of forkable jobs and splits their remaining steps across copies.
+
+Use::
+
+    inputs = make_inputs(throughput, replicas, remaining, node_type, node_free,
+                         elapsed=..., current=..., forkable=..., total_work=...)
+    plan = plan_round(inputs, fork_jobs=False)      # Hadar; fork_jobs=True: HadarE
+    for jp in plan.jobs: jp.placement, jp.gangs, jp.rate, jp.kept, jp.moved
 
 Modules: ``inputs`` (:class:`HadarInputs`, :func:`make_inputs`), ``utilities`` (utility shapes),
 ``prices`` (price function, default bounds, competitive ratio), ``find_alloc`` (best allocation of
