@@ -300,13 +300,13 @@ def _daemon_pod(node_name: str) -> dict[str, Any]:
     }
 
 
-def _plan(objs: list[tuple[str, dict[str, Any]]]) -> Any:
+def _plan(objs: list[tuple[str, dict[str, Any]]], policy_name: str = "price-discovery") -> Any:
     from walras.core import cycle, policies, snapshot
 
     store = snapshot.Store()
     for kind, obj in objs:
         store.upsert(kind, obj)
-    policy = policies.create("price-discovery", policies.PolicyOptions(backend="numpy"))
+    policy = policies.create(policy_name, policies.PolicyOptions(backend="numpy"))
     return cycle.plan(cycle.CycleState(), policy, store.freeze(0.0), now=0.0, round_no=1)
 
 
@@ -470,3 +470,15 @@ def test_gpus_a_filter_frees_go_to_a_job_that_passes() -> None:
     placed = {c.job.name: c.node for c in _plan(objs).realisation.creates}
     assert sorted(placed.values()) == ["v0", "v1"], placed
     assert placed.get("t") == "v0", placed
+
+
+def test_psdsf_targets_on_a_tainted_node_are_realised_on_one_that_passes() -> None:
+    taint = [{"key": "dedicated", "value": "infer", "effect": "NoSchedule"}]
+    objs = [
+        *_pools("v100"),
+        ("node", _node_obj("v0", "v100", gpus=2, taints=taint)),
+        ("node", _node_obj("v1", "v100", gpus=2)),
+        ("job", _job_obj("a", {"v100": 1.0})),
+    ]
+    planned = _plan(objs, "psdsf")
+    assert [c.node for c in planned.realisation.creates] == ["v1"]

@@ -410,9 +410,10 @@ def _enforce_filters(
     job's filters and holds its pods next to what is accounted on it so far (foreign pods'
     requests, then the accepted placements'); otherwise its pods are re-packed onto the group's
     eligible nodes with room (:meth:`_Ledger.pack`); otherwise the job is left out of this
-    round, with kube-scheduler's diagnosis as the reason. When some job was left out, the jobs
-    the plan could not place (``unplaced``, largest target first) may use what it freed, so
-    filters do not leave GPUs idle that the plan would have filled.
+    round, with kube-scheduler's diagnosis as the reason. When some job was left out, it (in
+    its other groups with a target) and the jobs the plan could not place (``unplaced``),
+    largest target first, may use what that freed, so filters do not leave GPUs idle that the
+    plan would have filled.
     """
     ledger = _Ledger(sol, view)
     accepted: dict[int, rounds.JobPlacement] = {}
@@ -438,15 +439,18 @@ def _enforce_filters(
             job=r, group=pl.group, nodes=nodes, kept=pl.kept and nodes == pl.nodes
         )
     if why:
-        for r in sorted(unplaced, key=lambda r: (-float(targets[r].max()), r)):
+        for r in sorted({*unplaced, *why}, key=lambda r: (-float(targets[r].max()), r)):
             job = sol.jobs[r]
             for g in np.argsort(-targets[r], kind="stable").tolist():
                 if targets[r, g] <= 0:
                     break
+                if r in placements and g == placements[r].group:
+                    continue  # where it was just left out
                 chosen = ledger.pack(job, g, set())
                 if chosen is not None:
                     ledger.take(job, chosen)
                     nodes = tuple((int(k), int(n)) for k, n in chosen)
                     accepted[r] = rounds.JobPlacement(job=r, group=g, nodes=nodes, kept=False)
+                    why.pop(r, None)
                     break
     return accepted, why
