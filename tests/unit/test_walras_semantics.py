@@ -1,0 +1,125 @@
+"""``--semantics walras``: the operator's core on a simulated clock, and manifest input.
+
+Oracles are hand-derived timelines (each derivation is in the test's comment): a job's finish
+time from its rate, restart cost and the round boundaries; completions freeing GPUs for a waiting
+job at the exact finish time (an incremental round, as the operator's completion trigger does);
+and errors that name the document, job and field.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import types
+
+import numpy as np
+import pytest
+import yaml
+
+from walras.sim import walras_mechanics
+from walras.sim.cluster import build_cluster
+from walras.sim.config import SimConfig
+from walras.sim.errors import SimInputError
+from walras.sim.ledger import Ledger
+from walras.sim.manifests import load_manifests
+from walras.sim.workload import Workload
+
+
+def tiny_cluster(gpus: int = 1) -> object:
+    return build_cluster({"v100": gpus}, {"v100": gpus})
+
+
+def workload(total: list[float], rate: list[float], arrival: list[float]) -> Workload:
+    n = len(total)
+    return Workload(
+        source="test",
+        job_types=tuple(f"t{j}" for j in range(n)),
+        lines=tuple(range(1, n + 1)),
+        total_steps=np.array(total, dtype=np.float64),  # type: ignore[arg-type]
+        scale_factors=np.ones(n, dtype=np.int64),
+        arrivals=np.array(arrival, dtype=np.float64),
+        priority_weights=np.ones(n),
+        throughputs=np.array(rate, dtype=np.float64).reshape(n, 1),
+        gpu_types=("v100",),
+    )
+
+
+def run(wl: Workload, cluster: object, policy: str, restart: float) -> tuple[float, Ledger]:
+    ledger = Ledger(wl, cluster.n_gpus)  # type: ignore[attr-defined]
+    cfg = SimConfig(semantics="walras", restart_s=restart)
+    makespan = walras_mechanics.run(wl, cluster, types.SimpleNamespace(name=policy), cfg, ledger)  # type: ignore[arg-type]
+    return makespan, ledger
+
+
+@pytest.mark.parametrize("policy", ["price-discovery", "max-min-fairness", "fifo-aware"])
+def test_one_job_alone_finishes_at_restart_plus_work_over_rate(policy: str) -> None:
+    # The module docstring's example: arrival 0, restart 10 s, 1000 work at 2/s: it is placed at
+    # t = 0, works from 10 s, finishes at 10 + 500 = 510 s; full rounds at 360 s keep it in place.
+    makespan, ledger = run(workload([1000.0], [2.0], [0.0]), tiny_cluster(), policy, 10.0)
+    assert makespan == pytest.approx(510.0)
+    assert ledger.completion_s[0] == pytest.approx(510.0)
+    assert sum(ledger.restarts) == 1
+    # The GPU was held from 0 to 510: utilisation 1.
+    assert ledger.gpu_busy_s[0] == pytest.approx(510.0)
+
+
+def test_a_completion_frees_the_gpu_for_a_waiting_job_at_once() -> None:
+    # One GPU, FIFO: job 0 (100 work at 1/s) runs from 0 to 100 s; job 1 (arrives at 0, 50 work at
+    # 1/s) starts in the incremental round at 100 s and finishes at 150 s, not at the 360 s round.
+    makespan, ledger = run(
+        workload([100.0, 50.0], [1.0, 1.0], [0.0, 0.0]), tiny_cluster(), "fifo-aware", 0.0
+    )
+    assert ledger.completion_s[0] == pytest.approx(100.0)
+    assert ledger.completion_s[1] == pytest.approx(150.0)
+    assert makespan == pytest.approx(150.0)
+
+
+def write(tmp_path: pathlib.Path, docs: list[object]) -> pathlib.Path:
+    path = tmp_path / "jobs.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    return path
+
+
+def fjob(name: str, **spec: object) -> dict[str, object]:
+    body: dict[str, object] = {
+        "replicas": 1,
+        "throughput": {"v100": 2.0},
+        "totalWork": 1000.0,
+        "template": {"spec": {"containers": [{"name": "c", "image": "x"}]}},
+    }
+    body.update(spec)
+    return {
+        "apiVersion": "walras.dev/v1alpha1",
+        "kind": "FungibleJob",
+        "metadata": {"namespace": "team", "name": name},
+        "spec": body,
+    }
+
+
+def test_manifests_run_under_walras_semantics(tmp_path: pathlib.Path) -> None:
+    late = fjob("late")
+    late["metadata"]["annotations"] = {"walras.dev/arrival-seconds": "600"}  # type: ignore[index]
+    done = fjob("done")
+    done["status"] = {"phase": "Succeeded"}
+    path = write(tmp_path, [fjob("first"), late, done])
+    cluster = tiny_cluster()
+    wl = load_manifests(path, cluster)  # type: ignore[arg-type]
+    assert wl.job_types == ("team/first", "team/late")
+    makespan, ledger = run(wl, cluster, "price-discovery", 0.0)
+    # first: 0 → 500 s; late arrives at 600 s on the idle GPU and runs 500 s: 1100 s.
+    assert ledger.completion_s[0] == pytest.approx(500.0)
+    assert makespan == pytest.approx(1100.0)
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        (fjob("a", totalWork=None), r"document 1 \(team/a\): spec.totalWork"),
+        (fjob("b", throughput={"h100": 1.0}), r"spec.throughput: .*names h100"),
+        ({"kind": "Pod"}, "document 1: not a FungibleJob"),
+    ],
+)
+def test_manifest_errors_name_document_job_and_field(
+    tmp_path: pathlib.Path, doc: object, message: str
+) -> None:
+    with pytest.raises(SimInputError, match=message):
+        load_manifests(write(tmp_path, [doc]), tiny_cluster())  # type: ignore[arg-type]
