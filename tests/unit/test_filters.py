@@ -472,12 +472,12 @@ def test_gpus_a_filter_frees_go_to_a_job_that_passes() -> None:
     assert placed.get("t") == "v0", placed
 
 
-def test_psdsf_targets_on_a_tainted_node_are_realised_on_one_that_passes() -> None:
+def test_psdsf_never_realises_on_a_tainted_node() -> None:
     taint = [{"key": "dedicated", "value": "infer", "effect": "NoSchedule"}]
     objs = [
         *_pools("v100"),
-        ("node", _node_obj("v0", "v100", gpus=2, taints=taint)),
-        ("node", _node_obj("v1", "v100", gpus=2)),
+        ("node", _node_obj("v0", "v100", gpus=4, taints=taint)),
+        ("node", _node_obj("v1", "v100", gpus=1)),
         ("job", _job_obj("a", {"v100": 1.0})),
     ]
     planned = _plan(objs, "psdsf")
