@@ -69,6 +69,10 @@ STAGE_DECREMENT = 1e-6
 FINAL_DECREMENT = 1e-12
 """Newton stops when ``λ²`` (the predicted decrease of ``F``) falls below these."""
 
+POLISH_STEPS = 3
+"""Newton steps spent tightening the last center from ``STAGE_DECREMENT`` to ``FINAL_DECREMENT``
+(quadratic convergence needs two; more only burn time where rounding stops progress)."""
+
 MAX_STEPS = 400
 """Newton steps in total over all stages; reaching it raises :class:`SolverError`."""
 
@@ -182,9 +186,10 @@ def central_max_min(
                     return _widen(x, live, start.shape), level
                 raise SolverError("central path: cannot advance the level (ill-conditioned)")
         x, level = guess, level + step
-        frac = min(0.9, frac * 2.0) if used <= 3 else frac
+        # Lengthen the next move after an easy re-centering, shorten it after a hard one.
+        frac = min(0.95, frac * 2.0) if used <= 2 else (frac * 0.5 if used > 5 else frac)
     with contextlib.suppress(SolverError):  # x is centered to STAGE_DECREMENT already
-        x, _ = _newton(prob.at(level * w - offset), x, tol=FINAL_DECREMENT, budget=20)
+        x, _ = _newton(prob.at(level * w - offset), x, tol=FINAL_DECREMENT, budget=POLISH_STEPS)
     return _widen(x, live, start.shape), level
 
 
