@@ -223,3 +223,43 @@ def test_no_node_goes_over_any_resource(kube: Any, cluster: Cluster) -> None:
     ]
     assert untolerated == []
     assert "Traceback" not in cluster.operator.log_text()
+
+
+def test_pool_whose_every_node_is_cordoned_is_left_out_until_uncordoned(
+    kube: Any, cluster: Cluster
+) -> None:
+    """Runs last: it cordons t4-0 (the t4 pool's only node), then uncordons it."""
+
+    def cordon(flag: bool) -> None:
+        devcluster.request(
+            kube,
+            "PATCH",
+            "/api/v1/nodes/t4-0",
+            body={"spec": {"unschedulable": flag}},
+            content_type="application/merge-patch+json",
+        )
+
+    cordon(True)
+
+    def left_out() -> bool:
+        ready = condition(get_pool(kube, "t4"), "Ready")
+        assert ready is not None and ready["status"] == "False", ready
+        assert "1 cordoned" in ready["message"], ready
+        admitted = condition(get_job(kube, cluster.namespace, "t4-tolerant"), "Admitted")
+        assert admitted is not None and admitted["reason"] == "NoCapacity", admitted
+        for name in ("plain", "hungry", "affine"):
+            bound = condition(get_job(kube, cluster.namespace, name), "Bound")
+            assert bound is not None and bound["status"] == "True", (name, bound)
+        return True
+
+    wait_for(left_out, 60, "the cordoned pool left out, the others running")
+    cordon(False)
+
+    def back() -> bool:
+        assert len(_bound(kube, cluster.namespace, "t4-tolerant")) == 1
+        ready = condition(get_pool(kube, "t4"), "Ready")
+        assert ready is not None and ready["status"] == "True", ready
+        return True
+
+    wait_for(back, 60, "the t4 pool back after uncordon")
+    assert "Traceback" not in cluster.operator.log_text()
