@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from filter_helpers import daemon_pod, job_obj, node_obj, plan, pools
 
 from walras.core import filters, model
 
@@ -254,71 +255,11 @@ def test_diagnosis_message_is_kube_schedulers() -> None:
 # ------------------------------------------------------------------ the filters in a round
 
 
-def _node_obj(
-    name: str, gpu_type: str, *, gpus: int = 4, cpu: str = "32", taints: list[Any] | None = None
-) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "labels": {"walras.dev/gpu-type": gpu_type, "zone": name}},
-        "spec": {"taints": taints or []},
-        "status": {
-            "allocatable": {
-                "nvidia.com/gpu": str(gpus),
-                "cpu": cpu,
-                "memory": "64Gi",
-                "ephemeral-storage": "100Gi",
-                "hugepages-2Mi": "1Gi",
-                "pods": "110",
-            },
-            "conditions": [{"type": "Ready", "status": "True"}],
-        },
-    }
-
-
-def _job_obj(name: str, throughput: dict[str, float], **pod: Any) -> dict[str, Any]:
-    container: dict[str, Any] = {"name": "c", "image": "i"}
-    if "cpu" in pod:
-        container["resources"] = {"requests": {"cpu": pod.pop("cpu")}}
-    return {
-        "metadata": {"namespace": "ns", "name": name, "uid": f"u-{name}", "generation": 1},
-        "spec": {
-            "replicas": 1,
-            "throughput": throughput,
-            "template": {"spec": {"containers": [container], **pod}},
-        },
-    }
-
-
-def _daemon_pod(node_name: str) -> dict[str, Any]:
-    res = {"ephemeral-storage": "1Gi", "hugepages-2Mi": "512Mi", "cpu": "1"}
-    return {
-        "metadata": {"namespace": "kube-system", "name": f"ds-{node_name}", "uid": node_name},
-        "spec": {
-            "nodeName": node_name,
-            "containers": [{"name": "d", "resources": {"requests": res}}],
-        },
-        "status": {"phase": "Running"},
-    }
-
-
-def _plan(objs: list[tuple[str, dict[str, Any]]], policy_name: str = "price-discovery") -> Any:
-    from walras.core import cycle, policies, snapshot
-
-    store = snapshot.Store()
-    for kind, obj in objs:
-        store.upsert(kind, obj)
-    policy = policies.create(policy_name, policies.PolicyOptions(backend="numpy"))
-    return cycle.plan(cycle.CycleState(), policy, store.freeze(0.0), now=0.0, round_no=1)
-
-
-def _pools(*types: str) -> list[tuple[str, dict[str, Any]]]:
-    return [("pool", {"metadata": {"name": t}, "spec": {"gpuType": t}}) for t in types]
-
-
 def test_foreign_non_gpu_requests_leave_gpu_capacity_alone() -> None:
-    nodes = [("node", _node_obj(f"v{i}", "v100")) for i in range(2)]
-    base = _plan([*_pools("v100"), *nodes, ("job", _job_obj("j", {"v100": 1.0}))])
-    daemons = [("pod", _daemon_pod(f"v{i}")) for i in range(2)]
-    loaded = _plan([*_pools("v100"), *nodes, *daemons, ("job", _job_obj("j", {"v100": 1.0}))])
+    nodes = [("node", node_obj(f"v{i}", "v100")) for i in range(2)]
+    base = plan([*pools("v100"), *nodes, ("job", job_obj("j", {"v100": 1.0}))])
+    daemons = [("pod", daemon_pod(f"v{i}")) for i in range(2)]
+    loaded = plan([*pools("v100"), *nodes, *daemons, ("job", job_obj("j", {"v100": 1.0}))])
     assert loaded.view.type_capacity.tolist() == base.view.type_capacity.tolist() == [8.0]
     assert loaded.view.node_foreign.tolist() == [0, 0]
     assert loaded.view.node_foreign_use[0] == {
@@ -335,15 +276,13 @@ def test_foreign_non_gpu_requests_leave_gpu_capacity_alone() -> None:
 def test_tainted_node_gets_no_pod_unless_tolerated() -> None:
     taint = [{"key": "dedicated", "value": "infer", "effect": "NoSchedule"}]
     objs = [
-        *_pools("v100"),
-        ("node", _node_obj("v0", "v100", taints=taint)),
-        ("node", _node_obj("v1", "v100", gpus=1)),
+        *pools("v100"),
+        ("node", node_obj("v0", "v100", taints=taint)),
+        ("node", node_obj("v1", "v100", gpus=1)),
     ]
-    jobs = [("job", _job_obj(f"j{i}", {"v100": 1.0})) for i in range(3)]
-    tolerant = _job_obj(
-        "t", {"v100": 1.0}, tolerations=[{"key": "dedicated", "operator": "Exists"}]
-    )
-    planned = _plan([*objs, *jobs, ("job", tolerant)])
+    jobs = [("job", job_obj(f"j{i}", {"v100": 1.0})) for i in range(3)]
+    tolerant = job_obj("t", {"v100": 1.0}, tolerations=[{"key": "dedicated", "operator": "Exists"}])
+    planned = plan([*objs, *jobs, ("job", tolerant)])
     placed = {c.job.name: c.node for c in planned.realisation.creates}
     assert all(node != "v0" for name, node in placed.items() if name != "t"), placed
     assert placed.get("t") in ("v0", "v1")
@@ -355,10 +294,10 @@ def test_tainted_node_gets_no_pod_unless_tolerated() -> None:
 def test_job_tolerating_nothing_on_tainted_pool_gets_the_filter_condition() -> None:
     taint = [{"key": "dedicated", "value": "infer", "effect": "NoExecute"}]
     objs = [
-        *_pools("v100"),
-        *[("node", _node_obj(f"v{i}", "v100", taints=taint)) for i in range(3)],
+        *pools("v100"),
+        *[("node", node_obj(f"v{i}", "v100", taints=taint)) for i in range(3)],
     ]
-    planned = _plan([*objs, ("job", _job_obj("j", {"v100": 1.0}))])
+    planned = plan([*objs, ("job", job_obj("j", {"v100": 1.0}))])
     (issue,) = planned.solution.issues
     assert issue.reason == "UntoleratedTaint"
     assert "0/3 nodes are available: 3 node(s) had untolerated taint {dedicated: infer}" in (
@@ -368,20 +307,20 @@ def test_job_tolerating_nothing_on_tainted_pool_gets_the_filter_condition() -> N
 
 def test_cpu_full_node_gets_no_pod_needing_cpu() -> None:
     objs = [
-        *_pools("v100"),
-        ("node", _node_obj("v0", "v100", cpu="4")),
-        ("node", _node_obj("v1", "v100")),
+        *pools("v100"),
+        ("node", node_obj("v0", "v100", cpu="4")),
+        ("node", node_obj("v1", "v100")),
     ]
-    planned = _plan([*objs, ("job", _job_obj("j", {"v100": 1.0}, cpu="8"))])
+    planned = plan([*objs, ("job", job_obj("j", {"v100": 1.0}, cpu="8"))])
     assert [c.node for c in planned.realisation.creates] == ["v1"]
-    only_small = _plan([*objs[:2], ("job", _job_obj("j", {"v100": 1.0}, cpu="8"))])
+    only_small = plan([*objs[:2], ("job", job_obj("j", {"v100": 1.0}, cpu="8"))])
     (issue,) = only_small.solution.issues
     assert issue.reason == "InsufficientResources"
     assert "1 Insufficient cpu" in issue.message
 
 
 def test_affinity_and_selector_only_land_on_matching_nodes() -> None:
-    objs = [*_pools("v100"), *[("node", _node_obj(f"v{i}", "v100")) for i in range(3)]]
+    objs = [*pools("v100"), *[("node", node_obj(f"v{i}", "v100")) for i in range(3)]]
     affinity = {
         "nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": {
@@ -391,11 +330,11 @@ def test_affinity_and_selector_only_land_on_matching_nodes() -> None:
             }
         }
     }
-    planned = _plan(
+    planned = plan(
         [
             *objs,
-            ("job", _job_obj("a", {"v100": 1.0}, affinity=affinity)),
-            ("job", _job_obj("s", {"v100": 1.0}, nodeSelector={"zone": "v1"})),
+            ("job", job_obj("a", {"v100": 1.0}, affinity=affinity)),
+            ("job", job_obj("s", {"v100": 1.0}, nodeSelector={"zone": "v1"})),
         ]
     )
     assert {c.job.name: c.node for c in planned.realisation.creates} == {"a": "v2", "s": "v1"}
@@ -403,14 +342,14 @@ def test_affinity_and_selector_only_land_on_matching_nodes() -> None:
 
 def test_empty_pool_is_left_out_and_its_jobs_conditioned() -> None:
     objs = [
-        *_pools("v100", "p100", "k80"),
-        ("node", _node_obj("v0", "v100")),
-        ("node", _node_obj("k0", "k80")),
-        ("job", _job_obj("p", {"p100": 1.0})),
-        ("job", _job_obj("v", {"v100": 1.0, "p100": 2.0})),
-        ("job", _job_obj("k", {"k80": 1.0})),
+        *pools("v100", "p100", "k80"),
+        ("node", node_obj("v0", "v100")),
+        ("node", node_obj("k0", "k80")),
+        ("job", job_obj("p", {"p100": 1.0})),
+        ("job", job_obj("v", {"v100": 1.0, "p100": 2.0})),
+        ("job", job_obj("k", {"k80": 1.0})),
     ]
-    planned = _plan(objs)
+    planned = plan(objs)
     assert planned.view.gpu_types == ("k80", "v100")
     assert "p100" in planned.view.empty_types
     assert planned.view.pools["p100"].capacity == 0
@@ -420,16 +359,16 @@ def test_empty_pool_is_left_out_and_its_jobs_conditioned() -> None:
 
 
 def test_type_whose_every_node_is_cordoned_is_left_out() -> None:
-    cordoned = _node_obj("p0", "p100")
+    cordoned = node_obj("p0", "p100")
     cordoned["spec"]["unschedulable"] = True
     objs = [
-        *_pools("v100", "p100"),
-        ("node", _node_obj("v0", "v100")),
+        *pools("v100", "p100"),
+        ("node", node_obj("v0", "v100")),
         ("node", cordoned),
-        ("job", _job_obj("p", {"p100": 1.0})),
-        ("job", _job_obj("v", {"v100": 1.0})),
+        ("job", job_obj("p", {"p100": 1.0})),
+        ("job", job_obj("v", {"v100": 1.0})),
     ]
-    planned = _plan(objs)
+    planned = plan(objs)
     assert planned.view.gpu_types == ("v100",)
     state = planned.view.pools["p100"]
     assert (state.matching, state.cordoned, state.capacity) == (1, 1, 0)
@@ -440,19 +379,19 @@ def test_type_whose_every_node_is_cordoned_is_left_out() -> None:
 
 
 def test_every_pool_empty_plans_nothing_and_raises_nothing() -> None:
-    planned = _plan([*_pools("v100", "p100"), ("job", _job_obj("v", {"v100": 1.0}))])
+    planned = plan([*pools("v100", "p100"), ("job", job_obj("v", {"v100": 1.0}))])
     assert planned.view.gpu_types == ()
     assert planned.realisation.creates == ()
     assert [i.reason for i in planned.solution.issues] == ["NoCapacity"]
 
 
 def test_filter_inputs_change_with_taints_and_foreign_cpu() -> None:
-    base = [*_pools("v100"), ("node", _node_obj("v0", "v100"))]
-    key = _plan(base).view.filter_inputs()
-    tainted = _node_obj("v0", "v100", taints=[{"key": "k", "effect": "NoSchedule"}])
-    assert _plan([*_pools("v100"), ("node", tainted)]).view.filter_inputs() != key
-    assert _plan([*base, ("pod", _daemon_pod("v0"))]).view.filter_inputs() != key
-    assert _plan(base).view.filter_inputs() == key
+    base = [*pools("v100"), ("node", node_obj("v0", "v100"))]
+    key = plan(base).view.filter_inputs()
+    tainted = node_obj("v0", "v100", taints=[{"key": "k", "effect": "NoSchedule"}])
+    assert plan([*pools("v100"), ("node", tainted)]).view.filter_inputs() != key
+    assert plan([*base, ("pod", daemon_pod("v0"))]).view.filter_inputs() != key
+    assert plan(base).view.filter_inputs() == key
 
 
 def test_gpus_a_filter_frees_go_to_a_job_that_passes() -> None:
@@ -460,14 +399,14 @@ def test_gpus_a_filter_frees_go_to_a_job_that_passes() -> None:
     plan picks, both GPUs end up used, and the tainted one only by the tolerating job."""
     taint = [{"key": "dedicated", "value": "infer", "effect": "NoSchedule"}]
     objs = [
-        *_pools("v100"),
-        ("node", _node_obj("v0", "v100", gpus=1, taints=taint)),
-        ("node", _node_obj("v1", "v100", gpus=1)),
-        ("job", _job_obj("a", {"v100": 1.0})),
-        ("job", _job_obj("b", {"v100": 1.0})),
-        ("job", _job_obj("t", {"v100": 1.0}, tolerations=[{"operator": "Exists"}])),
+        *pools("v100"),
+        ("node", node_obj("v0", "v100", gpus=1, taints=taint)),
+        ("node", node_obj("v1", "v100", gpus=1)),
+        ("job", job_obj("a", {"v100": 1.0})),
+        ("job", job_obj("b", {"v100": 1.0})),
+        ("job", job_obj("t", {"v100": 1.0}, tolerations=[{"operator": "Exists"}])),
     ]
-    placed = {c.job.name: c.node for c in _plan(objs).realisation.creates}
+    placed = {c.job.name: c.node for c in plan(objs).realisation.creates}
     assert sorted(placed.values()) == ["v0", "v1"], placed
     assert placed.get("t") == "v0", placed
 
@@ -475,10 +414,10 @@ def test_gpus_a_filter_frees_go_to_a_job_that_passes() -> None:
 def test_psdsf_never_realises_on_a_tainted_node() -> None:
     taint = [{"key": "dedicated", "value": "infer", "effect": "NoSchedule"}]
     objs = [
-        *_pools("v100"),
-        ("node", _node_obj("v0", "v100", gpus=4, taints=taint)),
-        ("node", _node_obj("v1", "v100", gpus=1)),
-        ("job", _job_obj("a", {"v100": 1.0})),
+        *pools("v100"),
+        ("node", node_obj("v0", "v100", gpus=4, taints=taint)),
+        ("node", node_obj("v1", "v100", gpus=1)),
+        ("job", job_obj("a", {"v100": 1.0})),
     ]
-    planned = _plan(objs, "psdsf")
+    planned = plan(objs, "psdsf")
     assert [c.node for c in planned.realisation.creates] == ["v1"]
