@@ -39,7 +39,7 @@ BASE = "/apis/walras.dev/v1alpha1"
 WALRAS = str(Path(sys.executable).parent / "walras")
 STALE_AFTER = 6.0
 TOL = 1e-3
-NAMESPACE = "agents"
+# A job's tenant is its namespace (issue 14's governance), so each tenant has its own.
 # (gpu type, count, GPUs per node); every other node of a type is in zone east.
 NODE_TYPES = (("a100", 7, 8), ("v100", 7, 4), ("t4", 6, 4))
 # tenant -> [(job, throughput, replicas, gpus per pod, cpu per pod, weight, nodeSelector)]
@@ -70,26 +70,26 @@ def _job(tenant: str, name: str, spec: tuple[Any, ...]) -> dict[str, Any]:
     return {
         "apiVersion": "walras.dev/v1alpha1",
         "kind": "FungibleJob",
-        "metadata": {"name": f"{tenant}-{name}", "namespace": NAMESPACE},
+        "metadata": {"name": f"{tenant}-{name}", "namespace": tenant},
         "spec": {
             "replicas": replicas,
             "throughput": dict(throughput),
             "template": {"spec": pod_spec},
             "utility": {"kind": "log", "weight": weight},
-            "tenant": tenant,
         },
     }
 
 
 def _create_tenant(kube: Any, tenant: str, jobs: list[tuple[Any, ...]]) -> None:
+    devcluster.create_namespace(kube, tenant)
     for name, *spec in jobs:
         body = _job(tenant, name, tuple(spec))
-        devcluster.request(kube, "POST", f"{BASE}/namespaces/{NAMESPACE}/fungiblejobs", body=body)
+        devcluster.request(kube, "POST", f"{BASE}/namespaces/{tenant}/fungiblejobs", body=body)
 
 
 def _delete_tenant(kube: Any, tenant: str, jobs: list[tuple[Any, ...]]) -> None:
     for name, *_ in jobs:
-        path = f"{BASE}/namespaces/{NAMESPACE}/fungiblejobs/{tenant}-{name}"
+        path = f"{BASE}/namespaces/{tenant}/fungiblejobs/{tenant}-{name}"
         devcluster.request(kube, "DELETE", path)
 
 
@@ -219,7 +219,6 @@ def cluster(
 ) -> Iterator[Cluster]:
     devcluster.reset(kube)
     devcluster.install_crds(kube, CRDS)
-    devcluster.create_namespace(kube, NAMESPACE)
     nodes: list[str] = []
     for gpu_type, count, gpus in NODE_TYPES:
         devcluster.request(

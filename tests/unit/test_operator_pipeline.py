@@ -56,7 +56,8 @@ def job(
         "template": {"spec": {"containers": [container], "nodeSelector": selector or {}}},
     }
     if tenant:
-        spec["tenant"] = tenant
+        # A job's tenant is its namespace (issue 14's governance; spec.tenant is ignored).
+        ns = tenant
     return {
         "metadata": {"namespace": ns, "name": name, "uid": f"uid-{name}", "generation": 1},
         "spec": spec,

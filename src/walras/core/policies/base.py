@@ -164,11 +164,13 @@ class SolutionMemo:
         by_key = {j.key: j for j in snap.jobs}
         if any(j.key not in by_key for j in self._solution.jobs):
             return None
+        # Iterations and gap stay those of the solve that produced it (what the metrics show);
+        # ``timings["reused"]`` says no solver ran this round.
         return replace(
             self._solution,
             jobs=tuple(by_key[j.key] for j in self._solution.jobs),
-            iterations=0,
             seconds=0.0,
+            timings={"reused": 1.0},
         )
 
     def put(self, key: object, solution: Solution) -> None:
