@@ -214,6 +214,7 @@ def run(
                 restart_seconds=float(config.restart_s),
                 weighting=getattr(config, "weighting", "none"),
                 weighting_exponent=getattr(config, "weighting_exponent", -0.5),
+                pop_shards=int(getattr(config, "pop_shards", 1)),
             ),
         )
     except policies.UnknownPolicyError as exc:
@@ -284,6 +285,7 @@ def run(
             round_no=round_no,
             incremental=not full,
             restart_s=restart_s,
+            hold_s=float(getattr(config, "hold_s", 0.0)),
         )
         ledger.solve_s.append(planned.timings["solve"])
         _apply(sim, planned, now, full)
