@@ -208,3 +208,31 @@ def test_cycle_counts_restarts_for_gangs_placed_afresh() -> None:
     assert placed
     hist = plan.histories[placed[0]]
     assert hist.productive_from == pytest.approx(10.0)
+
+
+def test_hadare_copies_forkable_jobs_with_the_fork_environment() -> None:
+    # A forkable job and a plain one on an idle cluster (2 v100 nodes, 3 k80 nodes): HadarE runs
+    # copies of the forkable job on several nodes, of both types, each pod told its copy; the
+    # plain job runs exactly its one gang.
+    fork = job("fork", {"v100": 4.0, "k80": 1.0}, replicas=1)
+    fork["spec"].update(forkable=True, totalWork=1e7)
+    plain = job("plain", {"v100": 4.0, "k80": 1.0}, replicas=1)
+    plain["spec"]["totalWork"] = 1e7
+    store = cluster([fork, plain])
+    plan = cycle.plan(
+        cycle.CycleState(), policies.create("hadare"), store.freeze(now=0.0), now=0.0, round_no=1
+    )
+    creates = [c for c in plan.realisation.creates if c.job.name == "fork"]
+    assert len({c.node for c in creates}) >= 2
+    assert len({c.node.split("-")[0] for c in creates}) == 2  # copies on v100 and on k80
+    envs = [
+        {e["name"]: e["value"] for e in c.manifest["spec"]["containers"][0]["env"]} for c in creates
+    ]
+    count = {int(e["WALRAS_FORK_COUNT"]) for e in envs}
+    assert count == {len(creates)}  # one-pod gangs: as many copies as pods
+    assert sorted(int(e["WALRAS_FORK_INDEX"]) for e in envs) == list(range(len(creates)))
+    assert all(e["WALRAS_JOB_NAME"] == "fork" for e in envs)
+    assert sum(float(e["WALRAS_FORK_STEPS"]) for e in envs) > 0
+    plain_pods = [c for c in plan.realisation.creates if c.job.name == "plain"]
+    assert len(plain_pods) == 1
+    assert "env" not in plain_pods[0].manifest["spec"]["containers"][0]

@@ -10,11 +10,17 @@ has its slice end; pods of finished, deleted or unschedulable jobs go.
 A placement may span GPU types (a gang spread over types runs at its slowest member's rate) and, for
 a forked job, hold more pods than ``replicas`` (one gang per node). The job's history records the
 group of its first node and the solution's ``rates`` (work per second of all its pods).
+
+Copies of a forked job (HadarE) get the environment a workload needs to cooperate
+(``docs/forking.md``): ``WALRAS_FORK_INDEX`` (its copy, from 0), ``WALRAS_FORK_COUNT``,
+``WALRAS_FORK_STEPS`` (the work assigned to it this round) and ``WALRAS_JOB_NAME``.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
+from typing import Any
 
 from walras.core import crd, model, realise, snapshot
 from walras.core.policies import Solution
@@ -61,6 +67,9 @@ def realise_placements(
         deletes.extend(gone(p, "Rescheduled") for p in pods)
         replica = 0
         gpus = int(sol.gpus_per_pod[r])
+        copies = sol.forks.get(job.key, ())
+        # The copy (gang) of every pod, in pod order: copies list their nodes in placement order.
+        copy_of = [c for c, (nodes, _) in enumerate(copies) for _, n in nodes for _ in range(n)]
         for node_name, count in where:
             k = node_index[node_name]
             pool = view.node_pool[k]
@@ -80,6 +89,9 @@ def realise_placements(
                     fraction=1.0,
                     price=float(sol.prices.get(node_type, 0.0)),
                 )
+                if copies and replica < len(copy_of):
+                    c = copy_of[replica]
+                    manifest = fork_env(manifest, job, c, len(copies), copies[c][1])
                 creates.append(realise.PodCreate(job, name, replica, node_name, gpus, manifest))
                 replica += 1
         jobs[job.key] = realise.JobRound(job.key, group, gpu_type, where, False, False)
@@ -99,3 +111,27 @@ def realise_placements(
         if p.terminating and p.node and p.node not in known_nodes
     )
     return realise.Realisation(creates=tuple(creates), deletes=tuple(deletes), jobs=jobs)
+
+
+def fork_env(
+    manifest: Mapping[str, Any], job: model.JobSpec, index: int, count: int, steps: float
+) -> dict[str, Any]:
+    """``manifest`` with the fork environment on every container (see the module docstring)."""
+    env = [
+        {"name": "WALRAS_FORK_INDEX", "value": str(index)},
+        {"name": "WALRAS_FORK_COUNT", "value": str(count)},
+        {"name": "WALRAS_FORK_STEPS", "value": f"{steps:.6g}"},
+        {"name": "WALRAS_JOB_NAME", "value": job.name},
+    ]
+    names = {e["name"] for e in env}
+    spec = dict(manifest.get("spec") or {})
+    containers = []
+    for container in spec.get("containers") or []:
+        c = dict(container)
+        kept = [
+            e for e in c.get("env") or [] if not (isinstance(e, Mapping) and e.get("name") in names)
+        ]
+        c["env"] = [*kept, *env]
+        containers.append(c)
+    spec["containers"] = containers
+    return {**manifest, "spec": spec}

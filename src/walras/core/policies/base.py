@@ -63,6 +63,8 @@ class Solution:
         placements: for policies that place gangs themselves (Hadar): job → ``(node, pods)``;
             ``None`` for policies whose targets the realiser turns into pods.
         rates: with ``placements``, each placed job's work per second (all its pods).
+        forks: for jobs run as several copies (HadarE): one ``(nodes, steps)`` per copy, each a
+            whole gang; ``placements`` then lists all their pods.
     """
 
     policy: str
@@ -84,6 +86,9 @@ class Solution:
     timings: Mapping[str, float] = field(default_factory=dict)
     placements: Mapping[model.JobKey, tuple[tuple[str, int], ...]] | None = None
     rates: Mapping[model.JobKey, float] = field(default_factory=dict)
+    forks: Mapping[model.JobKey, tuple[tuple[tuple[tuple[str, int], ...], float], ...]] = field(
+        default_factory=dict
+    )
 
 
 # Integration point with the node agents: a reader returns the agents' converged tasks as

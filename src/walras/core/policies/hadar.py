@@ -130,6 +130,7 @@ class Hadar:
         targets = np.zeros((len(rows), len(types)))
         placements: dict[model.JobKey, tuple[tuple[str, int], ...]] = {}
         rates: dict[model.JobKey, float] = {}
+        forks: dict[model.JobKey, tuple[tuple[tuple[tuple[str, int], ...], float], ...]] = {}
         for jp in plan.jobs:
             job = rows[jp.job]
             pods = sum(n for _, n in jp.placement)
@@ -137,6 +138,11 @@ class Hadar:
                 targets[jp.job, int(view.node_type[k])] += n / max(pods, 1)
             placements[job.key] = tuple((view.nodes[k].name, int(n)) for k, n in jp.placement)
             rates[job.key] = float(jp.rate)
+            if jp.forked:
+                forks[job.key] = tuple(
+                    (tuple((view.nodes[k].name, int(n)) for k, n in gang.nodes), float(gang.steps))
+                    for gang in jp.gangs
+                )
         prices = {
             t: float(p) for t, p in zip(types, plan.type_prices, strict=True) if np.isfinite(p)
         }
@@ -155,6 +161,7 @@ class Hadar:
             issues=tuple(issues),
             placements=placements,
             rates=rates,
+            forks=forks,
         )
 
 
