@@ -255,7 +255,7 @@ def run(
         event = False
         while sim.finish_heap and sim.finish_heap[0][0] <= now + _EPS:
             _, j = heapq.heappop(sim.finish_heap)
-            if j in sim.running and abs(sim.finish_time(j) - now) <= 1e-6 and j not in sim.done:
+            if j in sim.running and j not in sim.done and sim.finish_time(j) <= now + 1e-6:
                 _complete(sim, j, now)
                 event = True
         while ptr < n and float(workload.arrivals[arrivals[ptr]]) <= now + _EPS:
@@ -336,6 +336,12 @@ def _pod_manifest_phase(sim: _Sim, name: str, phase: str) -> dict[str, Any]:
 def _apply(sim: _Sim, planned: cycle.CyclePlan, now: float, full: bool) -> None:
     """Carry a plan out on the simulated cluster (what the operator's writes do on a real one)."""
     real = planned.realisation
+    # The core finished a job from its own accounting (work done ≥ totalWork) before the
+    # simulated pods did: the operator would mark it Succeeded now, so the simulation does too.
+    for key in planned.finished:
+        j = sim.index[key]
+        if j in sim.running and j not in sim.done:
+            _complete(sim, j, now)
     deleted_jobs: set[int] = set()
     for delete in real.deletes:
         sim.store.delete("pod", delete.pod.namespace, delete.pod.name)
@@ -368,7 +374,12 @@ def _apply(sim: _Sim, planned: cycle.CyclePlan, now: float, full: bool) -> None:
             gpus.extend(free.pop() for _ in range(create.gpus))
         job = creates[0].job
         gpu_type = sim.node_type[creates[0].node]
-        rate = float(job.throughput.get(gpu_type, 0.0))
+        # A policy that places gangs itself (Hadar) states each job's rate: copies of a forked job
+        # add up, and a gang over several types runs at its slowest member's rate.
+        planned_rate = planned.solution.rates.get(job.key) if planned.solution.placements else None
+        rate = float(
+            planned_rate if planned_rate is not None else job.throughput.get(gpu_type, 0.0)
+        )
         sim.running[j] = _Running(
             start=now,
             productive_from=now + float(sim.config.restart_s),
