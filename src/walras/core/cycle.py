@@ -25,6 +25,7 @@ operator process or simulation run). Nothing here reads a clock, calls the API o
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -110,12 +111,14 @@ def plan(
     incremental: bool = False,
     restart_s: float = 0.0,
     hold_s: float = 0.0,
+    history_half_life_s: float = math.inf,
 ) -> CyclePlan:
     """Plan one round (see the module docstring); updates ``state`` in place.
 
     ``restart_s``: seconds a gang placed afresh (not kept on its nodes) works nothing (its
     checkpoint reload); the history's work accounting leaves them out. ``hold_s``: the
     realiser's credit for running gangs (serve in blocks; see ``walras.allocator.rounds``).
+    ``history_half_life_s``: the realiser's memory of received time (``History.advance``).
 
     Raises whatever the policy raises (e.g. ``PolicyUnavailableError``); the shell decides whether
     a failed round is retried.
@@ -129,7 +132,7 @@ def plan(
     hists: dict[model.JobKey, history.History] = {}
     for job in active:
         hist = _history(state, job, snap)
-        hist.advance(now)
+        hist.advance(now, history_half_life_s)
         hists[job.key] = hist
     for uid in [u for u in state.histories if u not in live]:
         del state.histories[uid]

@@ -26,6 +26,7 @@ calls :meth:`History.advance` at every round.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,15 +64,36 @@ class History:
             productive_from=model.parse_time(status.get("productiveFrom")),
         )
 
-    def advance(self, now: float) -> None:
-        """Account the time since the last call: elapsed, and received/work if running."""
+    def advance(self, now: float, half_life: float = math.inf) -> None:
+        """Account the time since the last call: elapsed, and received/work if running.
+
+        ``half_life`` (seconds): the realiser's memory. Elapsed and received time decay by
+        ``2^(−dt/half_life)`` before the new interval is added, so the priority
+        ``target · elapsed / received`` compares recent service with the *current* target; with
+        the default (infinite) every second since the job arrived counts alike. Work done never
+        decays.
+        """
         if self.accounted_at is None:
             self.accounted_at = now
             return
         dt = max(0.0, now - self.accounted_at)
-        self.elapsed += dt
+        if math.isfinite(half_life) and half_life > 0:
+            # Integral of the decayed indicator over the interval, so a job running the whole
+            # time keeps received == elapsed exactly.
+            keep = 0.5 ** (dt / half_life)
+            added = (1.0 - keep) * half_life / math.log(2.0) if dt > 0 else 0.0
+            self.elapsed = self.elapsed * keep + added
+            for group in self.received:
+                self.received[group] *= keep
+            if self.running_group:
+                self.received[self.running_group] = (
+                    self.received.get(self.running_group, 0.0) + added
+                )
+        else:
+            self.elapsed += dt
+            if self.running_group:
+                self.received[self.running_group] = self.received.get(self.running_group, 0.0) + dt
         if self.running_group:
-            self.received[self.running_group] = self.received.get(self.running_group, 0.0) + dt
             self.work_done += self.productive_seconds(now) * self.running_rate
         self.accounted_at = now
 

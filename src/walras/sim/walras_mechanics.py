@@ -286,6 +286,7 @@ def run(
             incremental=not full,
             restart_s=restart_s,
             hold_s=float(getattr(config, "hold_s", 0.0)),
+            history_half_life_s=float(getattr(config, "history_half_life_s", math.inf)),
         )
         ledger.solve_s.append(planned.timings["solve"])
         _apply(sim, planned, now, full)
