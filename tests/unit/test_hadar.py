@@ -670,7 +670,6 @@ def base(**kw: object) -> dict[str, object]:
         ({"node_type": [0, 2, 1]}, "node_type", "node 1"),
         ({"node_free": [2, -1, 2]}, "node_free", "node 1"),
         ({"current": [[3, 0, 0], [0, 0, 0]]}, "current", "node 0"),
-        ({"current": [[0, 0, 0], [0, 1, 0]]}, "current", "job 1"),
         ({"total_work": [5.0, 10.0]}, "total_work", "job 0"),
         ({"weight": [1.0, 0.0]}, "weight", "job 1"),
         ({"restart_seconds": 400.0}, "restart_seconds", "restart_seconds"),
@@ -682,6 +681,16 @@ def test_invalid_inputs_name_the_culprit(change: dict[str, object], field: str, 
     with pytest.raises(InvalidProblem, match=words) as info:
         make_inputs(**args)  # type: ignore[arg-type]  # deliberately malformed values
     assert info.value.field == field
+
+
+def test_a_partial_gang_is_replanned_not_rejected() -> None:
+    # During pod churn a running 2-pod gang may show one pod: the job is re-planned as waiting,
+    # and its surviving pod's node is reused first.
+    inputs = make_inputs(**base(current=[[0, 0, 0], [0, 1, 0]]))  # type: ignore[arg-type]
+    plan = plan_round(inputs)
+    check_plan_invariants(inputs, plan)
+    jp = plan.job(1)
+    assert jp is not None and 1 in {k for k, _ in jp.placement}
 
 
 def test_inputs_are_read_only() -> None:

@@ -14,9 +14,12 @@ Conventions (shared with :mod:`walras.allocator.rounds`):
 - One GPU per pod: a placement is ``(node, pods)`` pairs whose pods sum to ``replicas[j]``.
 - ``node_free[k]`` is node ``k``'s GPUs usable by Walras this round, *including* the GPUs that
   Walras's own running pods hold (``current``); Hadar decides afresh who keeps them.
-- ``current[j, k]`` is the number of job ``j``'s pods running on node ``k`` now. A running job
-  has a whole gang (row sum ``replicas[j]``); a forkable job that ran forked may have more (one
-  gang per node). Rows of jobs that are done (``remaining == 0``) are ignored.
+- ``current[j, k]`` is the number of job ``j``'s pods running on node ``k`` now. A job is
+  *running* (kept unless a move pays) when its row is exactly one whole gang (row sum
+  ``replicas[j]``). Any other row (a gang with a pod missing during churn, a forkable job's
+  copies) is accepted and the job is re-planned like a waiting one; its current nodes are reused
+  first, and a gang on exactly its current pods is reported ``kept``. Rows of jobs that are done
+  (``remaining == 0``) are ignored.
 """
 
 from __future__ import annotations
@@ -131,20 +134,6 @@ class HadarInputs:
                 f"{int(self.node_free[k])}",
                 field="current",
                 index=k,
-            )
-        rows = self.current.sum(axis=1)
-        active = self.remaining > 0
-        # A non-forkable running job holds exactly one whole gang; a forkable one may hold
-        # several (copies), but never a fraction of a gang in total.
-        bad = active & (rows > 0) & (rows != self.replicas) & ~self.forkable
-        bad |= active & (rows > 0) & (rows < self.replicas)
-        if bad.any():
-            j = int(np.argmax(bad))
-            raise InvalidProblem(
-                f"job {j}: current holds {int(rows[j])} pods, not a whole gang of "
-                f"{int(self.replicas[j])}",
-                field="current",
-                index=j,
             )
 
     @property
