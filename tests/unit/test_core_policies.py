@@ -236,3 +236,26 @@ def test_hadare_copies_forkable_jobs_with_the_fork_environment() -> None:
     plain_pods = [c for c in plan.realisation.creates if c.job.name == "plain"]
     assert len(plain_pods) == 1
     assert "env" not in plain_pods[0].manifest["spec"]["containers"][0]
+
+
+def test_history_half_life_weighs_recent_service() -> None:
+    # Half-life h. A job that runs the whole time keeps received == elapsed (the decayed integrals
+    # of the same indicator). A job that ran during [0, h] and waited during [h, 2h]:
+    #   received(2h) = ½ · h(1 − ½)/ln 2 = 0.25 h/ln 2,
+    #   elapsed(2h) = ½ · 0.5 h/ln 2 + 0.5 h/ln 2 = 0.75 h/ln 2  →  share 1/3
+    # (without decay it would be 1/2: the older half of its history weighs less).
+    h = 360.0
+    always = history.History()
+    always.advance(0.0, h)
+    always.run_in("v100", 1.0, 0.0)
+    for t in (10.0, 360.0, 400.0, 1000.0):
+        always.advance(t, h)
+        assert always.received["v100"] == pytest.approx(always.elapsed)
+    early = history.History()
+    early.advance(0.0, h)
+    early.run_in("v100", 1.0, 0.0)
+    early.advance(h, h)
+    early.run_in("", 0.0, h)
+    early.advance(2 * h, h)
+    assert early.received["v100"] / early.elapsed == pytest.approx(1 / 3)
+    assert early.work_done == pytest.approx(h)  # work never decays
