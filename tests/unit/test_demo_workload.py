@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import csv
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -23,8 +23,7 @@ def crd_schema(name: str) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def load() -> workload.Workload:
-    path = workload.find_throughputs_csv(REPO)
-    table, source = workload.load_throughputs(path)
+    table, source = workload.load_throughputs()
     return workload.build(30, table, source)
 
 
@@ -38,36 +37,19 @@ def test_thirty_jobs_over_three_tenants_with_unique_dns_names(load: workload.Wor
     assert {t for _, t, _ in load.nodes} == set(workload.GPU_TYPES)
 
 
-def test_throughputs_are_the_csv_rows(load: workload.Workload) -> None:
-    path = workload.find_throughputs_csv(REPO)
-    if path is None:
-        pytest.skip("../shared/data/gavel/isolated_throughputs.csv is not present here")
-    # Independent lookup straight from the file, row by row.
-    with path.open(newline="") as handle:
-        rows = list(csv.DictReader(handle))
+def test_throughputs_are_the_shipped_table(load: workload.Workload) -> None:
+    # Independent lookup straight from the shipped JSON (keys like "('A3C', 1)", value "null").
+    data = json.loads((REPO / "src/walras/data/gavel/simulation_throughputs.json").read_text())
     for job in load.jobs:
         for gpu_type, value in job.throughput.items():
-            match = [
-                float(r["steps_per_s"])
-                for r in rows
-                if r["job_type"] == job.job_type
-                and int(r["scale_factor"]) == job.replicas
-                and r["worker_type"] == gpu_type
-            ]
-            assert match and value == pytest.approx(match[0], abs=1e-4), (job.name, gpu_type)
-    assert "Gavel isolated throughputs" in load.source
-
-
-def test_builtin_fallback_says_so() -> None:
-    table, source = workload.load_throughputs(None)
-    load = workload.build(12, table, source)
-    assert "not found" in source
-    assert len(load.jobs) == 12
-    assert all(j.replicas == 1 for j in load.jobs)  # the fallback only has scale factor 1
+            raw = data[gpu_type][str((job.job_type, job.replicas))]["null"]
+            assert value == pytest.approx(raw, abs=1e-4), (job.name, gpu_type)
+    assert any(j.replicas > 1 for j in load.jobs)  # gangs, from the table's scale factors
+    assert "Gavel's throughputs" in load.source
 
 
 def test_build_is_deterministic() -> None:
-    table, source = workload.load_throughputs(workload.find_throughputs_csv(REPO))
+    table, source = workload.load_throughputs()
     assert workload.build(30, table, source) == workload.build(30, table, source)
 
 
@@ -130,7 +112,7 @@ def test_plot_writes_a_png(tmp_path: Path) -> None:
     ("n_jobs", "n_waves", "rounds"), [(30, 3, 10), (6, 3, 3), (7, 3, 2), (5, 1, 4)]
 )
 def test_waves_partition_the_jobs_in_order(n_jobs: int, n_waves: int, rounds: int) -> None:
-    table, source = workload.load_throughputs(None)
+    table, source = workload.load_throughputs()
     jobs = workload.build(n_jobs, table, source).jobs
     arrivals = workload.waves(jobs, n_waves, rounds)
     assert tuple(j for _, batch in arrivals for j in batch) == jobs

@@ -194,8 +194,7 @@ def run(options: Options, console: Console | None = None) -> Path:
             console.print(", ".join(p.name for p in crds))
 
             console.rule("[bold]3. GPU nodes and ResourcePools")
-            csv_path = workload.find_throughputs_csv(REPO_ROOT)
-            table, source = workload.load_throughputs(csv_path)
+            table, source = workload.load_throughputs()
             load = workload.build(options.jobs, table, source)
             cluster.create_nodes_and_pools(api, load)
             console.print(
@@ -203,8 +202,7 @@ def run(options: Options, console: Console | None = None) -> Path:
             )
 
             console.rule("[bold]4. FungibleJobs")
-            style = "yellow" if csv_path is None else "green"
-            console.print(f"throughputs: [{style}]{load.source}[/{style}]")
+            console.print(f"throughputs: [green]{load.source}[/green]")
             cluster.create_namespaces(api, load)
             arrivals = workload.waves(load.jobs, options.waves, options.rounds)
             cluster.submit_jobs(api, arrivals[0][1])

@@ -1,18 +1,15 @@
 """What the demo submits: GPU nodes, ResourcePools and FungibleJobs (pure; no API calls).
 
-Throughputs are Gavel's isolated measurements (``steps_per_s`` of one job type at one scale
-factor on one worker type), read from ``<repo>/../shared/data/gavel/isolated_throughputs.csv``.
-Job ``i`` takes the ``i``-th job type in a fixed stride through the sorted list, a gang of
-``SCALES[i % len(SCALES)]`` one-GPU pods (the CSV row for that scale factor, else scale 1), and
-tenant ``TENANTS[i % 3]``. The result is deterministic for a given ``n_jobs``.
-
-When the CSV is missing, a small built-in table (a handful of rows taken from the same file,
-scale factor 1) is used instead and ``Workload.source`` says so.
+Throughputs are Gavel's isolated measurements (steps/s of one job type at one scale factor on one
+GPU type): the ``simulation_throughputs.json`` shipped in ``walras.data.gavel`` (MIT, see its
+``LICENSE.gavel``), the same table ``walras simulate`` uses. Job ``i`` takes the ``i``-th job type
+in a fixed stride through the sorted list, a gang of ``SCALES[i % len(SCALES)]`` one-GPU pods (the
+table's entry for that scale factor, else scale 1), and tenant ``TENANTS[i % 3]``. The result is
+deterministic for a given ``n_jobs``.
 """
 
 from __future__ import annotations
 
-import csv
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -28,17 +25,6 @@ NODES_PER_TYPE = 2
 GPUS_PER_NODE = 4
 # Walk the sorted job types with a stride coprime to their count so neighbours differ in kind.
 STRIDE = 7
-CSV_RELATIVE = Path("..") / "shared" / "data" / "gavel" / "isolated_throughputs.csv"
-
-# Fallback only: steps/s at scale factor 1 for six job types, from isolated_throughputs.csv.
-BUILTIN: Mapping[tuple[str, int], Mapping[str, float]] = {
-    ("A3C", 1): {"v100": 7.176, "p100": 5.681, "k80": 3.439},
-    ("CycleGAN", 1): {"v100": 4.426, "p100": 2.403, "k80": 0.505},
-    ("LM (batch size 20)", 1): {"v100": 64.742, "p100": 58.173, "k80": 17.142},
-    ("Recommendation (batch size 2048)", 1): {"v100": 7.47, "p100": 16.597, "k80": 10.441},
-    ("ResNet-50 (batch size 32)", 1): {"v100": 7.787, "p100": 4.888, "k80": 1.237},
-    ("Transformer (batch size 64)", 1): {"v100": 8.618, "p100": 5.092, "k80": 1.752},
-}
 
 
 @dataclass(frozen=True)
@@ -58,24 +44,21 @@ class Workload:
     source: str  # where the throughputs came from, printed by the demo
 
 
-def find_throughputs_csv(repo_root: Path) -> Path | None:
-    """``../shared/data/gavel/isolated_throughputs.csv`` next to the repo, if it exists."""
-    path = (repo_root / CSV_RELATIVE).resolve()
-    return path if path.is_file() else None
+def load_throughputs(
+    path: Path | None = None,
+) -> tuple[dict[tuple[str, int], dict[str, float]], str]:
+    """{(job type, scale factor): {gpu type: steps/s}} and a one-line description of the source.
 
+    ``path``: a table in Gavel's ``simulation_throughputs.json`` format; default the shipped one.
+    """
+    from walras.sim.throughputs import load_throughputs as load_table
 
-def load_throughputs(path: Path | None) -> tuple[dict[tuple[str, int], dict[str, float]], str]:
-    """{(job type, scale factor): {gpu type: steps/s}} and a one-line description of the source."""
+    loaded = load_table(path)
     table: dict[tuple[str, int], dict[str, float]] = {}
-    if path is None:
-        table.update({key: dict(row) for key, row in BUILTIN.items()})
-        return table, "built-in table of 6 Gavel job types (isolated_throughputs.csv not found)"
-    with path.open(newline="") as handle:
-        for row in csv.DictReader(handle):
-            if row["worker_type"] in GPU_TYPES:
-                key = (row["job_type"], int(row["scale_factor"]))
-                table.setdefault(key, {})[row["worker_type"]] = float(row["steps_per_s"])
-    return table, f"Gavel isolated throughputs from {path}"
+    for gpu_type in GPU_TYPES:
+        for key, value in loaded.values.get(gpu_type, {}).items():
+            table.setdefault(key, {})[gpu_type] = float(value)
+    return table, f"Gavel's throughputs ({loaded.source})"
 
 
 def slug(text: str) -> str:
