@@ -73,3 +73,26 @@ def test_hold_never_lets_a_running_job_starve_a_waiting_one() -> None:
 def test_negative_hold_is_rejected() -> None:
     with pytest.raises(InvalidProblem, match="hold"):
         run(-1.0, 1, [[1.0]])
+
+
+def test_backfill_gives_leftover_gpus_to_jobs_outside_their_targets() -> None:
+    # Two 1-GPU groups. Jobs 0 and 1 both target group 0 only (0.5 each), job 1 can also run in
+    # group 1. Without backfill group 1 idles; with it, the job left out of group 0 runs there.
+    kwargs = dict(
+        targets=[[0.5, 0.0], [0.5, 0.0]],
+        received=np.zeros((2, 2)),
+        elapsed=np.zeros(2),
+        replicas=np.ones(2, dtype=np.int64),
+        gpus_per_pod=np.ones(2, dtype=np.int64),
+        node_group=np.array([0, 1]),
+        node_free=np.ones(2, dtype=np.int64),
+    )
+    plain = rounds.plan_round(**kwargs)  # type: ignore[arg-type]
+    assert [(p.job, p.group) for p in plain.placements] == [(0, 0)]
+    filled = rounds.plan_round(**kwargs, backfill=[[True, False], [True, True]])  # type: ignore[arg-type]
+    assert [(p.job, p.group) for p in filled.placements] == [(0, 0), (1, 1)]
+    # A job that cannot run on the idle group is never put there.
+    none = rounds.plan_round(**kwargs, backfill=[[True, False], [True, False]])  # type: ignore[arg-type]
+    assert [(p.job, p.group) for p in none.placements] == [(0, 0)]
+    with pytest.raises(InvalidProblem, match="backfill"):
+        rounds.plan_round(**kwargs, backfill=[[True]])  # type: ignore[arg-type]

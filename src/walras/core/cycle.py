@@ -112,6 +112,7 @@ def plan(
     restart_s: float = 0.0,
     hold_s: float = 0.0,
     history_half_life_s: float = math.inf,
+    backfill: bool = False,
 ) -> CyclePlan:
     """Plan one round (see the module docstring); updates ``state`` in place.
 
@@ -119,6 +120,7 @@ def plan(
     checkpoint reload); the history's work accounting leaves them out. ``hold_s``: the
     realiser's credit for running gangs (serve in blocks; see ``walras.allocator.rounds``).
     ``history_half_life_s``: the realiser's memory of received time (``History.advance``).
+    ``backfill``: GPUs left over by the targets go to waiting jobs that can use them.
 
     Raises whatever the policy raises (e.g. ``PolicyUnavailableError``); the shell decides whether
     a failed round is retried.
@@ -164,7 +166,14 @@ def plan(
         real = placements.realise_placements(sol, snap, view, round_no)
     else:
         real = realise.realise(
-            sol, snap, view, hists, round_no, incremental=incremental, hold=hold_s
+            sol,
+            snap,
+            view,
+            hists,
+            round_no,
+            incremental=incremental,
+            hold=hold_s,
+            backfill=backfill,
         )
     for job in sol.jobs:
         jr = real.jobs[job.key]

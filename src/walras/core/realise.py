@@ -190,11 +190,14 @@ def realise(
     *,
     incremental: bool = False,
     hold: float = 0.0,
+    backfill: bool = False,
 ) -> Realisation:
     """Plan this round and diff it against the existing pods (see the module docstring).
 
     ``hold``: seconds of credit a running gang gets on its current group (``plan_round``'s
     ``hold``): it is served in blocks instead of alternating between groups every round.
+    ``backfill``: GPUs no positive target could use go to waiting jobs that run on that group's
+    GPU type (``plan_round``'s ``backfill``; the filters below still apply).
     """
     node_index = view.node_index
     pods_by_job = snap.pods_by_job()
@@ -243,6 +246,7 @@ def realise(
             node_free=node_free,
             current=plan_current if plan_current.any() else None,
             hold=hold,
+            backfill=_backfill_mask(sol, frozen) if backfill else None,
         )
         placements = {p.job: p for p in (*plan.placements, *frozen)}
         unplaced: Sequence[int] = plan.unplaced
@@ -454,3 +458,17 @@ def _enforce_filters(
                     why.pop(r, None)
                     break
     return accepted, why
+
+
+def _backfill_mask(
+    sol: policies.Solution, frozen: list[rounds.JobPlacement]
+) -> npt.NDArray[np.bool_]:
+    """Where each solved job could run (positive throughput on the group's GPU type); jobs an
+    incremental round keeps in place are left out."""
+    mask = np.array(
+        [[job.throughput.get(t, 0.0) > 0 for t in sol.group_type] for job in sol.jobs],
+        dtype=bool,
+    ).reshape(len(sol.jobs), len(sol.group_type))
+    for fixed in frozen:
+        mask[fixed.job] = False
+    return mask

@@ -287,6 +287,7 @@ def run(
             restart_s=restart_s,
             hold_s=float(getattr(config, "hold_s", 0.0)),
             history_half_life_s=float(getattr(config, "history_half_life_s", math.inf)),
+            backfill=bool(getattr(config, "backfill", False)),
         )
         ledger.solve_s.append(planned.timings["solve"])
         _apply(sim, planned, now, full)

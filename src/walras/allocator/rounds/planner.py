@@ -50,6 +50,7 @@ def plan_round(
     node_free: object,
     current: object | None = None,
     hold: float = 0.0,
+    backfill: object | None = None,
 ) -> RoundPlan:
     """Choose this round's gang placements from fractional targets and the rounds history.
 
@@ -68,6 +69,9 @@ def plan_round(
             ``received − hold``. A running job so keeps its slice until it is ``hold`` ahead of
             its target, so it is served in blocks instead of alternating every round (each
             switch restarts its pods). 0 is Gavel's priority.
+        backfill: ``(J, G)`` bool, where each job *could* run; GPUs left free after every
+            positive-target pair was tried go to unplaced jobs that can use them (work
+            conservation beyond the targets). ``None``: only positive targets are placed.
 
     Returns:
         The placements (sorted by job) and the jobs with a positive target left unplaced.
@@ -156,6 +160,45 @@ def plan_round(
         nodes = group_nodes[g]
         where = tuple(sorted((int(nodes[i]), n) for i, n in choice))
         placed[j] = JobPlacement(job=j, group=g, nodes=where, kept=kept)
+
+    if backfill is not None and total_free > 0:
+        usable = np.asarray(backfill, dtype=bool)
+        if usable.shape != (n_jobs, n_groups):
+            raise InvalidProblem(
+                f"backfill must be a (jobs, groups) bool matrix of shape {(n_jobs, n_groups)}, "
+                f"got {usable.shape}",
+                field="backfill",
+            )
+        # Work conservation: GPUs no positive-target pair could use go to waiting jobs that can
+        # run there, most wanted first (largest target anywhere, then lower index); a job prefers
+        # its current group (no restart), then the group with the most room.
+        best = p.targets.max(axis=1) if n_groups else np.zeros(n_jobs)
+        waiting = [j for j in np.lexsort((np.arange(n_jobs), -best)).tolist() if j not in placed]
+        for j in waiting:
+            if total_free <= 0:
+                break
+            groups = [g for g in np.flatnonzero(usable[j]).tolist() if group_free[g] >= demand[j]]
+            groups.sort(key=lambda g: (g != cur_group[j], -group_free[g], g))
+            for g in groups:
+                gpus, f = gpus_of[j], free[g]
+                choice = None
+                kept = False
+                if g == cur_group[j]:
+                    mine = [(pos_of[k], n) for k, n in cur_nodes[j]]
+                    if all(f[i] >= n * gpus for i, n in mine):
+                        choice, kept = mine, True
+                if choice is None:
+                    choice = pack(f, replicas_of[j], gpus)
+                if choice is None:
+                    continue
+                for i, n in choice:
+                    f[i] -= n * gpus
+                group_free[g] -= demand[j]
+                total_free -= demand[j]
+                nodes = group_nodes[g]
+                where = tuple(sorted((int(nodes[i]), n) for i, n in choice))
+                placed[j] = JobPlacement(job=j, group=g, nodes=where, kept=kept)
+                break
 
     wanted = np.flatnonzero(np.bincount(jj, minlength=n_jobs) > 0).tolist()
     unplaced = tuple(j for j in wanted if j not in placed)
