@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,7 +93,3 @@ def _stat(values: npt.NDArray[np.float64], fn: Any) -> float | None:
 
 def _pct(values: npt.NDArray[np.float64], q: float) -> float | None:
     return float(np.percentile(values, q)) if values.size else None
-
-
-def finite_or_none(x: float) -> float | None:
-    return None if math.isnan(x) else x
