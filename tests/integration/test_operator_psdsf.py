@@ -52,7 +52,18 @@ def test_tenant_totals_match_central_psdsf(
 ) -> None:
     install(kube)
     namespace = devcluster.unique_name("t-psdsf")
-    devcluster.create_namespace(kube, namespace)
+    # One namespace per tenant, mapped by an admin's Tenant object carrying the tenant's weight.
+    spaces = {tenant: f"{namespace}-{tenant}" for tenant in TENANT_JOBS}
+    for tenant, ns in spaces.items():
+        devcluster.create_namespace(kube, ns)
+        weight = max(job[-1] for job in TENANT_JOBS[tenant])
+        tenant_obj = {
+            "apiVersion": "walras.dev/v1alpha1",
+            "kind": "Tenant",
+            "metadata": {"name": tenant},
+            "spec": {"weight": weight, "namespaces": [ns]},
+        }
+        devcluster.request(kube, "POST", f"{BASE}/tenants", body=tenant_obj)
     create_nodes(kube, "v100", "v100", 2, 4)
     create_nodes(kube, "k80", "k80", 2, 8)
     create_pool(kube, pool_manifest("v100", "v100"))
@@ -65,27 +76,29 @@ def test_tenant_totals_match_central_psdsf(
                 replicas=replicas,
                 gpus=gpus,
                 cpu=cpu,
-                tenant=tenant,
                 utility={"kind": "log", "weight": weight},
             )
-            create_job(kube, namespace, manifest)
+            create_job(kube, spaces[tenant], manifest)
     op = start_operator(control_plane, tmp_path, policy="psdsf", round_seconds=2.0)
     try:
 
+        def all_jobs() -> list[dict[str, Any]]:
+            return [job for ns in spaces.values() for job in list_jobs(kube, ns)]
+
         def reported() -> dict[str, float]:
-            jobs = list_jobs(kube, namespace)
             totals = {}
-            for job in jobs:
+            for job in all_jobs():
                 status = job.get("status") or {}
                 if "tenantTasks" not in status:
                     return {}
-                totals[job["spec"]["tenant"]] = float(status["tenantTasks"])
+                totals[status["tenant"]] = float(status["tenantTasks"])
             return totals
 
         totals = wait_for(reported, 60, "tenant totals in every job's status")
-        jobs = list_jobs(kube, namespace)
+        jobs = all_jobs()
         pools = devcluster.request(kube, "GET", f"{BASE}/resourcepools")["items"]
-        problem, tenants, node_names = psdsf_problem(jobs, list_nodes(kube), pools)
+        tenant_objs = devcluster.request(kube, "GET", f"{BASE}/tenants")["items"]
+        problem, tenants, node_names = psdsf_problem(jobs, list_nodes(kube), pools, tenant_objs)
         assert sorted(tenants) == sorted(TENANT_JOBS)
         result = fairness.solve(problem, mode="tdm")
         assert result.converged
@@ -102,12 +115,16 @@ def test_tenant_totals_match_central_psdsf(
             for n in list_nodes(kube)
         }
         rates = {name: r for jobs_ in TENANT_JOBS.values() for name, r, *_ in jobs_}
+
+        def all_pods() -> list[dict[str, Any]]:
+            return [pod for ns in spaces.values() for pod in list_pods(kube, ns)]
+
         wait_for(
-            lambda: any(alive(p) and p["spec"].get("nodeName") for p in list_pods(kube, namespace)),
+            lambda: any(alive(p) and p["spec"].get("nodeName") for p in all_pods()),
             60,
             "pods to run",
         )
-        for pod in list_pods(kube, namespace):
+        for pod in all_pods():
             node = pod["spec"].get("nodeName")
             if node and alive(pod):
                 job = pod["metadata"]["labels"]["walras.dev/job"]

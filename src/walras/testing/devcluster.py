@@ -8,18 +8,16 @@ tests need (kwok GPU nodes, CRD installation, ServiceAccount kubeconfigs, cleani
 Callers: ``tests/conftest.py`` (fixtures ``control_plane``, ``kube``, ``namespace``), the
 integration and e2e tests, ``bench/bench_controlplane.py`` and the demo.
 
-What this control plane is *not* (there is no kube-controller-manager, no scheduler, no kubelet):
+What this control plane is: kube-apiserver, etcd, kwok and kube-controller-manager (garbage
+collector, namespace, resource quota, ServiceAccount and ClusterRole aggregation controllers), so
+``ownerReferences`` cascade and namespaces are deleted as on a real cluster. There is no scheduler
+and no kubelet (kwok's stages play the kubelet).
 
-* **No namespace controller.** Deleting a namespace leaves it ``Terminating`` forever.
-  :func:`delete_namespace` (used by :func:`reset` and the ``namespace`` fixture) deletes the
-  namespace's contents itself and then finalizes it through the ``/finalize`` subresource.
-* **No garbage collector.** ``ownerReferences`` do not cascade: deleting a FungibleJob leaves its
-  pods. Code that relies on cascading deletion must be tested for it only on a real cluster.
-* **No ServiceAccount controller.** Namespaces get no ``default`` ServiceAccount. The
-  ServiceAccount admission plugin is on, as in every real cluster, so a pod that names no
-  ServiceAccount (hence ``default``) or a missing one is *rejected* with 403 ``error looking up
-  service account <ns>/default``. :func:`create_namespace` (and so the ``namespace`` fixture)
-  creates ``default``.
+* **ServiceAccounts.** The controller manager's ServiceAccount controller creates ``default``
+  in new namespaces, but a pod created right after its namespace can race it (the
+  ServiceAccount admission plugin then rejects it with 403 ``error looking up service account
+  <ns>/default``), so :func:`create_namespace` (and the ``namespace`` fixture) creates
+  ``default`` itself.
 * **No node lifecycle controller.** Nodes are not tainted ``not-ready`` at creation (the
   TaintNodesByCondition admission plugin is off, since nothing would remove the taint) and are
   never marked NotReady or evicted.
@@ -120,7 +118,12 @@ def _binary_paths() -> dict[str, str]:
     return paths
 
 
-_BINARY_KEYS = {"kube-apiserver": "KUBE_APISERVER", "etcd": "ETCD", "kwok": "KWOK"}
+_BINARY_KEYS = {
+    "kube-apiserver": "KUBE_APISERVER",
+    "etcd": "ETCD",
+    "kwok": "KWOK",
+    "kube-controller-manager": "KUBE_CONTROLLER_MANAGER",
+}
 
 
 def binaries_available() -> bool:

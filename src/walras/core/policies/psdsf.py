@@ -87,7 +87,7 @@ class PSDSF:
                 continue
             fits[job.key] = row
             jobs.append(job)
-        tm = tenants.tenant_model(jobs, view.nodes, snap.pools)
+        tm = tenants.tenant_model(jobs, view.nodes, snap.pools, snap.tenants)
         K = len(view.nodes)
         gpp = np.array(
             [job.gpus_per_pod(view.node_pool[0].resource_name) if K else 1 for job in jobs],
