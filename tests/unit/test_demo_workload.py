@@ -120,3 +120,11 @@ def test_waves_partition_the_jobs_in_order(n_jobs: int, n_waves: int, rounds: in
     assert afters[0] == 0 and afters == sorted(set(afters)) and afters[-1] < rounds
     sizes = [len(batch) for _, batch in arrivals]
     assert max(sizes) - min(sizes) <= 1
+
+
+def test_tenant_manifests_satisfy_the_crd_schema() -> None:
+    schema = crd_schema("tenant.yaml")
+    for tenant in workload.TENANTS:
+        doc = workload.tenant_manifest(tenant)
+        jsonschema.Draft4Validator(schema).validate(doc)
+        assert doc["spec"]["weight"] == workload.TENANT_WEIGHT[tenant]

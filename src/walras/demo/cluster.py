@@ -49,9 +49,16 @@ def create_nodes_and_pools(api: Any, load: workload.Workload) -> None:
 def create_namespaces(api: Any, load: workload.Workload) -> None:
     from walras.testing import devcluster
 
-    # devcluster's helper also creates the `default` ServiceAccount (no SA controller here).
+    from kubernetes import client
+
+    # devcluster's helper also creates the `default` ServiceAccount (before any pod needs it).
+    custom = client.CustomObjectsApi(api)
     for namespace in sorted({job.namespace for job in load.jobs}):
         devcluster.create_namespace(api, namespace)
+        # The tenant's weight is the admin's, on a Tenant object (issue 14's governance).
+        custom.create_cluster_custom_object(
+            GROUP, VERSION, "tenants", workload.tenant_manifest(namespace)
+        )
 
 
 def submit_jobs(api: Any, jobs: Sequence[workload.DemoJob]) -> None:

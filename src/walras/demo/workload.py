@@ -18,7 +18,8 @@ from typing import Any
 
 GPU_TYPES = ("k80", "p100", "v100")
 TENANTS = ("team-a", "team-b", "team-c")
-# team-c pays for a bigger share: weight 2 in its jobs' log utility.
+# team-c pays for a bigger share: its Tenant object weighs 2 (the admin's setting; job weights
+# are normalised inside each tenant, so a tenant's share does not depend on how many jobs it runs).
 TENANT_WEIGHT = {"team-a": 1.0, "team-b": 1.0, "team-c": 2.0}
 SCALES = (1, 1, 2, 1, 4)
 NODES_PER_TYPE = 2
@@ -144,3 +145,13 @@ def waves(
     return [
         ((k * rounds) // n_waves, tuple(jobs[bounds[k] : bounds[k + 1]])) for k in range(n_waves)
     ]
+
+
+def tenant_manifest(tenant: str) -> dict[str, Any]:
+    """The cluster-scoped Tenant an admin creates for one demo namespace."""
+    return {
+        "apiVersion": "walras.dev/v1alpha1",
+        "kind": "Tenant",
+        "metadata": {"name": tenant},
+        "spec": {"weight": TENANT_WEIGHT[tenant], "namespaces": [tenant]},
+    }
