@@ -47,9 +47,9 @@ def create_nodes_and_pools(api: Any, load: workload.Workload) -> None:
 
 
 def create_namespaces(api: Any, load: workload.Workload) -> None:
-    from walras.testing import devcluster
-
     from kubernetes import client
+
+    from walras.testing import devcluster
 
     # devcluster's helper also creates the `default` ServiceAccount (before any pod needs it).
     custom = client.CustomObjectsApi(api)
