@@ -41,6 +41,16 @@ class LogFormat(StrEnum):
     json = "json"
 
 
+def _weighting(value: str) -> str:
+    from walras.core import weighting
+
+    if value not in weighting.WEIGHTINGS:
+        raise typer.BadParameter(
+            f"--weighting: {value!r} is not one of {', '.join(weighting.WEIGHTINGS)}"
+        )
+    return value
+
+
 @app.command("operator")
 def operator_command(
     policy: Annotated[
@@ -117,6 +127,54 @@ def operator_command(
             help="psdsf-distributed: seconds after which a NodeAllocation counts as stale.",
         ),
     ] = 30.0,
+    restart_seconds: Annotated[
+        float,
+        typer.Option(
+            envvar="WALRAS_RESTART_SECONDS",
+            min=0.0,
+            help="Seconds a gang placed afresh does no work (checkpoint reload); accounting.",
+        ),
+    ] = 0.0,
+    hold_seconds: Annotated[
+        float,
+        typer.Option(
+            envvar="WALRAS_HOLD_SECONDS",
+            min=0.0,
+            help="Realiser: credit a running gang keeps on its GPU type (fewer restarts).",
+        ),
+    ] = 0.0,
+    history_half_life: Annotated[
+        float,
+        typer.Option(
+            envvar="WALRAS_HISTORY_HALF_LIFE",
+            min=0.0,
+            help="Realiser: half-life (s) of the received-time memory; inf = since arrival.",
+        ),
+    ] = float("inf"),
+    backfill: Annotated[
+        bool,
+        typer.Option(
+            "--backfill/--no-backfill",
+            envvar="WALRAS_BACKFILL",
+            help="Give GPUs left over by the targets to waiting jobs that can use them.",
+        ),
+    ] = False,
+    weighting: Annotated[
+        str,
+        typer.Option(
+            envvar="WALRAS_WEIGHTING",
+            help="price-discovery: 'none' or 'remaining' (weight by remaining time^exponent).",
+        ),
+    ] = "none",
+    weighting_exponent: Annotated[
+        float, typer.Option(envvar="WALRAS_WEIGHTING_EXPONENT", help="Exponent of 'remaining'.")
+    ] = -0.5,
+    pop_shards: Annotated[
+        int,
+        typer.Option(
+            envvar="WALRAS_POP_SHARDS", min=1, help="POP: solve this many job shards (1 = exact)."
+        ),
+    ] = 1,
 ) -> None:
     """Run the Walras controller: FungibleJobs and ResourcePools to pod bindings and status."""
     from walras.operator import main
@@ -137,6 +195,13 @@ def operator_command(
         identity=identity,
         log_format=log_format.value,
         stale_after=stale_after,
+        restart_seconds=restart_seconds,
+        hold_seconds=hold_seconds,
+        history_half_life=history_half_life,
+        backfill=backfill,
+        weighting=_weighting(weighting),
+        weighting_exponent=weighting_exponent,
+        pop_shards=pop_shards,
     )
     main.configure_logging(options.log_format)
     asyncio.run(main.run(options))

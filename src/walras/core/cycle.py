@@ -35,6 +35,24 @@ from walras.core import snapshot as snapshots
 from walras.core.policies import Policy, Solution
 
 
+@dataclass(frozen=True, slots=True)
+class CycleOptions:
+    """How the cycle realises and accounts a round (the same in both shells).
+
+    Attributes:
+        restart_s: seconds a gang placed afresh does no work (its checkpoint reload).
+        hold_s: the realiser's credit for a running gang on its group: it keeps its slice until it
+            is this far ahead of its target, so it is served in blocks (fewer restarts).
+        history_half_life_s: the realiser's memory of received time (infinite: since arrival).
+        backfill: GPUs no positive target could use go to waiting jobs that can use them.
+    """
+
+    restart_s: float = 0.0
+    hold_s: float = 0.0
+    history_half_life_s: float = math.inf
+    backfill: bool = False
+
+
 @dataclass(slots=True)
 class CycleState:
     """What the cycle remembers between rounds, owned by one shell.
@@ -113,6 +131,7 @@ def plan(
     hold_s: float = 0.0,
     history_half_life_s: float = math.inf,
     backfill: bool = False,
+    options: CycleOptions | None = None,
 ) -> CyclePlan:
     """Plan one round (see the module docstring); updates ``state`` in place.
 
@@ -122,9 +141,14 @@ def plan(
     ``history_half_life_s``: the realiser's memory of received time (``History.advance``).
     ``backfill``: GPUs left over by the targets go to waiting jobs that can use them.
 
+    ``options`` (a :class:`CycleOptions`) overrides the four keyword arguments above.
+
     Raises whatever the policy raises (e.g. ``PolicyUnavailableError``); the shell decides whether
     a failed round is retried.
     """
+    if options is not None:
+        restart_s, hold_s = options.restart_s, options.hold_s
+        history_half_life_s, backfill = options.history_half_life_s, options.backfill
     t0 = time.perf_counter()
     live = {j.uid for j in snap.jobs}
     state.finished = {u: p for u, p in state.finished.items() if u in live}

@@ -61,6 +61,12 @@ class LoopConfig:
     # The clock rounds plan with (their ``now``, and held jobs' back-off). Injected, as Kueue
     # injects its clock, so the real loop can run on a simulated clock (the same-code-path test).
     clock: Callable[[], float] = time.time
+    # How rounds are realised and accounted (restart cost, hold, memory, backfill).
+    cycle_options: cycle.CycleOptions = field(default_factory=cycle.CycleOptions)
+    # Price discovery's remaining-work weighting and POP shards (walras.core.policies).
+    weighting: str = "none"
+    weighting_exponent: float = -0.5
+    pop_shards: int = 1
 
 
 @dataclass(slots=True)
@@ -196,7 +202,14 @@ class RoundLoop:
         self.policy = policies.create(
             config.policy,
             policies.PolicyOptions(
-                eps=config.eps, backend=config.backend, distributed_reader=distributed_reader
+                eps=config.eps,
+                backend=config.backend,
+                distributed_reader=distributed_reader,
+                round_seconds=config.round_seconds,
+                restart_seconds=config.cycle_options.restart_s,
+                weighting=config.weighting,
+                weighting_exponent=config.weighting_exponent,
+                pop_shards=config.pop_shards,
             ),
         )
         self.round_no = 0
@@ -324,6 +337,7 @@ class RoundLoop:
             now=now,
             round_no=self.round_no,
             incremental=incremental,
+            options=self.config.cycle_options,
         )
         sol = planned.solution
         report.nodes = len(planned.view.nodes)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import socket
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from typing import Any
 
 import kopf
 
-from walras.core import policies, snapshot
+from walras.core import cycle, policies, snapshot
 from walras.kube import client as kubeclient
 from walras.kube import nodeallocations
 from walras.kube import writes as kubeapi
@@ -50,6 +51,13 @@ class Options:
     log_format: str = "text"
     stale_after: float = 30.0
     debounce: float = 0.3
+    restart_seconds: float = 0.0
+    hold_seconds: float = 0.0
+    history_half_life: float = math.inf
+    backfill: bool = False
+    weighting: str = "none"
+    weighting_exponent: float = -0.5
+    pop_shards: int = 1
 
 
 def configure_logging(log_format: str) -> None:
@@ -193,6 +201,15 @@ def build(options: Options, *, default_identity: str | None = None) -> Operator:
             eps=options.eps,
             backend=options.backend,
             debounce=options.debounce,
+            cycle_options=cycle.CycleOptions(
+                restart_s=options.restart_seconds,
+                hold_s=options.hold_seconds,
+                history_half_life_s=options.history_half_life,
+                backfill=options.backfill,
+            ),
+            weighting=options.weighting,
+            weighting_exponent=options.weighting_exponent,
+            pop_shards=options.pop_shards,
         ),
         is_leader=is_leader,
         distributed_reader=reader,
