@@ -1,4 +1,4 @@
-"""``walras simulate --semantics walras`` on Gavel's D5 case: every registered policy, one JSON line.
+"""`walras simulate --semantics walras` on Gavel's D5 case: every registered policy, a JSON line.
 
 D5 (``tests/data/gavel``: 480 jobs of Gavel's seed-0 stream at t = 0, 20 V100 + 20 P100 + 20 K80,
 4 GPUs per node, 360 s rounds) with 10 s restarts, through the operator's own scheduling core
