@@ -40,16 +40,17 @@ the time (``x = 1`` each), so ``ρ_j = (n / 1) / E = 1`` for both: ``ρ* = 1``.
 from __future__ import annotations
 
 import numpy as np
+import scipy.optimize as opt
 
 from walras.allocator.errors import InvalidProblem
 from walras.allocator.gavel import center, lp
 from walras.allocator.gavel.inputs import FloatArray, GavelInputs
 
-MAX_ITERATIONS = 60
-"""Dinkelbach iterations; each is one LP. Convergence is superlinear, typically under 10."""
+MAX_ITERATIONS = 100
+"""Brent iterations (one LP each) at most; typically about ten."""
 
-REL_TOL = 1e-10
-"""Stop when ``ρ`` improves by less than this, relatively, or ``s_k ≤ 1 + REL_TOL``."""
+REL_TOL = 1e-9
+"""Stop when the bracket around ``ρ*`` is this narrow, relative to ``ρ*``."""
 
 
 def isolated_throughputs(
@@ -132,33 +133,52 @@ def _solve(
     k: np.ndarray,
     cap: FloatArray,
 ) -> tuple[FloatArray, float, FloatArray]:
-    """Dinkelbach iteration; returns ``(x at ρ*, ρ*, r(ρ*))`` with ``r = 0`` for finished jobs."""
+    """``(x at ρ*, ρ*, r(ρ*))`` with ``r = 0`` for finished jobs (module docstring).
+
+    ``s(ρ) = max_x min_j a[j](x) / r_j(ρ)`` rises with ``ρ`` and ``ρ*`` is where it crosses 1.
+    The root is bracketed by ``max_j age[j]/E[j]`` (some ``r_j`` is infinite: ``s = 0``) and
+    ``ρ(x₀)`` of a first feasible point; Brent's method (``scipy.optimize.brentq``, one LP per
+    evaluation) closes in. Every feasible LP point ``x`` also bounds ``ρ* ≤ ρ(x) ≤ ρ`` (a
+    Dinkelbach step); the best is returned.
+    """
     poly = lp.base_polytope(k, cap)
     active = remaining > 0.0
     J = thr.shape[0]
+    ones = np.ones(J)
+    floor = float(np.max(np.where(active, 0.0, _ratios(ones, remaining, age, E))))
     if not active.any():
-        return np.zeros(thr.shape), float(_ratios(np.ones(J), remaining, age, E).max()), np.zeros(J)
-    # ρ → ∞ direction: r_j(ρ)·ρ → n[j] / E[j]; any feasible x gives a finite starting ρ.
-    direction = np.where(active, remaining / np.where(E > 0.0, E, 1.0), 1.0)
-    x, _ = lp.max_min(poly, thr / direction[:, None], active)
-    x = lp.finish(x, k, cap)
-    rho = float(_ratios(thr_alloc(thr, x), remaining, age, E).max())
-    floor = float(np.max(np.where(active, 0.0, _ratios(np.ones(J), remaining, age, E))))
-    for _ in range(MAX_ITERATIONS):
+        return np.zeros(thr.shape), floor, np.zeros(J)
+
+    def rho_of(x: FloatArray) -> float:
+        return max(float(_ratios(thr_alloc(thr, x), remaining, age, E).max()), floor)
+
+    def s_at(rho: float) -> tuple[float, FloatArray | None]:
         need = _required(rho, remaining, age, E, active)
-        if need is None:  # ρ at a finished job's constant ratio: nothing left to improve
-            break
-        x_new, s = lp.max_min(poly, thr / np.where(active, need, 1.0)[:, None], active)
-        x_new = lp.finish(x_new, k, cap)
-        rho_new = max(float(_ratios(thr_alloc(thr, x_new), remaining, age, E).max()), floor)
-        if rho_new < rho:
-            x, rho_prev, rho = x_new, rho, rho_new
-            if rho_prev - rho <= REL_TOL * rho:
-                break
-        if s <= 1.0 + REL_TOL:
-            break
-    need = _required(rho, remaining, age, E, active)
-    return x, rho, (np.zeros(J) if need is None else need)
+        if need is None:
+            return 0.0, None
+        x, s_val = lp.max_min(poly, thr / np.where(active, need, 1.0)[:, None], active)
+        return s_val, lp.finish(x, k, cap)
+
+    # Any feasible x gives an upper end: the LP along ρ → ∞, where r_j(ρ)·ρ → n[j] / E[j].
+    direction = np.where(active, remaining / np.where(E > 0.0, E, 1.0), 1.0)
+    x0, _ = lp.max_min(poly, thr / direction[:, None], active)
+    x0 = lp.finish(x0, k, cap)
+    found = [(rho_of(x0), x0)]  # feasible points; ρ* ≤ ρ(x) for each
+
+    def excess(rho: float) -> float:
+        s_val, x = s_at(rho)
+        if x is not None and s_val >= 1.0:
+            found.append((rho_of(x), x))
+        return s_val - 1.0
+
+    lo = float(np.max(np.where(active & (E > 0.0), age / np.where(E > 0.0, E, 1.0), 0.0)))
+    hi = found[0][0]
+    if hi > max(lo, floor) * (1.0 + REL_TOL) and excess(hi) > 0.0:
+        # s(lo) = 0 (some r_j is infinite there), s(hi) > 1: Brent's method finds the crossing.
+        opt.brentq(excess, lo, hi, xtol=1e-300, rtol=REL_TOL, maxiter=MAX_ITERATIONS)
+    best, x_best = min(found, key=lambda item: item[0])
+    need = _required(best, remaining, age, E, active)
+    return x_best, best, (np.zeros(J) if need is None else need)
 
 
 def thr_alloc(thr: FloatArray, x: FloatArray) -> FloatArray:
