@@ -363,6 +363,9 @@ def test_values_map_to_operator_flags(helm: str, policy: str) -> None:
         "--set", "controller.ports.metrics=9100",
         "--set", "controller.ports.health=9101",
         "--set", "controller.leaderElection.leaseName=my-lease",
+        "--set", "solver.popShards=4",
+        "--set", "solver.weighting=remaining",
+        "--set-json", "solver.weightingExponent=-1",
     )  # fmt: skip
     container = one(docs, "Deployment", "controller")["spec"]["template"]["spec"]["containers"][0]
     assert container["command"] == ["walras", "operator"]
@@ -372,6 +375,9 @@ def test_values_map_to_operator_flags(helm: str, policy: str) -> None:
         "round-seconds": "45",
         "eps": "0.0005",
         "backend": "numpy",
+        "pop-shards": "4",
+        "weighting": "remaining",
+        "weighting-exponent": "-1",
         "stale-after": "12",
         "log-format": "json",
         "metrics-port": "9100",
@@ -620,4 +626,6 @@ def test_image_matches_the_chart(helm: str) -> None:
     ]
     assert copied
     for src in copied:
+        if src == ".":
+            continue  # the whole build context, which .dockerignore itself filters
         assert f"!{src.rstrip('/')}" in [i.rstrip("/") for i in ignore], src
