@@ -123,3 +123,23 @@ def test_manifest_errors_name_document_job_and_field(
 ) -> None:
     with pytest.raises(SimInputError, match=message):
         load_manifests(write(tmp_path, [doc]), tiny_cluster())  # type: ignore[arg-type]
+
+
+def test_cli_runs_manifests_under_walras_semantics(tmp_path: pathlib.Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    path = write(tmp_path, [fjob("first"), fjob("second")])
+    walras = str(pathlib.Path(sys.executable).parent / "walras")
+    cmd = [walras, "simulate", str(path), "--semantics", "walras"]
+    opts = ["--cluster", "v100=1", "--gpus-per-node", "1", "--json"]
+    ok = subprocess.run([*cmd, "--policy", "fifo_perf", *opts], capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    summary = json.loads(ok.stdout.strip().splitlines()[-1])
+    # One GPU, FIFO, 1000 work at 2/s each, no restart cost: 500 s then 1000 s.
+    assert summary["makespan_s"] == pytest.approx(1000.0)
+    assert summary["avg_jct_s"] == pytest.approx(750.0)
+    bad = subprocess.run([*cmd, "--policy", "nope", *opts], capture_output=True, text=True)
+    assert bad.returncode == 2 and "unknown policy 'nope'" in bad.stderr
+    assert "Traceback" not in bad.stderr

@@ -13,6 +13,7 @@ import json
 import pathlib
 import sys
 import time
+import types
 from typing import Annotated, Any
 
 import typer
@@ -64,7 +65,26 @@ def simulate_command(
         pathlib.Path | None,
         typer.Option(help="Gavel simulation_throughputs.json (default: the shipped copy)."),
     ] = None,
-    semantics: Annotated[str, typer.Option(help="Round mechanics: gavel.")] = "gavel",
+    semantics: Annotated[
+        str,
+        typer.Option(
+            help="Round mechanics: gavel (Gavel's simulator) or walras (the operator's own core)."
+        ),
+    ] = "gavel",
+    weighting: Annotated[
+        str, typer.Option(help="walras: price discovery's weighting, none or remaining.")
+    ] = "none",
+    weighting_exponent: Annotated[
+        float, typer.Option(help="walras: exponent β of remaining time for --weighting.")
+    ] = -0.5,
+    hold_seconds: Annotated[
+        float, typer.Option(help="walras: realiser credit for running gangs (s).")
+    ] = 0.0,
+    backfill: Annotated[
+        bool,
+        typer.Option("--backfill/--no-backfill", help="walras: leftover GPUs to waiting jobs."),
+    ] = False,
+    pop_shards: Annotated[int, typer.Option(help="walras: POP shards (1 = exact).")] = 1,
     round_seconds: Annotated[float, typer.Option(help="Round length (s).")] = 360.0,
     restart_seconds: Annotated[
         float, typer.Option(help="Seconds a job loses in a round when its GPUs change.")
@@ -97,6 +117,11 @@ def simulate_command(
             gpus_per_node=gpus_per_node,
             throughputs=throughputs,
             semantics=semantics,
+            weighting=weighting,
+            weighting_exponent=weighting_exponent,
+            hold_seconds=hold_seconds,
+            backfill=backfill,
+            pop_shards=pop_shards,
             round_seconds=round_seconds,
             restart_seconds=restart_seconds,
             seed=seed,
@@ -121,31 +146,67 @@ def simulate_command(
 
 def _run(trace: pathlib.Path, *, progress: bool, **kw: Any) -> Any:
     from walras.allocator.errors import InvalidProblem
-    from walras.sim import engine
+    from walras.sim import engine, manifests
     from walras.sim.config import SimConfig
     from walras.sim.errors import SimInputError
     from walras.sim.policies import GavelPolicy
     from walras.sim.scenario import load_scenario
+    from walras.sim.workload import Workload
 
-    scenario = load_scenario(
-        trace,
-        cluster=kw["cluster"],
-        gpus_per_node=kw["gpus_per_node"],
-        throughputs=kw["throughputs"],
-    )
+    workload: Workload
+    if manifests.is_manifest_file(trace):
+        # FungibleJob manifests (a YAML list or `kubectl get fjob -A -o yaml`): the cluster
+        # comes from the options, the jobs from the file.
+        from walras.sim.cluster import build_cluster, parse_cluster, parse_gpus_per_node
+
+        counts = parse_cluster(kw["cluster"])
+        types_ = [g for g, c in counts.items() if c > 0]
+        built = build_cluster(counts, parse_gpus_per_node(kw["gpus_per_node"], types_))
+        workload = manifests.load_manifests(trace, built)
+    else:
+        scenario = load_scenario(
+            trace,
+            cluster=kw["cluster"],
+            gpus_per_node=kw["gpus_per_node"],
+            throughputs=kw["throughputs"],
+        )
+        workload, built = scenario.workload, scenario.cluster
+    if kw["weighting"] not in ("none", "remaining"):
+        raise SimInputError(f"--weighting: {kw['weighting']!r} is not one of none, remaining")
+    if kw["pop_shards"] < 1:
+        raise SimInputError(f"--pop-shards must be >= 1, got {kw['pop_shards']}")
     config = SimConfig(
         round_s=kw["round_seconds"],
         restart_s=kw["restart_seconds"],
         seed=kw["seed"],
         window=kw["window"],
         semantics=kw["semantics"],
+        weighting=kw["weighting"],
+        weighting_exponent=kw["weighting_exponent"],
+        hold_s=kw["hold_seconds"],
+        backfill=kw["backfill"],
+        pop_shards=kw["pop_shards"],
     )
     try:
-        policy = GavelPolicy(kw["policy"], seed=kw["seed"])
+        if kw["semantics"] == "walras":
+            policy: Any = _core_policy(kw["policy"])
+        else:
+            policy = GavelPolicy(kw["policy"], seed=kw["seed"])
         with _Progress(enabled=progress) as bar:
-            return engine.run(scenario.workload, scenario.cluster, policy, config, bar.update)
+            return engine.run(workload, built, policy, config, bar.update)
     except InvalidProblem as exc:
         raise SimInputError(f"policy {kw['policy']}: {exc}") from exc
+
+
+def _core_policy(name: str) -> Any:
+    """A registered policy of the scheduling core (``walras policies``), by name or alias."""
+    from walras.core import policies
+    from walras.sim.errors import SimInputError
+
+    try:
+        return types.SimpleNamespace(name=policies.canonical(name))
+    except policies.UnknownPolicyError as exc:
+        raise SimInputError(f"--policy: {exc}") from None
 
 
 class _Progress:

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-SEMANTICS = ("gavel",)
-"""Round mechanics available; ``walras`` (the operator's round planner) comes with walras.core."""
+SEMANTICS = ("gavel", "walras")
+"""Round mechanics: ``gavel`` (Gavel's simulator, rebuilt) and ``walras`` (the operator's own
+scheduling core, ``walras.core.cycle.plan``, on a simulated clock and cluster)."""
 
 
 @dataclass(frozen=True, slots=True)
 class SimConfig:
     """``round_s``: round length; ``restart_s``: seconds a (re)started job loses in its round;
     ``min_reset_interval_s``: Gavel's ``minimum_time_between_allocation_resets``; ``window``:
-    job ids ``[a, b)`` whose mean JCT is reported separately (Gavel's ``-s a -e b``)."""
+    job ids ``[a, b)`` whose mean JCT is reported separately (Gavel's ``-s a -e b``). The last six
+    fields configure ``--semantics walras`` (see ``docs/policies.md``)."""
 
     round_s: float = 360.0
     restart_s: float = 0.0
@@ -20,3 +23,10 @@ class SimConfig:
     window: tuple[int, int] | None = None
     semantics: str = "gavel"
     min_reset_interval_s: float = 1920.0
+    # --semantics walras only (walras.core.cycle.CycleOptions and walras.core.policies options):
+    weighting: str = "none"
+    weighting_exponent: float = -0.5
+    hold_s: float = 0.0
+    history_half_life_s: float = math.inf
+    backfill: bool = False
+    pop_shards: int = 1

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 
 from walras.allocator.pricing.blas_threads import one_blas_thread
-from walras.sim import gavel_mechanics
+from walras.sim import gavel_mechanics, walras_mechanics
 from walras.sim.cluster import Cluster
 from walras.sim.config import SimConfig
 from walras.sim.errors import SimInputError
@@ -26,7 +26,7 @@ Mechanics = Callable[
     [Workload, Cluster, Policy, SimConfig, Ledger, Callable[[int, int], None] | None], float
 ]
 
-MECHANICS: dict[str, Mechanics] = {"gavel": gavel_mechanics.run}
+MECHANICS: dict[str, Mechanics] = {"gavel": gavel_mechanics.run, "walras": walras_mechanics.run}
 
 
 def run(
