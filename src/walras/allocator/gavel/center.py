@@ -127,11 +127,16 @@ def central_max_min(
     scale_factors: IntArray,
     capacity: FloatArray,
     weights: FloatArray | None = None,
+    *,
+    s_upper: float | None = None,
 ) -> tuple[FloatArray, float]:
     """Max-min mode for ``max s s.t. coef·x ≥ s·w``: the end of the central path, and its ``s``.
 
     ``start`` must be strictly inside the base polytope with ``coef·start > 0`` for every job
     with a weight; ``weights`` ``w`` (default 1) must be ≥ 0 with at least one positive.
+    ``s_upper``, an upper bound on the optimum (e.g. an LP's value), caps each move and ends the
+    path once the level is within ``GAP_REL`` of it: the gap bound ``m/τ`` alone can exceed the
+    true distance by orders of magnitude when the weights span a wide range.
 
     The path is followed in its level parameter ``l``: the central point with objective value
     ``s = l`` is the analytic center of ``{base, coef·x ≥ l·w}`` (the stationarity conditions
@@ -160,6 +165,8 @@ def central_max_min(
     while True:
         _, _, thr = prob.at(level * w - offset).slacks(x)
         gap = m / float((w / thr).sum())  # duality gap of the central point at this level
+        if s_upper is not None:
+            gap = min(gap, s_upper - level)
         if gap <= GAP_REL * abs(level):
             break
         # Tangent of the path: ∂(∇Φ)/∂l = −Σ_j w_j c_j / slack_j², so dx/dl = H⁻¹ (w c / slack²).

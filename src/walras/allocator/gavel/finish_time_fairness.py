@@ -112,8 +112,12 @@ class FinishTimeFairness:
         self.last_rho = rho
         active = weights > 0.0
         if self.central and active.any() and bool((cap > 0.0).any()):
+            # s(ρ*) ≥ 1 from the LP at ρ*: the end of the central path of max s, a ≥ s·r(ρ*).
+            _, s_opt = lp.max_min(
+                lp.base_polytope(k, cap), thr / np.where(active, weights, 1.0)[:, None], active
+            )
             start = lp.strictly_inside(k, cap)
-            x, _ = center.central_max_min(start, thr, k, cap, weights=weights)
+            x, _ = center.central_max_min(start, thr, k, cap, weights=weights, s_upper=s_opt)
         return lp.finish(x, k, cap)
 
 
