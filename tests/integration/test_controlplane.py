@@ -351,20 +351,30 @@ def test_service_account_kubeconfig_uses_token_request(
 
 
 def test_pod_needs_an_existing_service_account(kube: Any) -> None:
-    """There is no ServiceAccount controller, so a bare namespace has no `default`
-    ServiceAccount, and the ServiceAccount admission plugin rejects pods that would use it."""
+    """The ServiceAccount admission plugin rejects a pod whose ServiceAccount does not exist, and
+    the controller manager's ServiceAccount controller gives every namespace ``default``."""
     core = k8s.CoreV1Api(kube)
     name = devcluster.unique_name("bare")
     devcluster.create_namespace(kube, name, default_service_account=False)
     try:
         pod = gpu_pod("p", gpus=1)
         pod["spec"]["automountServiceAccountToken"] = False
+        pod["spec"]["serviceAccountName"] = "missing"
         with pytest.raises(ApiException) as rejected:
             core.create_namespaced_pod(name, pod)
         assert rejected.value.status == 403
         assert "serviceaccount" in rejected.value.body.lower()
 
-        devcluster.create_namespace(kube, name)  # adds the default ServiceAccount
+        # Created by the controller, not by us (default_service_account=False above).
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                core.read_namespaced_service_account("default", name)
+                break
+            except ApiException as exc:
+                if exc.status != 404 or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
         created = core.create_namespaced_pod(name, gpu_pod("p", gpus=1))
         assert created.spec.service_account_name == "default"
     finally:
