@@ -69,10 +69,14 @@ class PSDSF:
             for gpu_type, rate in job.throughput.items():
                 if rate <= 0 or gpu_type not in capacity.type_nodes:
                     continue
-                # The same filters as the realiser (taints, selectors, affinity, every resource):
-                # under PS-DSF a gang runs on one node, so that node must hold all its pods.
-                fit = capacity.type_fit(job, gpu_type)
-                row[fit.nodes] = fit.pods >= job.replicas
+                # GPUs and the nodeSelector only: the tenant model (walras.core.tenants), which the
+                # node agents share, decides eligibility the same way. The realiser still applies
+                # every filter (taints, affinity, cpu/memory fit) when it places the pods.
+                ks = np.array(capacity.nodes_matching(job, gpu_type), dtype=np.int64)
+                if ks.size == 0:
+                    continue
+                per_pod = job.gpus_per_pod(view.node_pool[int(ks[0])].resource_name)
+                row[ks] = job.replicas * per_pod <= free[ks]
             if not row.any():
                 issues.append(
                     JobIssue(
