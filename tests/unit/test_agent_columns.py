@@ -50,13 +50,13 @@ def job(rng: np.random.Generator, k: int, tenants: list[str]) -> dict:
     return {
         "apiVersion": "walras.dev/v1alpha1",
         "kind": "FungibleJob",
-        "metadata": {"name": f"job-{k}", "namespace": "ns", "uid": f"uid-{k}"},
+        # A job's tenant is its namespace.
+        "metadata": {"name": f"job-{k}", "namespace": str(rng.choice(tenants)), "uid": f"uid-{k}"},
         "spec": {
             "replicas": int(rng.integers(1, 5)),
             "throughput": throughput,
             "template": {"spec": spec},
             "utility": {"kind": "log", "weight": float(rng.choice([1.0, 2.0]))},
-            "tenant": str(rng.choice(tenants)),
         },
     }
 

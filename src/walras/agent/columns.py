@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from walras.agent.steps import Column
-from walras.core import model, snapshot, tenants
+from walras.core import governance, model, snapshot, tenants
 
 Obj = Mapping[str, Any]
 
@@ -42,7 +42,8 @@ def _pool_types(pools: Sequence[model.PoolSpec]) -> set[str]:
 def node_column(node: Obj, jobs: Sequence[Obj], pools: Sequence[Obj]) -> Column:
     """Node ``node``'s column of the contract's PS-DSF tenant model."""
     parsed = [model.parse_job(j) for j in jobs]
-    specs = [j for j in parsed if isinstance(j, model.JobSpec)]
+    # A job's tenant is its namespace (the agents read no Tenant objects), as in the tenant model.
+    specs = list(governance.resolve([j for j in parsed if isinstance(j, model.JobSpec)], {}))
     pool_specs = [model.parse_pool(p) for p in pools]
     info = model.parse_node(node)
     tm = tenants.tenant_model(specs, [info], pool_specs)
