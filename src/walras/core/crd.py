@@ -46,4 +46,3 @@ PHASE_RUNNING: Final = "Running"
 PHASE_SUCCEEDED: Final = "Succeeded"
 PHASE_FAILED: Final = "Failed"
 TERMINAL_PHASES: Final = frozenset({PHASE_SUCCEEDED, PHASE_FAILED})
-
