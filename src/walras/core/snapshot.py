@@ -338,3 +338,9 @@ def remaining_work(job: model.JobSpec, snap: Snapshot) -> float | None:
         return None
     done = snap.progress.get(job.key, JobProgress()).work_done
     return max(job.total_work - done, 0.0)
+
+
+def seconds_since_arrival(job: model.JobSpec, snap: Snapshot) -> float:
+    """Seconds from the job's arrival to the snapshot (0 if it arrived later)."""
+    arrival = snap.progress.get(job.key, JobProgress(arrival=job.created)).arrival
+    return max(snap.taken_at - arrival, 0.0)

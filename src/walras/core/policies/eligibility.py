@@ -189,3 +189,16 @@ def usable_types(
             f"{total.message()})",
         )
     return usable, None
+
+
+def usable_throughput(
+    jobs: Sequence[model.JobSpec], masks: Sequence[Sequence[bool]], types: Sequence[str]
+) -> npt.NDArray[np.float64]:
+    """``(J, T)``: each job's ``spec.throughput`` on the types its gang can use, 0 elsewhere."""
+    return np.array(
+        [
+            [j.throughput.get(t, 0.0) if m[g] else 0.0 for g, t in enumerate(types)]
+            for j, m in zip(jobs, masks, strict=True)
+        ],
+        dtype=np.float64,
+    ).reshape(len(jobs), len(types))

@@ -38,7 +38,7 @@ from walras.core.policies.base import (
     inputs_key,
     with_seconds,
 )
-from walras.core.policies.eligibility import Capacity, usable_types
+from walras.core.policies.eligibility import Capacity, usable_throughput, usable_types
 
 
 class GavelBaseline:
@@ -120,18 +120,8 @@ class GavelBaseline:
         )
         if not rows or not types:
             return empty_solution(self.name, view, rows, issues, gpp)
-        thr = np.array(
-            [
-                [j.throughput.get(t, 0.0) if m[g] else 0.0 for g, t in enumerate(types)]
-                for j, m in zip(rows, masks, strict=True)
-            ],
-            dtype=np.float64,
-        )
-        now = snap.taken_at
-        since = [
-            max(now - snap.progress.get(j.key, snapshot.JobProgress(arrival=j.created)).arrival, 0)
-            for j in rows
-        ]
+        thr = usable_throughput(rows, masks, types)
+        since = [snapshot.seconds_since_arrival(j, snap) for j in rows]
         try:
             inputs = gavel.GavelInputs(
                 throughputs=thr,

@@ -29,7 +29,7 @@ from walras.core.policies.base import (
     empty_solution,
     with_seconds,
 )
-from walras.core.policies.eligibility import Capacity, usable_types
+from walras.core.policies.eligibility import Capacity, usable_throughput, usable_types
 from walras.core.policies.registry import register
 
 
@@ -89,13 +89,7 @@ class Hadar:
         K = len(view.nodes)
         if not rows or not types or K == 0:
             return empty_solution(self.name, view, rows, issues, gpp)
-        thr = np.array(
-            [
-                [j.throughput.get(t, 0.0) if m[g] else 0.0 for g, t in enumerate(types)]
-                for j, m in zip(rows, masks, strict=True)
-            ],
-            dtype=np.float64,
-        )
+        thr = usable_throughput(rows, masks, types)
         node_index = view.node_index
         current = np.zeros((len(rows), K), dtype=np.int64)
         pods_by_job = snap.pods_by_job()
@@ -105,11 +99,7 @@ class Hadar:
                 if k is not None and not pod.terminating and pod.phase != crd.PHASE_FAILED:
                     current[r, k] += 1
         remaining = [snapshot.remaining_work(j, snap) or 0.0 for j in rows]
-        now = snap.taken_at
-        elapsed = [
-            max(now - snap.progress.get(j.key, snapshot.JobProgress(arrival=j.created)).arrival, 0)
-            for j in rows
-        ]
+        elapsed = [snapshot.seconds_since_arrival(j, snap) for j in rows]
         inputs = hadar.make_inputs(
             thr,
             [j.replicas for j in rows],
