@@ -14,11 +14,9 @@ The operator runs as a subprocess with 2 s rounds. Checked against the API serve
 
 from __future__ import annotations
 
-import csv
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -42,11 +40,11 @@ from operator_helpers import (
 )
 
 from walras.allocator import pricing
+from walras.sim.throughputs import load_throughputs
 from walras.testing import devcluster
 
 pytestmark = pytest.mark.slow
 
-GAVEL = Path("/work/shared/data/gavel/isolated_throughputs.csv")
 TYPES = ("k80", "p100", "v100")
 LAYOUT = {"v100": (2, 8), "p100": (4, 8), "k80": (8, 4)}
 # 20 jobs: 14 single-GPU, 4 two-GPU and 2 four-GPU gangs (Gavel's scale factors 1, 2, 4).
@@ -54,12 +52,13 @@ MIX = ((1, 14), (2, 4), (4, 2))
 
 
 def gavel_jobs() -> list[tuple[str, dict[str, float], int]]:
-    """(name, throughput per type, replicas) from Gavel's isolated throughputs, deterministic."""
+    """(name, throughput per type, replicas) from Gavel's throughputs, deterministic."""
+    # The table shipped with walras (walras.data.gavel, MIT), not a path outside the repository.
+    shipped = load_throughputs()
     table: dict[tuple[str, int], dict[str, float]] = {}
-    with GAVEL.open() as handle:
-        for row in csv.DictReader(handle):
-            key = (row["job_type"], int(row["scale_factor"]))
-            table.setdefault(key, {})[row["worker_type"]] = float(row["steps_per_s"])
+    for gpu_type in TYPES:
+        for key, value in shipped.values[gpu_type].items():
+            table.setdefault(key, {})[gpu_type] = float(value)
     jobs: list[tuple[str, dict[str, float], int]] = []
     for scale, count in MIX:
         rows = sorted(k for k, v in table.items() if k[1] == scale and set(TYPES) <= set(v))
