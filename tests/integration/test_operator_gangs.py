@@ -99,8 +99,10 @@ def test_a_gang_with_a_rejected_member_is_never_bound(
         assert quota_events and "exceeded quota" in quota_events[0]["message"]
         stop.set()
         watcher.join(timeout=5)
-        assert created_seen, "the operator never tried to create the gang"
-        assert bound_seen == []
+        # That the operator created members is proven by the API server's "exceeded quota"
+        # above: it rejects the fourth create only once three exist. (Polling may or may not
+        # catch the rolled-back members, which live for milliseconds on a loaded machine.)
+        assert bound_seen == [], f"members bound: {bound_seen} (seen: {sorted(created_seen)})"
 
         # Raise the quota: a later attempt creates and binds the whole gang.
         devcluster.request(
