@@ -202,3 +202,10 @@ def usable_throughput(
         ],
         dtype=np.float64,
     ).reshape(len(jobs), len(types))
+
+
+def total_work_required(job: model.JobSpec, policy: str, why: str) -> JobIssue:
+    """The issue of a job without ``spec.totalWork`` under a policy that needs it (``why``)."""
+    return JobIssue(
+        job.key, "spec.totalWork", "TotalWorkRequired", f"policy {policy} {why}; set spec.totalWork"
+    )

@@ -38,7 +38,12 @@ from walras.core.policies.base import (
     inputs_key,
     with_seconds,
 )
-from walras.core.policies.eligibility import Capacity, usable_throughput, usable_types
+from walras.core.policies.eligibility import (
+    Capacity,
+    total_work_required,
+    usable_throughput,
+    usable_types,
+)
 
 
 class GavelBaseline:
@@ -94,12 +99,7 @@ class GavelBaseline:
             usable, issue = usable_types(job, view, capacity)
             left = snapshot.remaining_work(job, snap)
             if issue is None and self.needs_remaining and left is None:
-                issue = JobIssue(
-                    job.key,
-                    "spec.totalWork",
-                    "TotalWorkRequired",
-                    f"policy {self.name} orders jobs by remaining work; set spec.totalWork",
-                )
+                issue = total_work_required(job, self.name, "orders jobs by remaining work")
             if issue is not None:
                 issues.append(issue)
                 continue

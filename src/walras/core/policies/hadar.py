@@ -29,7 +29,12 @@ from walras.core.policies.base import (
     empty_solution,
     with_seconds,
 )
-from walras.core.policies.eligibility import Capacity, usable_throughput, usable_types
+from walras.core.policies.eligibility import (
+    Capacity,
+    total_work_required,
+    usable_throughput,
+    usable_types,
+)
 from walras.core.policies.registry import register
 
 
@@ -64,12 +69,8 @@ class Hadar:
         for job in snap.active_jobs:
             usable, issue = usable_types(job, view, capacity)
             if issue is None and job.total_work is None:
-                issue = JobIssue(
-                    job.key,
-                    "spec.totalWork",
-                    "TotalWorkRequired",
-                    f"policy {self.name} projects finish times from the remaining work; "
-                    "set spec.totalWork",
+                issue = total_work_required(
+                    job, self.name, "projects finish times from the remaining work"
                 )
             if issue is None and any(
                 job.gpus_per_pod(p.resource_name) != 1 for p in view.node_pool[:1]
