@@ -11,6 +11,7 @@ health/metrics HTTP server of ``walras operator`` is not started here. Run it wi
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 from typing import Any
 
@@ -20,26 +21,27 @@ from walras.core import snapshot
 from walras.operator import handlers, loop, main
 
 
-def _flag(name: str, default: str) -> str:
-    return os.environ.get(f"WALRAS_{name}", default)
-
-
 def options_from_env() -> main.Options:
-    """``main.Options`` from ``WALRAS_*`` variables (defaults as ``walras operator``)."""
-    return main.Options(
-        policy=_flag("POLICY", "price-discovery"),
-        round_seconds=float(_flag("ROUND_SECONDS", "360")),
-        eps=float(_flag("EPS", "1e-3")),
-        backend=_flag("BACKEND", "auto"),
-        kubeconfig=os.environ.get("WALRAS_KUBECONFIG") or None,
-        leader_elect=_flag("LEADER_ELECT", "true").lower() in ("1", "true", "yes"),
-        lease_namespace=_flag("LEASE_NAMESPACE", "walras-system"),
-        lease_name=_flag("LEASE_NAME", "walras-controller"),
-        lease_seconds=float(_flag("LEASE_SECONDS", "15")),
-        renew_seconds=float(_flag("RENEW_SECONDS", "5")),
-        identity=os.environ.get("WALRAS_IDENTITY") or None,
-        stale_after=float(_flag("STALE_AFTER", "30")),
-    )
+    """``main.Options`` from ``WALRAS_<FIELD>`` variables, defaults as ``walras operator``.
+
+    Derived from the Options fields themselves (the names ``walras operator``'s flags read from
+    the environment too), so a new option reaches both entry points without a second list.
+    """
+    values: dict[str, object] = {}
+    for spec in dataclasses.fields(main.Options):
+        raw = os.environ.get(f"WALRAS_{spec.name.upper()}")
+        if raw is None:
+            continue
+        default = spec.default
+        if isinstance(default, bool):
+            values[spec.name] = raw.strip().lower() in ("1", "true", "yes")
+        elif isinstance(default, int):
+            values[spec.name] = int(raw)
+        elif isinstance(default, float):
+            values[spec.name] = float(raw)
+        else:  # strings, and the optional ones (None by default): empty means unset
+            values[spec.name] = raw or default
+    return main.Options(**values)  # type: ignore[arg-type]  # each value has its field's type
 
 
 class _Deferred:
