@@ -12,7 +12,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from walras.allocator.pricing.blas_threads import one_blas_thread
+from threadpoolctl import threadpool_limits
+
 from walras.sim import gavel_mechanics, walras_mechanics
 from walras.sim.cluster import Cluster
 from walras.sim.config import SimConfig
@@ -56,8 +57,9 @@ def run(
     started = time.perf_counter()
     ledger = Ledger(workload, cluster.n_gpus)
     # Policies solve many small problems (3×3 blocks per job); OpenBLAS worker threads would
-    # busy-wait between them and take the CPU from the solver itself (see blas_threads).
-    with one_blas_thread():
+    # busy-wait between them and take the CPU from the solver itself (see
+    # walras.allocator.pricing.solver.one_blas_thread). Restored when the run ends.
+    with threadpool_limits(limits=1, user_api="blas"):
         makespan = mechanics(workload, cluster, policy, config, ledger, progress)
     return SimResult(
         policy=policy.name,

@@ -22,7 +22,7 @@ on the types that jobs pile onto at p*; there each iteration also tries the scal
 average of the responses and gives capacity left over to jobs with idle time (``_fill``); the
 best feasible allocation seen is returned (it may then use more than two types per job).
 
-The loaded OpenBLAS libraries run on one thread during a solve (``blas_threads``). With
+Every loaded BLAS runs on one thread during a solve (``one_blas_thread``, threadpoolctl). With
 ``WALRAS_PRICING_THREADS=2`` the numpy chunks of an evaluation run on two threads (same result
 bit for bit; off by default, it did not pay on the loaded shared 2-core machine).
 
@@ -36,17 +36,18 @@ import os
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
 from scipy.optimize import minimize
+from threadpoolctl import ThreadpoolController
 
 from walras.allocator.errors import InvalidProblem
 from walras.allocator.pricing import subproblem
 from walras.allocator.pricing.backend import Backend, get_backend
-from walras.allocator.pricing.blas_threads import one_blas_thread
 from walras.allocator.pricing.problem import (
     KINDS,
     PricingProblem,
@@ -63,6 +64,29 @@ COARSE_SAMPLE = 50_000
 AVERAGE_MAX_JOBS_PER_TYPE = 5_000
 
 FloatArray = npt.NDArray[np.float64]
+
+_blas: ThreadpoolController | None = None
+
+
+def one_blas_thread() -> AbstractContextManager[object]:
+    """Context manager: every loaded BLAS on one thread inside, the previous counts restored after.
+
+    Why: scipy's L-BFGS-B calls BLAS on m-element vectors each iteration. That wakes OpenBLAS's
+    worker threads, which then busy-wait for more work and take the CPU from the numpy
+    element-wise kernels of the next evaluation (on 2 cores a 4-type L-BFGS-B step cost ~8 ms of
+    CPU instead of ~0.8 ms; the 50 000-job start-price solve of an n = 1e6 problem 0.68 s of CPU
+    instead of 0.25 s). The solver's own arrays are far too small for threaded BLAS to help.
+
+    threadpoolctl finds the loaded libraries (numpy's and scipy's wheels each bundle an OpenBLAS)
+    and sets and restores their thread counts. Its controller is made once: listing the loaded
+    libraries costs ~2 ms, a limit on a known controller ~20 µs, and ``best_response`` is called
+    per round. Both BLAS libraries are loaded by then (scipy.optimize is imported above). The
+    setting is process-wide for OpenBLAS's pthreads layer.
+    """
+    global _blas
+    if _blas is None:
+        _blas = ThreadpoolController()
+    return cast("AbstractContextManager[object]", _blas.limit(limits=1, user_api="blas"))
 
 
 @dataclass(frozen=True)
@@ -527,7 +551,7 @@ def solve(
     warm = _check_options(eps, max_iter, warm_prices, problem.m)
     b = get_backend(backend, device)
     # One BLAS thread: idle OpenBLAS workers spinning after each L-BFGS-B step would take the
-    # CPU from the kernels (``blas_threads``).
+    # CPU from the kernels (``one_blas_thread``).
     with one_blas_thread(), np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         prep = _from_problem(problem, b, strict=strict)
         it = _new_iterate(b, prep.n)
