@@ -68,8 +68,13 @@ def realise_placements(
         replica = 0
         gpus = int(sol.gpus_per_pod[r])
         copies = sol.forks.get(job.key, ())
-        # The copy (gang) of every pod, in pod order: copies list their nodes in placement order.
-        copy_of = [c for c, (nodes, _) in enumerate(copies) for _, n in nodes for _ in range(n)]
+        # The copies (gangs) still to be given pods on each node: the placement lists nodes in
+        # node order, the copies in their own order (the admitted gang first), so a pod's copy is
+        # looked up by its node, never by its position.
+        copy_slots: dict[str, list[int]] = {}
+        for c, (nodes, _) in enumerate(copies):
+            for node_name, n in nodes:
+                copy_slots.setdefault(node_name, []).extend([c] * n)
         for node_name, count in where:
             k = node_index[node_name]
             pool = view.node_pool[k]
@@ -89,8 +94,9 @@ def realise_placements(
                     fraction=1.0,
                     price=float(sol.prices.get(node_type, 0.0)),
                 )
-                if copies and replica < len(copy_of):
-                    c = copy_of[replica]
+                slots = copy_slots.get(node_name)
+                if slots:
+                    c = slots.pop(0)
                     manifest = fork_env(manifest, job, c, len(copies), copies[c][1])
                 creates.append(realise.PodCreate(job, name, replica, node_name, gpus, manifest))
                 replica += 1

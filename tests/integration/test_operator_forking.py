@@ -1,0 +1,149 @@
+"""HadarE on the local control plane: a forkable job runs as copies on two GPU types at once.
+
+``walras operator --policy hadare`` with one 2-GPU V100 node and one 2-GPU K80 node. ``forked``
+(``spec.forkable: true``, one pod per gang, 2 work/s on V100 and 1 on K80) and ``solo`` (not
+forkable, 1 work/s anywhere) arrive together. Hadar admits both (one GPU each); HadarE then gives
+``forked`` one copy on every node with room where it has none, so it runs on both types at once.
+
+Checked, from the API objects only:
+
+- ``forked``'s first round has one pod per node, on both types, and every pod carries the fork
+  environment of ``docs/forking.md``: distinct ``WALRAS_FORK_INDEX`` ``0 … COUNT−1``,
+  ``WALRAS_FORK_COUNT`` = the number of copies, ``WALRAS_JOB_NAME``; the copies'
+  ``WALRAS_FORK_STEPS`` add up to the job's remaining work (its whole ``totalWork`` in its first
+  round, nothing done yet) and stand in the ratio of the copies' throughputs (both start in that
+  round, so both lose the same restart time);
+- ``forked`` completes by accounting (``TotalWorkDone``) with ``workDone ≥ totalWork`` and
+  ``workDone`` larger than any single gang could have done: one gang earns at most its time held
+  (``Σ status.received``) × the job's fastest throughput, so the excess proves that the copies'
+  progress was summed;
+- ``solo`` is never copied: in every round it is seen, it holds at most ``replicas`` pods and none
+  carries the fork environment.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from operator_helpers import (
+    alive,
+    condition,
+    create_job,
+    create_nodes,
+    create_pool,
+    get_job,
+    install,
+    job_manifest,
+    list_nodes,
+    list_pods,
+    pool_manifest,
+    start_operator,
+    wait_for,
+)
+
+from walras.core import crd
+from walras.testing import devcluster
+
+pytestmark = pytest.mark.slow
+
+FORKED_RATES = {"v100": 2.0, "k80": 1.0}
+TOTAL_WORK = 40.0
+FORK_VARS = ("WALRAS_FORK_INDEX", "WALRAS_FORK_COUNT", "WALRAS_FORK_STEPS", "WALRAS_JOB_NAME")
+
+
+def env_of(pod: dict[str, Any]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for container in pod["spec"]["containers"]:
+        for item in container.get("env") or []:
+            env[item["name"]] = str(item.get("value", ""))
+    return env
+
+
+def round_of(pod: dict[str, Any]) -> int:
+    return int(pod["metadata"]["annotations"][crd.ANN_ROUND])
+
+
+def test_forkable_job_runs_as_copies_and_completes_on_summed_work(
+    kube: Any, control_plane: devcluster.ControlPlane, tmp_path: Any
+) -> None:
+    install(kube)
+    namespace = devcluster.unique_name("t-fork")
+    devcluster.create_namespace(kube, namespace)
+    create_nodes(kube, "v100", "v100", 1, 2)
+    create_nodes(kube, "k80", "k80", 1, 2)
+    create_pool(kube, pool_manifest("v100", "v100"))
+    create_pool(kube, pool_manifest("k80", "k80"))
+    forked = job_manifest("forked", FORKED_RATES, total_work=TOTAL_WORK)
+    forked["spec"]["forkable"] = True
+    create_job(kube, namespace, forked)
+    # `solo` never finishes during the test: it is there to be (not) copied.
+    create_job(kube, namespace, job_manifest("solo", {"v100": 1.0, "k80": 1.0}, total_work=1.0e9))
+    node_type = {
+        n["metadata"]["name"]: n["metadata"]["labels"][devcluster.GPU_TYPE_LABEL]
+        for n in list_nodes(kube)
+    }
+    op = start_operator(control_plane, tmp_path, policy="hadare", round_seconds=2.0)
+    seen: dict[str, dict[int, list[dict[str, Any]]]] = {"forked": {}, "solo": {}}
+
+    def watch() -> None:
+        """Record every pod seen, by job and round (pods of a round are created together)."""
+        for job in seen:
+            for pod in list_pods(kube, namespace, job):
+                by_round = seen[job].setdefault(round_of(pod), [])
+                if pod["metadata"]["name"] not in {p["metadata"]["name"] for p in by_round}:
+                    by_round.append(pod)
+
+    def phase(name: str) -> str:
+        return str((get_job(kube, namespace, name).get("status") or {}).get("phase"))
+
+    try:
+
+        def done() -> bool:
+            watch()
+            return phase("forked") == "Succeeded"
+
+        wait_for(done, 120, "the forked job to succeed")
+        watch()
+
+        # Copies on both types in its first round, with the fork environment.
+        first = seen["forked"][min(seen["forked"])]
+        nodes = [p["spec"]["nodeName"] for p in first]
+        assert sorted(node_type[n] for n in nodes) == ["k80", "v100"], nodes
+        envs = [env_of(p) for p in first]
+        for env in envs:
+            assert set(FORK_VARS) <= set(env), env
+            assert env["WALRAS_FORK_COUNT"] == str(len(first))
+            assert env["WALRAS_JOB_NAME"] == "forked"
+        assert sorted(int(e["WALRAS_FORK_INDEX"]) for e in envs) == list(range(len(first)))
+        steps = {
+            node_type[n]: float(e["WALRAS_FORK_STEPS"]) for n, e in zip(nodes, envs, strict=True)
+        }
+        # Six significant digits are written (docs/forking.md): relative 1e-5 covers the rounding.
+        assert sum(steps.values()) == pytest.approx(TOTAL_WORK, rel=1e-5)
+        assert steps["v100"] / steps["k80"] == pytest.approx(
+            FORKED_RATES["v100"] / FORKED_RATES["k80"], rel=1e-5
+        )
+
+        # Completed by the summed work of its copies.
+        status = get_job(kube, namespace, "forked")["status"]
+        assert condition(get_job(kube, namespace, "forked"), "Allocated")["reason"] == (
+            "TotalWorkDone"
+        )
+        work = float(status["workDone"])
+        held = sum(float(v) for v in (status.get("received") or {}).values())
+        assert work >= TOTAL_WORK
+        assert work > held * max(FORKED_RATES.values()), (work, held)
+
+        # `solo` is never copied.
+        assert seen["solo"], "solo never ran"
+        for pods in seen["solo"].values():
+            for pod in pods:
+                assert not set(FORK_VARS) & set(env_of(pod)), env_of(pod)
+            assert len(pods) <= 1, [p["metadata"]["name"] for p in pods]
+        assert all(alive(p) for p in list_pods(kube, namespace, "solo"))
+        assert phase("solo") == "Running"
+        assert op.alive()
+    finally:
+        op.terminate()
+        devcluster.reset(kube)
