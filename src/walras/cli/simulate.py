@@ -98,10 +98,36 @@ def simulate_command(
         pathlib.Path | None, typer.Option(help="Write jobs.csv, summary.json and PNG plots here.")
     ] = None,
     workers: Annotated[int, typer.Option(help="Sweep only: worker processes.")] = 2,
+    sow_workload: Annotated[
+        int | None, typer.Option(help="sow: generate N statements of work (TRACE = `sow`).")
+    ] = None,
+    realisations: Annotated[int, typer.Option(help="sow: realisations to average.")] = 1,
+    offline: Annotated[
+        str, typer.Option(help="sow: offline optimum: auto (small workloads), on or off.")
+    ] = "auto",
 ) -> None:
     """Simulate a trace under a policy (or `walras simulate sweep SPEC.yaml`)."""
     from walras.sim.errors import PolicyError, SimInputError, SimulationStuckError
 
+    if policy == "sow" or (str(trace) == "sow" and not trace.exists()):
+        # Statements of work (paper 002): their own workload and mechanism (cli/simulate_sow.py).
+        from walras.cli.simulate_sow import simulate_sow
+
+        if spec is not None:
+            raise _fail(f"unexpected extra argument {str(spec)!r} with --policy sow")
+        simulate_sow(
+            trace,
+            cluster=cluster,
+            seed=seed,
+            sow_workload=sow_workload,
+            realisations=realisations,
+            offline=offline,
+            json_output=json_output,
+            out=out,
+        )
+        return
+    if sow_workload is not None:
+        raise _fail("--sow-workload: only with --policy sow")
     if str(trace) == "sweep" and not trace.exists():
         if spec is None:
             raise _fail("usage: walras simulate sweep SPEC.yaml")
