@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from walras.core import crd, podtemplate
+from walras.core.progress import ANN_STEPS_DONE
 from walras.core.quantity import quantity as quantity  # re-exported: the model's grammar
 
 JobKey = tuple[str, str]
@@ -254,6 +255,9 @@ class PodInfo:
     terminating: bool
     round: int
     requests: Mapping[str, float]
+    # The workload's walras.dev/steps-done annotation, unparsed ("" = none); walras.core.progress
+    # checks it, so a bad value becomes an Event naming the pod rather than a parse failure.
+    steps_done: str = ""
 
     @property
     def key(self) -> JobKey:
@@ -667,4 +671,5 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
         terminating=meta.get("deletionTimestamp") is not None,
         round=round_no,
         requests=pod_requests(spec),
+        steps_done=annotations.get(ANN_STEPS_DONE, ""),
     )
