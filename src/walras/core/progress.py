@@ -279,8 +279,9 @@ class Tracker:
                 DECREASING,
                 f"pod {r.pod} reported {steps} steps done after {prev.steps}; ignored",
             )
+        gained: float
         if prev is not None:
-            gained, since = steps - prev.steps, now - prev.seen_at
+            gained, since = float(steps - prev.steps), now - prev.seen_at
         else:
             # A pod's first reading: a fresh copy counts from 0; a gang pod may resume the job's
             # counter, so only the part above what the job had is new.
