@@ -272,13 +272,16 @@ def test_psdsf_problem_tenant_model() -> None:
     np.testing.assert_array_equal(problem.demand[1], [2.0, 8.0, 0.0])  # elementwise max per pod
     np.testing.assert_array_equal(problem.demand[0], [1.0, 0.0, 0.0])
     np.testing.assert_array_equal(problem.eligible, [[True, False], [True, True]])
-    np.testing.assert_array_equal(problem.throughput, [[1.5, 0.0], [1.0, 3.0]])
-    # Cap: replicas at their best rate (work units): t1 = 2·2 + 1·3, other = 3·1.5.
-    np.testing.assert_array_equal(problem.cap, [4.5, 7.0])
-    # γ: tasks that fit alone × throughput, e.g. t1 on v100-0: min(8/2, 32/8) = 4 tasks × 3.
+    # Rates normalised per job by its slowest type in the cluster (walras.core.tenants): a1
+    # {v100: 2, k80: 1} -> {2, 1}; a2 {v100: 3} -> {1}; b1 {k80: 1.5} -> {1}; a tenant's rate on a
+    # node is its jobs' largest there.
+    np.testing.assert_array_equal(problem.throughput, [[1.0, 0.0], [1.0, 2.0]])
+    # Cap: replicas at their best normalised rate: t1 = 2·2 + 1·1, other = 3·1.
+    np.testing.assert_array_equal(problem.cap, [3.0, 5.0])
+    # γ: tasks that fit alone × rate, e.g. t1 on v100-0: min(8/2, 32/8) = 4 tasks × 2.
     gamma = fairness.monopoly_tasks(problem)
-    assert gamma[1, 1] == pytest.approx(4 * 3.0)
-    assert gamma[0, 0] == pytest.approx(4 * 1.5)
+    assert gamma[1, 1] == pytest.approx(4 * 2.0)
+    assert gamma[0, 0] == pytest.approx(4 * 1.0)
 
 
 def test_psdsf_policy_targets_fit_every_node_in_time() -> None:

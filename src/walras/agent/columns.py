@@ -4,11 +4,12 @@ Called by the node agent (``walras.agent.runner``) each step with its own Node, 
 and every ResourcePool; it never sees another node. It reuses the operator's tenant model
 (``walras.core.tenants.tenant_model``, the one ``psdsf_problem`` builds for the centralised
 ``psdsf`` policy) restricted to this one node, so that the agents converge to exactly what the
-centralised policy computes. The one quantity of that model that depends on other nodes is the
-cap ``D_n = Σ_j r_j · max_i a_{j,type(i)}`` (replicas counted in work units at the job's best rate
-in the cluster); the agent takes that maximum over the GPU types of the ResourcePools instead
-(skipping pools whose status reports 0 nodes), which needs no node data and agrees whenever every
-pool has a usable node.
+centralised policy computes. The one input of that model that depends on other nodes is the set
+``T`` of the cluster's GPU types, over which each job's rates are normalised (its speed-up over
+its own slowest type in ``T``) and the cap ``D_n = Σ_j r_j · max_{t∈T} â_{j,t}`` takes its
+maximum. The central model takes the types of the usable nodes; the agent takes the GPU types of
+the ResourcePools (skipping pools whose status reports 0 nodes) and its own node's type, which
+needs no node data and agrees whenever every pool has a usable node.
 
 Tenants appear in sorted order; every tenant with an active job is in every column (eligible or
 not), so all agents agree on names. A node that is not ready, unschedulable or in no pool gets a
@@ -46,19 +47,12 @@ def node_column(node: Obj, jobs: Sequence[Obj], pools: Sequence[Obj]) -> Column:
     specs = list(governance.resolve([j for j in parsed if isinstance(j, model.JobSpec)], {}))
     pool_specs = [model.parse_pool(p) for p in pools]
     info = model.parse_node(node)
-    tm = tenants.tenant_model(specs, [info], pool_specs)
-    n = len(tm.tenants)
-    # Cap in work units at each job's best rate over the cluster's GPU types (see docstring).
-    types = _pool_types(pool_specs)
-    by_tenant: dict[str, float] = {}
-    for job in specs:
-        if job.finished:
-            continue
-        best = max((job.throughput.get(t, 0.0) for t in types), default=0.0)
-        by_tenant[job.tenant] = by_tenant.get(job.tenant, 0.0) + job.replicas * best
-    cap = np.array([by_tenant.get(t, 0.0) for t in tm.tenants])
-    placed = len(tm.node_names) == 1
     pool = snapshot.node_pool(info, sorted(pool_specs, key=lambda p: p.name))
+    # T (see the module docstring): the pools' GPU types and this node's own.
+    types = _pool_types(pool_specs) | ({pool.gpu_type} if pool is not None else set())
+    tm = tenants.tenant_model(specs, [info], pool_specs, types=types)
+    n = len(tm.tenants)
+    placed = len(tm.node_names) == 1
     return Column(
         node_name=info.name,
         tenant_names=tuple(tm.tenants),
@@ -66,7 +60,7 @@ def node_column(node: Obj, jobs: Sequence[Obj], pools: Sequence[Obj]) -> Column:
         demand=tm.demand,
         weight=tm.weight,
         eligible=tm.eligible[:, 0] if placed else np.zeros(n, dtype=bool),
-        cap=cap,
+        cap=tm.cap,
         throughput=tm.throughput[:, 0] if placed else np.zeros(n),
         gpu_type=pool.gpu_type if (pool is not None and placed) else None,
     )

@@ -9,18 +9,38 @@ agents converge to exactly the centrally computed allocation:
 - ``d_n`` = elementwise max of the tenant's active jobs' per-pod requests;
 - ``φ_n`` = the tenant's weight ``W_n`` set by an admin (``Tenant.spec.weight``, default 1); what
   users write in their jobs' ``utility.weight`` never changes it;
-- cap ``D_n`` = Σ replicas of its active jobs, expressed in work units as the GPU extension
-  requires (``fairness.FairnessProblem.cap``): each replica counted at
-  its job's best throughput on an eligible node (Σ_j r_j · max_i a_{j,type(i)});
 - ``c_i`` = node ``i``'s allocatable ``[pool resourceName, cpu, memory]``;
 - ``δ_{n,i}`` = some job of ``n`` has throughput > 0 on ``i``'s GPU type and its template's
   ``nodeSelector`` matches ``i``;
-- ``throughput_{n,i}`` = max over ``n``'s jobs of ``throughput[gpuType(i)]``.
+- ``throughput_{n,i}`` = max of ``â_{j,type(i)}`` over the jobs of ``n`` eligible on ``i``;
+- cap ``D_n = Σ_j r_j · max_{t ∈ T} â_{j,t}`` (replicas at their best normalised rate).
+
+**Normalised throughputs.** The GPU extension (paper 004 §IV) measures a tenant's tasks ``x_n`` in
+work units and the tenant aggregates several jobs, so their rates must be in one unit. Raw
+steps/s are not: an LM at 66 steps/s beside a recommendation model at 1.6 steps/s would make the
+tenant's rate (a max over its jobs) the LM's, its cap mostly the LM's, and the recommendation job
+worth 1/40 of a pod. Each job's rates are therefore divided by its rate on its own slowest type:
+
+    â_{j,t} = a_{j,t} / min{a_{j,t'} : t' ∈ T, a_{j,t'} > 0}
+
+where ``T`` is the set of GPU types the cluster has (central: the types of the usable nodes; an
+agent: the types of the ResourcePools that report nodes, see ``walras.agent.columns``). ``â`` is
+the job's speed-up over its slowest eligible type, dimensionless, ``≥ 1`` on every type it can
+use: one work unit is one pod-second on the job's slowest type, whatever model it trains, so a
+tenant's units add up across jobs. Scaling a job's whole row of rates (changing its batch size or
+its step definition) leaves ``â`` unchanged, so no job can inflate its tenant's share by
+reporting rates in smaller steps.
+
+Worked example: jobs ``lm {k80: 43, v100: 121}`` and ``rec {k80: 20, v100: 13}`` in one tenant on
+a k80 and a v100 node: ``â_lm = {k80: 1, v100: 2.81}``, ``â_rec = {k80: 1.54, v100: 1}``; the
+tenant's throughput is ``max(1, 1.54) = 1.54`` on k80 and ``2.81`` on v100, and with one replica
+each ``D = 2.81 + 1.54 = 4.35``. With raw rates it would have been 43/121 and ``D = 141``: the
+recommendation job would have counted for 14% of the cap instead of 35%.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +71,18 @@ class TenantModel:
     cap: FloatArray  # (N,)
     throughput: FloatArray  # (N, K)
     tenant_jobs: Mapping[str, tuple[model.JobKey, ...]]
+    rates: Mapping[model.JobKey, Mapping[str, float]]  # â_{j,t} per active job
+
+
+def normalised_rates(job: model.JobSpec, types: Collection[str]) -> dict[str, float]:
+    """``â_{j,t}`` for ``t ∈ types``: the job's rate over its rate on its slowest type in
+    ``types`` (module docstring); ``{}`` when it has no positive rate on any of them."""
+    rates = {t: job.throughput.get(t, 0.0) for t in sorted(types)}
+    positive = [r for r in rates.values() if r > 0]
+    if not positive:
+        return {}
+    slowest = min(positive)
+    return {t: r / slowest for t, r in rates.items() if r > 0}
 
 
 def tenant_model(
@@ -58,8 +90,14 @@ def tenant_model(
     nodes: Sequence[model.NodeInfo],
     pools: Sequence[model.PoolSpec],
     tenant_specs: Mapping[str, governance.TenantSpec] | None = None,
+    types: Collection[str] | None = None,
 ) -> TenantModel:
-    """The PS-DSF tenant model over parsed objects (see the module docstring)."""
+    """The PS-DSF tenant model over parsed objects (see the module docstring).
+
+    ``types``: the cluster's GPU types ``T`` over which rates are normalised and the cap takes
+    its maximum; default the types of the usable ``nodes`` (a node agent, which sees one node,
+    passes the pools' types).
+    """
     specs = tenant_specs or {}
     pools = sorted(pools, key=lambda p: p.name)
     active = sorted(
@@ -74,6 +112,8 @@ def tenant_model(
         pool = node_pool(node, pools)
         if pool is not None and node.ready and node.schedulable:
             placed.append((node, pool))
+    cluster_types = set(types) if types is not None else {p.gpu_type for _, p in placed}
+    norm = {job.key: normalised_rates(job, cluster_types) for job in active}
     resource_names = sorted({p.resource_name for p in pools})
     n_t, n_k = len(tenants), len(placed)
     capacity = np.array(
@@ -93,18 +133,16 @@ def tenant_model(
         )
         demand[t] = [gpus, max(j.cpu for j in tjobs), max(j.memory for j in tjobs)]
         weight[t] = governance.tenant_weight(tenant, specs)
-        best = {j.key: 0.0 for j in tjobs}
         for k, (node, pool) in enumerate(placed):
-            rates = [j.throughput.get(pool.gpu_type, 0.0) for j in tjobs]
-            throughput[t, k] = max(rates)
-            eligible[t, k] = any(
-                rate > 0 and all(node.labels.get(a) == b for a, b in j.node_selector.items())
-                for j, rate in zip(tjobs, rates, strict=True)
-            )
-            for j, rate in zip(tjobs, rates, strict=True):
-                best[j.key] = max(best[j.key], rate)
-        # D_n: Σ replicas, in the work units of the GPU extension (each pod at its best rate).
-        cap[t] = float(sum(j.replicas * best[j.key] for j in tjobs))
+            usable = [
+                norm[j.key].get(pool.gpu_type, 0.0)
+                for j in tjobs
+                if all(node.labels.get(a) == b for a, b in j.node_selector.items())
+            ]
+            throughput[t, k] = max(usable, default=0.0)
+            eligible[t, k] = throughput[t, k] > 0
+        # D_n: Σ replicas, in normalised work units (each pod at its best rate over T).
+        cap[t] = float(sum(j.replicas * max(norm[j.key].values(), default=0.0) for j in tjobs))
     return TenantModel(
         tenants=tenants,
         node_names=tuple(n.name for n, _ in placed),
@@ -115,6 +153,7 @@ def tenant_model(
         cap=cap,
         throughput=throughput,
         tenant_jobs={t: tuple(j.key for j in by_tenant[t]) for t in tenants},
+        rates=norm,
     )
 
 
