@@ -44,6 +44,21 @@ class Readiness:
     stall also ends the wait: no listed object arrived for ``stall`` seconds. A fixed deadline
     would not do: on a large cluster kopf needs minutes to deliver the initial listing, and
     planning against half of it is exactly what this guard prevents.
+
+    Why not kopf's own facilities (kopf 1.37–1.45, read in its source):
+
+    - ``@kopf.index``: with an index on a kind, kopf holds every other handler back until the
+      initial listings of all indexed kinds went through the index handlers (an internal
+      ``ToggleSet`` in ``kopf._core.reactor.orchestration``). Nothing public exposes that moment:
+      its only visible effect is that resource handlers start to run. The round loop and
+      ``/readyz`` run outside any handler, and when no watched object exists no handler ever
+      runs, so "some handler ran" cannot be the signal; after the gate the per-object workers
+      run their ``on.event`` handlers concurrently in no set order, so the first call does not
+      mean the store holds the rest. Index handlers are not called for DELETED events either,
+      so the store could not move into them whole.
+    - kopf's probes (``--liveness``, ``@kopf.on.probe``) answer liveness from kopf's own server
+      and know nothing of the listings; readiness here also needs leadership and a healthy round
+      loop, served with the metrics by ``walras.operator.health``.
     """
 
     def __init__(self, expected: Mapping[str, Iterable[tuple[str, str]]], stall: float = 10.0):
