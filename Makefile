@@ -9,7 +9,7 @@ STAMP   := $(VENV)/.installed
 # Where hack/ caches built binaries (kube-apiserver, etcd, kwok, helm, kubectl).
 export WALRAS_CACHE ?= $(HOME)/.cache/walras
 
-.PHONY: help install tools test test-unit test-integration lint bench demo verify crds-sync image clean
+.PHONY: help install tools test test-unit test-integration lint bench demo verify crds crds-sync image clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -46,8 +46,12 @@ bench: install ## Benchmarks: one JSON line per case
 demo: install ## Run the demo
 	$(PY) -m walras.demo
 
-verify: install ## Fail when generated artefacts (chart CRDs) differ from their source
-	bash hack/verify.sh
+verify: install ## Fail when generated artefacts (crds/ from the models, chart CRDs) differ from their source
+	PYTHON=$(PY) bash hack/verify.sh
+
+crds: install ## Regenerate crds/ from the pydantic models (walras.core.schema) and copy them into the chart
+	$(PY) hack/gen_crds.py
+	bash hack/sync-crds.sh
 
 crds-sync: ## Copy crds/ into the Helm chart
 	bash hack/sync-crds.sh

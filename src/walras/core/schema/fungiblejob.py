@@ -1,0 +1,265 @@
+"""FungibleJob: a gang of identical pods that can run on several GPU types, with its throughput on
+each (the CRD ``fungiblejobs.walras.dev``; ``walras.core.model.parse_job`` parses through it).
+
+The template's shapes here are those the API server would reject in a Pod; the operator checks
+the rest (``walras.core.podtemplate``: Kubernetes' Pod validation re-stated) before planning.
+Semantic checks the schema cannot state (``targetPriority`` needs a target, ``alpha != 1``,
+throughput not 0 everywhere, whole GPUs per pod) are in ``walras.core.model``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import ConfigDict, Field, StringConstraints
+
+from walras.core import crd
+from walras.core.schema import limits
+from walras.core.schema.definition import AGE, Column, CrdDescriptor
+from walras.core.schema.kubetypes import (
+    DNS_LABEL_PATTERN,
+    Conditions,
+    Int32,
+    Int64,
+    LabelValue,
+    Model,
+    ObjectMeta,
+    OpenModel,
+    OpenObject,
+    Quantity,
+)
+
+ResourceMap = Annotated[dict[str, Quantity], Field(max_length=limits.MAX_RESOURCES)]
+
+
+class TemplateMetadata(OpenModel):
+    """The template's metadata; only labels and annotations have a checked shape."""
+
+    labels: dict[str, LabelValue] | None = None
+    annotations: dict[str, str] | None = None
+
+
+class Resources(OpenModel):
+    """A container's ``resources``: quantities by resource name."""
+
+    limits: ResourceMap | None = None
+    requests: ResourceMap | None = None
+
+
+class Container(OpenModel):
+    """A container of the template (other fields are the Pod API's, kept as they are)."""
+
+    name: Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=DNS_LABEL_PATTERN)]
+    image: Annotated[str, StringConstraints(min_length=1)]
+    resources: Resources | None = None
+
+
+class Toleration(Model):
+    """A pod toleration."""
+
+    key: str | None = None
+    operator: Literal["", "Equal", "Exists"] | None = None
+    value: str | None = None
+    effect: Literal["", "NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: Int64 | None = None
+
+
+class PodSpec(OpenModel):
+    """The template's pod spec: what Walras reads, checked; the rest kept as it is."""
+
+    containers: Annotated[list[Container], Field(min_length=1, max_length=limits.MAX_CONTAINERS)]
+    init_containers: Annotated[list[Container], Field(max_length=limits.MAX_CONTAINERS)] | None = (
+        None
+    )
+    node_selector: dict[str, str] | None = None
+    tolerations: list[Toleration] | None = None
+    affinity: OpenObject | None = None
+    restart_policy: Literal["Always", "OnFailure", "Never"] | None = None
+    service_account_name: Annotated[str, StringConstraints(max_length=253)] | None = None
+
+
+class PodTemplate(Model):
+    """``spec.template``: a PodTemplateSpec."""
+
+    metadata: TemplateMetadata | None = None
+    spec: PodSpec
+
+
+class Utility(Model):
+    """``spec.utility``: how the job values throughput."""
+
+    kind: Literal["log", "linear", "targetPriority", "alphaFair"] = "log"
+    weight: float = Field(
+        1.0, gt=0, le=limits.MAX_WEIGHT, description="Relative weight, in (0, 1e6]."
+    )
+    target: float | None = Field(
+        None,
+        ge=0,
+        le=limits.MAX_TARGET,
+        description="Target throughput (targetPriority), at most 1e12.",
+    )
+    alpha: float | None = Field(
+        None,
+        gt=0,
+        le=limits.MAX_ALPHA,
+        description="Fairness exponent (alphaFair), 0 < alpha <= 100 and alpha != 1.",
+    )
+
+
+class FungibleJobSpec(Model):
+    """``spec`` of a FungibleJob."""
+
+    replicas: Int32 = Field(
+        ge=1,
+        le=limits.MAX_REPLICAS,
+        description="Gang size. All replicas run at once or not at all.",
+    )
+    template: PodTemplate = Field(
+        description=(
+            "PodTemplateSpec of every replica. GPUs per pod are the pod's requests of the pool's "
+            "resourceName, counted as Kubernetes counts them (sum over containers, at least the "
+            "largest initContainer); 1 when no container asks (then Walras adds the limit to the "
+            "first container). The shapes below are what the API server would reject in a Pod; "
+            "the operator checks the rest before planning."
+        )
+    )
+    throughput: dict[str, Annotated[float, Field(ge=0, le=limits.MAX_THROUGHPUT)]] = Field(
+        min_length=1,
+        max_length=64,
+        description="Work per second of the whole gang on each GPU type (gpuType -> work/s).",
+    )
+    utility: Utility | None = None
+    tenant: Annotated[str, StringConstraints(max_length=253)] | None = Field(
+        None,
+        description=(
+            "Ignored (kept so that older manifests still apply). The tenant of a job is its "
+            "namespace, or the cluster-scoped Tenant that lists the namespace; see status.tenant."
+        ),
+    )
+    backoff_limit: Int32 = Field(
+        3,
+        ge=0,
+        le=limits.MAX_BACKOFF,
+        description=(
+            "Pod failures (a container exiting non-zero, not preemption by Walras) after which "
+            "the job is Failed; every failure before that restarts the whole gang."
+        ),
+    )
+    forkable: bool = False
+    total_work: float | None = Field(
+        None,
+        gt=0,
+        le=limits.MAX_TOTAL_WORK,
+        description="Work units after which the job is Succeeded (optional), at most 1e18.",
+    )
+
+
+class Placement(Model):
+    """One entry of ``status.allocation``."""
+
+    gpu_type: str | None = None
+    fraction: float | None = None
+    nodes: list[str] | None = None
+
+
+class FungibleJobStatus(Model):
+    """``status`` of a FungibleJob (written by the operator)."""
+
+    phase: Literal["Pending", "Running", "Succeeded", "Failed"] | None = None
+    tenant: str | None = None
+    gpu_type: str | None = Field(None, description="GPU type of the largest allocated fraction.")
+    conditions: Conditions | None = None
+    allocation: list[Placement] | None = None
+    expected_throughput: float | None = None
+    price: float | None = Field(
+        None, description="Price per GPU of gpuType (marginal utility of one more GPU)."
+    )
+    cost: float | None = Field(
+        None,
+        description="What the job pays per unit time, sum over types of price x GPUs x fraction.",
+    )
+    round: Int64 | None = None
+    fair_share: float | None = Field(
+        None,
+        description="Long-run fraction of wall time allocated (sum of allocation fractions).",
+    )
+    tenant_tasks: float | None = Field(
+        None,
+        description="PS-DSF policies only, the tenant's total x_n in work units per second.",
+    )
+    work_done: float | None = None
+    failures: Int32 | None = Field(
+        None, description="Pod failures counted against spec.backoffLimit."
+    )
+    received: dict[str, float] | None = Field(
+        None, description="Seconds run so far in each placement group (GPU type or node)."
+    )
+    elapsed: float | None = Field(
+        None,
+        description="Seconds the job has been schedulable so far (the realiser's history).",
+    )
+    running_group: str | None = Field(
+        None, description="Placement group of the current slice (empty when not running)."
+    )
+    running_since: str | None = Field(
+        None, description="Start of the current slice (RFC 3339 with microseconds)."
+    )
+    accounted_at: str | None = Field(
+        None, description="Time up to which received, elapsed and workDone are accounted."
+    )
+    productive_from: str | None = Field(
+        None,
+        description=(
+            "When the current slice's gang starts doing work (its start plus the restart cost)."
+        ),
+    )
+
+
+class FungibleJob(Model):
+    """A FungibleJob object as the API server stores it."""
+
+    # The name check needs metadata, which the API server validates before this rule runs.
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": f"self.metadata.name.size() <= {limits.MAX_NAME}",
+                    "message": (
+                        f"metadata.name may have at most {limits.MAX_NAME} characters: it is the "
+                        f"value of the pods' {crd.LABEL_JOB} label"
+                    ),
+                }
+            ]
+        }
+    )
+
+    api_version: str | None = None
+    kind: str | None = None
+    metadata: ObjectMeta | None = None
+    spec: FungibleJobSpec
+    status: FungibleJobStatus | None = None
+
+
+DESCRIPTOR = CrdDescriptor(
+    model=FungibleJob,
+    kind=crd.JOB_KIND,
+    plural=crd.JOB_PLURAL,
+    scope="Namespaced",
+    file="fungiblejob.yaml",
+    comment=(
+        "FungibleJob: a gang of identical pods that can run on several GPU types, with its "
+        "throughput on each. Walras (the operator in walras.operator) decides the GPU type, the "
+        "share of time and the nodes each round, creates the pods from `template` and binds them."
+    ),
+    columns=(
+        Column("Tenant", "string", ".status.tenant"),
+        Column("GPU type", "string", ".status.gpuType"),
+        Column("Share", "number", ".status.fairShare"),
+        Column("Throughput", "number", ".status.expectedThroughput"),
+        Column("Price", "number", ".status.price"),
+        Column("Phase", "string", ".status.phase"),
+        AGE,
+    ),
+    short_names=("fjob",),
+    categories=("walras",),
+)
