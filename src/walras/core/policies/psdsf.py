@@ -1,11 +1,16 @@
 """``psdsf``: per-server dominant-share fairness over nodes (paper 004), time-shared (TDM).
 
 Groups are nodes. ``walras.allocator.fairness`` (TDM) on the tenant model of
-``walras.core.tenants.tenant_model`` gives tasks ``x_{n,i}`` in work units; a tenant's pods on
-node ``i`` are ``P_{n,i} = x_{n,i} / throughput_{n,i}``, shared by its jobs that fit on ``i`` in
-proportion to their gang sizes, so job ``j`` runs on ``i`` a fraction
-``P_{n,i} / Σ_{j' fits i} r_{j'}`` of the time (rows scaled to sum ≤ 1). A gang must fit on one
-node (its placement group).
+``walras.core.tenants.tenant_model`` (throughputs normalised per job) gives tasks ``x_{n,i}`` in
+work units, i.e. tenant ``n``'s fraction ``y_{n,i} = x_{n,i} / γ_{n,i}`` of node ``i``'s time.
+``walras.allocator.fairness.handout`` turns those into per-job targets: first each tenant's time
+on a node goes to its own jobs that can run there (equal time, each job's fastest GPU type
+first), then whatever no tenant's jobs took goes to any job that can still use it, so that no
+GPU idles in the long run while a job that can use it waits (Theorem 2's condition, per job; the
+tenant-level solution keeps its certificate). A gang must fit on one node (its placement group).
+The policy asks the realiser to backfill (``work_conserving``): GPUs a round leaves free (a job
+served elsewhere this round) go to waiting jobs that can use them, so the condition also holds
+round by round.
 
 ``psdsf-distributed`` (``walras.core.policies.psdsf_distributed``) is the same model with the
 tasks read from the node agents' converged NodeAllocations instead of solved here.
@@ -39,14 +44,18 @@ class PSDSF:
 
     name = "psdsf"
     distributed = False
+    # Work conservation is part of PS-DSF's guarantee (Theorem 2): the cycle turns on the
+    # realiser's backfill for this policy (walras.core.cycle).
+    work_conserving = True
 
     def __init__(self, options: PolicyOptions) -> None:
         self.reader: DistributedReader | None = options.distributed_reader
 
     def warm_up(self) -> None:
         from walras.allocator import fairness
+        from walras.allocator.fairness import handout
 
-        del fairness
+        del fairness, handout
 
     def solve(self, snap: snapshot.Snapshot, view: snapshot.ClusterView) -> Solution:
         start = time.perf_counter()
@@ -54,6 +63,7 @@ class PSDSF:
 
     def _solve(self, snap: snapshot.Snapshot, view: snapshot.ClusterView) -> Solution:
         from walras.allocator import fairness
+        from walras.allocator.fairness import handout
 
         issues: list[JobIssue] = []
         fits: dict[model.JobKey, npt.NDArray[np.bool_]] = {}
@@ -102,6 +112,7 @@ class PSDSF:
         if not jobs or K == 0:
             return empty_solution(self.name, view, jobs, issues, gpp, by_node=True)
         iterations, converged = 0, True
+        problem = tenants.fairness_problem(tm)
         if self.distributed:
             if self.reader is None:
                 raise PolicyUnavailableError(
@@ -110,28 +121,27 @@ class PSDSF:
                 )
             tasks = align_tasks(tm, *self.reader())
         else:
-            result = fairness.solve(tenants.fairness_problem(tm), mode="tdm")
+            result = fairness.solve(problem, mode="tdm")
             tasks = np.asarray(result.tasks, dtype=np.float64)
             iterations, converged = int(result.sweeps), bool(result.converged)
+        gamma = fairness.monopoly_tasks(problem)
         with np.errstate(divide="ignore", invalid="ignore"):
-            pods = np.where(tm.throughput > 0, tasks / tm.throughput, 0.0)
+            tenant_time = np.where(gamma > 0, tasks / gamma, 0.0)
         t_index = {t: n for n, t in enumerate(tm.tenants)}
-        targets = np.zeros((len(jobs), K))
-        for n, tenant in enumerate(tm.tenants):
-            members = [j for j, job in enumerate(jobs) if job.tenant == tenant]
-            reps = np.array([jobs[j].replicas for j in members], dtype=np.float64)
-            mask = np.array([fits[jobs[j].key] for j in members]).reshape(len(members), K)
-            denom = (mask * reps[:, None]).sum(axis=0)
-            share = np.where(denom > 0, pods[n] / np.maximum(denom, 1e-300), 0.0)
-            for r, j in enumerate(members):
-                targets[j] = np.where(mask[r], share, 0.0)
-        sums = targets.sum(axis=1)
-        targets = np.where(
-            sums[:, None] > 1.0, targets / np.maximum(sums, 1e-300)[:, None], targets
-        )
-        speeds = np.array(
+        owner = {key: t_index[t] for t, keys in tm.tenant_jobs.items() for key in keys}
+        usable = np.array([fits[job.key] for job in jobs], dtype=bool).reshape(len(jobs), K)
+        raw = np.array(
             [[job.throughput.get(t, 0.0) for t in group_type] for job in jobs], dtype=np.float64
         ).reshape(len(jobs), K)
+        handed = handout.hand_out(
+            tenant_time,
+            np.array([owner[job.key] for job in jobs], dtype=np.int64),
+            usable,
+            np.array([job.replicas for job in jobs], dtype=np.float64) * gpp,
+            free,
+            preference=raw,
+        )
+        targets = handed.targets
         totals = tasks.sum(axis=1)
         return Solution(
             policy=self.name,
@@ -142,7 +152,7 @@ class PSDSF:
             targets=targets,
             gpus_per_pod=gpp,
             prices={},
-            expected_throughput=(targets * speeds).sum(axis=1),
+            expected_throughput=(targets * raw).sum(axis=1),
             tenant_tasks={t: float(totals[t_index[t]]) for t in tm.tenants},
             alternatives={},
             issues=tuple(issues),
