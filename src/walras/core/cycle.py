@@ -139,7 +139,8 @@ def plan(
     checkpoint reload); the history's work accounting leaves them out. ``hold_s``: the
     realiser's credit for running gangs (serve in blocks; see ``walras.allocator.rounds``).
     ``history_half_life_s``: the realiser's memory of received time (``History.advance``).
-    ``backfill``: GPUs left over by the targets go to waiting jobs that can use them.
+    ``backfill``: GPUs left over by the targets go to waiting jobs that can use them (always on
+    for a policy with ``work_conserving = True``).
 
     ``options`` (a :class:`CycleOptions`) overrides the four keyword arguments above.
 
@@ -197,7 +198,8 @@ def plan(
             round_no,
             incremental=incremental,
             hold=hold_s,
-            backfill=backfill,
+            # A policy that guarantees work conservation (PS-DSF, Theorem 2) always gets it.
+            backfill=backfill or bool(getattr(policy, "work_conserving", False)),
         )
     for job in sol.jobs:
         jr = real.jobs[job.key]
