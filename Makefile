@@ -17,10 +17,10 @@ help: ## List the targets
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,torch]'
+	$(PY) -m pip install --quiet -e '.[test,torch,plots]'
 	touch $(STAMP)
 
-install: $(STAMP) ## Create .venv and install walras with its test and torch extras
+install: $(STAMP) ## Create .venv and install walras with its test, torch and plots extras
 
 tools: ## Build/fetch kube-apiserver, etcd, kwok, kubectl, helm into $(WALRAS_CACHE); apt: buildah, debootstrap
 	bash hack/control-plane.sh build

@@ -18,8 +18,10 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from walras import plotting
 from walras.cli.app import app
 
 DEFAULT_CLUSTER = "v100=20,p100=20,k80=20"
@@ -128,6 +130,8 @@ def simulate_command(
         return
     if sow_workload is not None:
         raise _fail("--sow-workload: only with --policy sow")
+    if out is not None and not plotting.available():  # before the run, not after it
+        raise _fail(escape(plotting.MISSING))  # escape: "[plots]" is not markup
     if str(trace) == "sweep" and not trace.exists():
         if spec is None:
             raise _fail("usage: walras simulate sweep SPEC.yaml")
@@ -312,6 +316,8 @@ def _sweep(spec: pathlib.Path, out: pathlib.Path | None, workers: int, json_outp
     from walras.sim import sweep
     from walras.sim.errors import SimInputError
 
+    if out is not None and not plotting.available():  # before the runs, not after them
+        raise _fail(escape(plotting.MISSING))  # escape: "[plots]" is not markup
     try:
         rows = sweep.run_sweep(sweep.load_spec(spec), workers=workers, out=out)
     except SimInputError as exc:

@@ -10,7 +10,9 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
+from walras import plotting
 from walras.demo import runner
 
 
@@ -28,6 +30,9 @@ def main(
 ) -> None:
     """Run the full Walras demo on a throw-away local control plane."""
     console = Console()
+    if not plotting.available():  # the demo ends with a plot: say so before starting a cluster
+        Console(stderr=True).print(f"[red]demo:[/red] {escape(plotting.MISSING)}", highlight=False)
+        raise typer.Exit(2)
     options = runner.Options(
         rounds=rounds,
         round_seconds=round_seconds,

@@ -19,6 +19,7 @@ from typing import Any
 from rich.table import Table
 
 from walras.cli import inspect_cmd
+from walras.plotting import pyplot
 
 Obj = Mapping[str, Any]
 
@@ -113,11 +114,7 @@ def pools_table(pools: Sequence[Obj], title: str) -> Table:
 
 def plot(history: Sequence[RoundRecord], path: Path) -> Path:
     """Shares, prices and utilisation per round as a PNG (matplotlib, Agg backend)."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display; must precede pyplot
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     rounds = [r.round for r in history]
     fig, axes = plt.subplots(3, 1, figsize=(8, 9), sharex=True)
     panels = (

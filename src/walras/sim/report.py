@@ -1,7 +1,7 @@
 """Files a person looks at after a run: ``jobs.csv`` (one row per job), ``summary.json`` and three
 PNG plots (JCT CDF, GPUs busy per type over time, jobs waiting over time).
 
-Matplotlib is imported here, inside :func:`write_plots`, with the Agg backend (no display).
+Matplotlib (the ``plots`` extra) is imported inside :func:`write_plots` (``walras.plotting``).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from walras.plotting import pyplot
 from walras.sim.metrics import SimResult
 
 JOB_COLUMNS = (
@@ -73,11 +74,7 @@ def write_jobs_csv(result: SimResult, path: pathlib.Path) -> pathlib.Path:
 
 
 def write_plots(result: SimResult, out: pathlib.Path) -> list[pathlib.Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     title = f"{result.ledger.workload.source} · {result.policy}"
     paths: list[pathlib.Path] = []
 
@@ -121,8 +118,7 @@ def write_plots(result: SimResult, out: pathlib.Path) -> list[pathlib.Path]:
 
 
 def _save(fig: Any, path: pathlib.Path) -> pathlib.Path:
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path

@@ -28,6 +28,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from walras.plotting import pyplot
 from walras.sim.errors import PolicyError, SimInputError
 
 ROW_KEYS = ("policy", "seed", "arrival_rate", "restart_s")
@@ -160,11 +161,7 @@ def write_sweep(rows: list[dict[str, Any]], out: pathlib.Path) -> None:
         writer = csv.DictWriter(fh, fieldnames=keys)
         writer.writeheader()
         writer.writerows(rows)
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     labels = sorted({(r["policy"], r["restart_s"]) for r in rows})
     rates = sorted({r["arrival_rate"] for r in rows}, key=lambda x: -1.0 if x is None else x)
