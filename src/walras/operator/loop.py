@@ -44,7 +44,7 @@ from typing import Any
 from walras.core import conditions as cond
 from walras.core import crd, cycle, filters, model, policies, realise, snapshot
 from walras.kube import writes as kubeapi
-from walras.operator import health, metrics, status
+from walras.operator import health, metrics, sow, status
 
 logger = logging.getLogger("walras.operator.loop")
 
@@ -229,6 +229,8 @@ class RoundLoop:
         # The first round after start-up or after winning the Lease rewrites every status: the
         # new leader takes over the persisted history and stamps its own round number.
         self._refresh_all = True
+        # Statements of work (walras.operator.sow): their ledger, rebuilt from their statuses.
+        self.sow = sow.SowRunner(api, config.round_seconds, self.poke)
 
     # ------------------------------------------------------------------ triggers
 
@@ -329,6 +331,8 @@ class RoundLoop:
     async def _round(self, report: RoundReport, incremental: bool, t0: float) -> None:
         now = self.config.clock()
         snap = self._prepare(self.store.freeze(now), now)
+        # Capacity committed to SoW launch plans is reserved first; the policy plans the rest.
+        snap = await self.sow.round(snap, now, refresh=self._refresh_all)
         planned = await asyncio.to_thread(
             cycle.plan,
             self.state,
