@@ -7,7 +7,7 @@ Model, for job ``j`` and GPU type ``t`` (``L = log T`` where ``T`` is known, wei
 minimising, over ``a, b, U, V`` and the per-group means ``ā_g, ū_g``::
 
     F = Σ_{(j,t) known} w_jt (L_jt − a_j − b_t − u_j·v_t)²
-        + λ Σ_j |u_j − ū_g(j)|² + λ Σ_t |v_t|² + γ Σ_{j in a group} (a_j − ā_g(j))²
+        + λ Σ_j |u_j − ū_g(j)|² + λ Σ_g |ū_g|² + λ Σ_t |v_t|² + γ Σ_{j in a group} (a_j − ā_g(j))²
 
 ``a_j`` is the job's speed and ``b_t`` the type's speed-up (``T = e^{a_j} · e^{b_t}`` when
 ``r = 0``: one number per job times one per type, a rank-1 matrix of throughputs); ``u_j·v_t``
@@ -15,8 +15,11 @@ lets types favour some jobs more than others (a V100 helps a transformer more th
 The ridge ``λ`` pulls a job's interaction towards its group's (0 without a group): a job known on
 one type only gets its group's interaction, not an arbitrary one. ``γ`` counts the group's mean
 speed as ``γ`` pseudo-observations of ``a_j`` (jobs with the same profile run at similar speeds).
-For ``ū`` and ``ā`` fixed, ``ū_g`` = mean of ``u_j`` over the group minimises ``F``, and likewise
-``ā_g``, so every step below is an exact block minimisation and ``F`` never increases.
+The ``λ|ū_g|²`` term matters: without it a group whose members share one ``u`` pays no ridge on
+``u`` at all, and ``(u, v) → (cu, v/c)`` lowers ``F`` for ever (ALS drifts and never converges).
+For the other blocks fixed, ``ū_g = Σ_{j∈g} u_j / (|g| + 1)`` and ``ā_g`` = mean of ``a_j`` over
+the group minimise ``F``, so every step below is an exact block minimisation and ``F`` never
+increases.
 
 Steps:
 
@@ -26,11 +29,10 @@ Steps:
    known entries connect every job and type (the bipartite graph is connected).
 2. **Alternate** (``r ≥ 1``), starting from ``V`` = the top-``r`` right singular vectors of the
    additive residuals (scaled by √σ; known entries only, zeros elsewhere):
-   rows: ``(a_j, u_j) = argmin Σ_t w (L − b_t − a_j − u_j·v_t)² + λ|u_j − ū_g|² + γ(a_j − ā_g)²``;
-   columns: ``(b_t, v_t) = argmin Σ_j w (L − a_j − b_t − u_j·v_t)² + λ|v_t|²``;
-   groups: ``ā_g, ū_g`` = means over the group's jobs. Each is a ``(r+1)×(r+1)`` ridge solve per
-   row or column, batched with ``numpy.linalg.solve``. Stop when no fitted ``L`` moves by more
-   than ``tol`` in a sweep.
+   rows and group means jointly: ``(a_j, u_j)`` and ``(ā_g, ū_g)`` minimising ``F`` for ``b, V``
+   fixed (a ``(r+1)×(r+1)`` solve per job and per group, closed form in :func:`_rows`);
+   columns: ``(b_t, v_t) = argmin Σ_j w (L − a_j − b_t − u_j·v_t)² + λ|v_t|²``.
+   All batched with numpy. Stop when no fitted ``L`` moves by more than ``tol`` in a sweep.
 
 Why hand-written: scipy has no matrix completion; scikit-learn is not a dependency and its
 ``IterativeImputer`` does not fit a shared low-rank model; ``fancyimpute`` is unmaintained; the
@@ -119,12 +121,9 @@ def fit(
         prev = a[:, None] + b[None, :]
         converged = False
         for iterations in range(1, max_iter + 1):  # noqa: B007 (the count is returned)
-            # Ungrouped jobs (index -1) read the zero row appended at the end: prior 0, and
-            # their γ is 0 anyway.
-            prior_a = np.append(group_a, 0.0)[group]
-            prior_u = np.vstack([group_u, np.zeros((1, rank))])[group]
-            a, u = _rows(y, w, b, v, gamma, prior_a, prior_u, ridge, row_known)
-            group_a, group_u = _group_means(a, u, group, grouped, n_groups)
+            a, u, group_a, group_u = _rows(
+                y, w, b, v, gamma, group, grouped, n_groups, ridge, row_known
+            )
             b, v = _cols(y, w, a, u, ridge, col_known)
             pred = a[:, None] + b[None, :] + u @ v.T
             mask = row_known[:, None] & col_known[None, :]
@@ -133,6 +132,11 @@ def fit(
             if step <= tol:
                 converged = True
                 break
+    # ā_g as a plain mean: equal to the optimum when γ > 0, and still the group's typical speed
+    # (what a job with no data of its own borrows) when γ = 0.
+    count = np.bincount(group[grouped], minlength=n_groups).astype(np.float64)
+    total = np.bincount(group[grouped], weights=a[grouped], minlength=n_groups)
+    group_a = total.astype(np.float64) / np.maximum(count, 1.0)
     return LogFit(
         a=a,
         b=b,
@@ -194,26 +198,55 @@ def _rows(
     b: FloatArray,
     v: FloatArray,
     gamma: FloatArray,
-    prior_a: FloatArray,
-    prior_u: FloatArray,
+    group: IntArray,
+    grouped: BoolArray,
+    n_groups: int,
     ridge: float,
     known: BoolArray,
-) -> tuple[FloatArray, FloatArray]:
-    """Row block: ``(a_j, u_j)`` for every job with data, in one batched solve."""
-    n, r = prior_u.shape
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """Row block, jointly with the group means: ``(a_j, u_j)`` and ``(ā_g, ū_g)``.
+
+    With ``x_j = (a_j, u_j)``, ``x̄_g = (ā_g, ū_g)``, ``G_j = Σ_t w [1, v_t][1, v_t]ᵀ``,
+    ``h_j = Σ_t w (L − b_t) [1, v_t]``, prior ``P_j = diag(γ_j, λ, …, λ)`` and
+    ``Q = diag(0, λ, …, λ)`` (the ``λ|ū_g|²`` term): for fixed ``x̄`` each job's optimum is
+    ``x_j = M_j (h_j + P_j x̄)`` with ``M_j = (G_j + P_j)⁻¹``; substituting it, ``x̄_g`` solves
+    ``[Σ_{j∈g} (P_j − P_j M_j P_j) + Q] x̄_g = Σ_{j∈g} P_j M_j h_j``. Solving both at once (instead
+    of alternating jobs and means) keeps the sweep count that of the ungrouped problem.
+    """
+    n = len(gamma)
+    r = v.shape[1]
     x = np.concatenate([np.ones((len(b), 1)), v], axis=1)  # (m, r+1): [1, v_t]
-    gram = np.einsum("jt,tp,tq->jpq", w, x, x)
-    rhs = np.einsum("jt,tp->jp", w * (y - b[None, :]), x)
-    gram[:, 0, 0] += gamma
-    rhs[:, 0] += gamma * prior_a
-    idx = np.arange(1, r + 1)
-    gram[:, idx, idx] += ridge
-    rhs[:, 1:] += ridge * prior_u
     a, u = np.zeros(n), np.zeros((n, r))
-    if known.any():
-        sol = _ridge_solve(gram[known], rhs[known])
-        a[known], u[known] = sol[:, 0], sol[:, 1:]
-    return a, u
+    group_a, group_u = np.zeros(n_groups), np.zeros((n_groups, r))
+    if not known.any():
+        return a, u, group_a, group_u
+    wk = w[known]
+    gram = np.einsum("jt,tp,tq->jpq", wk, x, x)
+    rhs = np.einsum("jt,tp->jp", wk * (y[known] - b[None, :]), x)
+    prior = np.concatenate([gamma[known][:, None], np.full((len(wk), r), ridge)], axis=1)
+    idx = np.arange(r + 1)
+    gram[:, idx, idx] += prior
+    inv = np.linalg.inv(gram)  # (k, r+1, r+1); positive definite: see the module docstring
+    mh = np.einsum("jpq,jq->jp", inv, rhs)
+    means = np.zeros((n_groups, r + 1))
+    gk = grouped[known]
+    if n_groups and gk.any():
+        g = group[known][gk]
+        pk, ik = prior[gk], inv[gk]
+        lhs = np.zeros((n_groups, r + 1, r + 1))
+        lhs[:, idx[1:], idx[1:]] += ridge
+        contrib = -pk[:, :, None] * ik * pk[:, None, :]
+        contrib[:, idx, idx] += pk
+        np.add.at(lhs, g, contrib)
+        right = np.zeros((n_groups, r + 1))
+        np.add.at(right, g, pk * mh[gk])
+        # A group whose γ is 0 has a zero (ā, ā) entry: pinv gives ā = 0, which no job reads.
+        means = np.einsum("gpq,gq->gp", np.linalg.pinv(lhs), right)
+    prior_x = np.zeros((len(wk), r + 1))
+    prior_x[gk] = means[group[known][gk]]
+    sol = np.einsum("jpq,jq->jp", inv, rhs + prior * prior_x)
+    a[known], u[known] = sol[:, 0], sol[:, 1:]
+    return a, u, means[:, 0].copy(), means[:, 1:].copy()
 
 
 def _cols(
@@ -232,15 +265,3 @@ def _cols(
         sol = _ridge_solve(gram[known], rhs[known])
         b[known], v[known] = sol[:, 0], sol[:, 1:]
     return b, v
-
-
-def _group_means(
-    a: FloatArray, u: FloatArray, group: IntArray, grouped: BoolArray, n_groups: int
-) -> tuple[FloatArray, FloatArray]:
-    """``ā_g``, ``ū_g``: means over each group's jobs with data (zero for a group without)."""
-    count = np.bincount(group[grouped], minlength=n_groups).astype(np.float64)
-    safe = np.maximum(count, 1.0)
-    group_a = np.bincount(group[grouped], weights=a[grouped], minlength=n_groups) / safe
-    group_u = np.zeros((n_groups, u.shape[1]))
-    np.add.at(group_u, group[grouped], u[grouped])
-    return group_a, group_u / safe[:, None]
