@@ -25,6 +25,9 @@ from typing import Any
 from walras.core import crd, podtemplate
 from walras.core.progress import ANN_STEPS_DONE
 from walras.core.quantity import quantity as quantity  # re-exported: the model's grammar
+from walras.core.schema import fungiblejob as schema_fungiblejob
+from walras.core.schema import limits
+from walras.core.schema import parsing as schema_parsing
 
 JobKey = tuple[str, str]
 """(namespace, name) of a FungibleJob or Pod; sorting these gives the stable order."""
@@ -62,17 +65,17 @@ def _str_map(value: object) -> dict[str, str]:
     return {str(k): str(v) for k, v in _mapping(value).items()}
 
 
-# Bounds on numbers a user sets (the CRD schema enforces the same; objects stored before the
-# schema had them are checked here). They keep the solver's numbers far from float overflow:
-# a weight of 1e308 would otherwise hold a full share whatever everyone else asks.
-MAX_WEIGHT = 1e6
-MAX_TARGET = 1e12
-MAX_ALPHA = 100.0
-MAX_THROUGHPUT = 1e12
-MAX_TOTAL_WORK = 1e18
-MAX_REPLICAS = 4096
+# Bounds on numbers a user sets: the CRD models' (walras.core.schema.limits), which the API server
+# and parse_job enforce. They keep the solver's numbers far from float overflow: a weight of 1e308
+# would otherwise hold a full share whatever everyone else asks.
+MAX_WEIGHT = limits.MAX_WEIGHT
+MAX_TARGET = limits.MAX_TARGET
+MAX_ALPHA = limits.MAX_ALPHA
+MAX_THROUGHPUT = limits.MAX_THROUGHPUT
+MAX_TOTAL_WORK = limits.MAX_TOTAL_WORK
+MAX_REPLICAS = limits.MAX_REPLICAS
 # The job's name is the value of the pods' walras.dev/job label: at most 63 characters.
-MAX_NAME = 63
+MAX_NAME = limits.MAX_NAME
 
 
 @dataclass(frozen=True, slots=True)
@@ -480,6 +483,12 @@ def _parse_job(obj: Mapping[str, Any]) -> JobSpec:
     template = _mapping(spec.get("template"))
     pod_spec = _mapping(template.get("spec"))
     _check_quantities(pod_spec)
+    # The CRD's schema, through its model (walras.core.schema): bounds and types as the API
+    # server checks them. The template was checked above, as the API server checks a Pod.
+    try:
+        checked = schema_parsing.job_spec(spec, template_checked=True)
+    except schema_parsing.SpecError as bad:
+        raise _DefectError(bad.field, bad.reason, bad.message) from None
     requests = pod_requests(pod_spec)
     gpu_limits: dict[str, int] = {}
     for res_name, count in sorted(requests.items()):
@@ -498,86 +507,46 @@ def _parse_job(obj: Mapping[str, Any]) -> JobSpec:
                 f"{count:g} per pod is more than any node holds (at most 1024)",
             )
         gpu_limits[res_name] = int(count)
-    replicas = _number(spec.get("replicas", 1), "spec.replicas", "InvalidReplicas", 1, MAX_REPLICAS)
-    if replicas != int(replicas):
-        raise _DefectError(
-            "spec.replicas", "InvalidReplicas", f"{replicas:g} is not a whole number"
-        )
-    throughput_raw = spec.get("throughput")
-    if not isinstance(throughput_raw, Mapping):
-        raise _DefectError("spec.throughput", "InvalidThroughput", "must map GPU types to numbers")
-    throughput: dict[str, float] = {}
-    for gpu_type, value in sorted(throughput_raw.items()):
-        throughput[str(gpu_type)] = _number(
-            value, f"spec.throughput.{gpu_type}", "InvalidThroughput", 0.0, MAX_THROUGHPUT
-        )
+    throughput = dict(sorted(checked.throughput.items()))
     if not any(a > 0 for a in throughput.values()):
         raise _DefectError(
             "spec.throughput",
             "ZeroThroughput",
             "throughput is 0 on every GPU type, so no allocation has any value",
         )
-    util_raw = spec.get("utility")
-    if util_raw is not None and not isinstance(util_raw, Mapping):
-        raise _DefectError("spec.utility", "InvalidUtility", "must be an object")
-    util_raw = _mapping(util_raw)
-    kind_crd = str(util_raw.get("kind", "log"))
-    if kind_crd not in UTILITY_KINDS:
-        raise _DefectError("spec.utility.kind", "InvalidUtility", f"unknown kind {kind_crd!r}")
-    weight = _number(
-        util_raw.get("weight", 1.0), "spec.utility.weight", "InvalidUtility", 0, MAX_WEIGHT
-    )
-    if not weight > 0:
-        raise _DefectError("spec.utility.weight", "InvalidUtility", f"weight {weight} <= 0")
-    alpha = _number(
-        util_raw.get("alpha", 2.0), "spec.utility.alpha", "InvalidUtility", 0, MAX_ALPHA
-    )
-    target_raw = util_raw.get("target")
-    target = (
-        _number(target_raw, "spec.utility.target", "InvalidUtility", 0, MAX_TARGET)
-        if target_raw is not None
-        else None
-    )
-    if kind_crd == "targetPriority" and (target is None or target <= 0):
+    util = checked.utility or schema_fungiblejob.Utility()
+    kind_crd = util.kind
+    alpha = util.alpha if util.alpha is not None else 2.0
+    if kind_crd == "targetPriority" and not (util.target or 0.0) > 0:
         raise _DefectError(
             "spec.utility.target", "InvalidUtility", "targetPriority needs a target throughput > 0"
         )
-    if kind_crd == "alphaFair" and (alpha <= 0 or alpha == 1.0):
+    if kind_crd == "alphaFair" and alpha == 1.0:
         raise _DefectError(
             "spec.utility.alpha", "InvalidUtility", f"alphaFair needs alpha > 0, != 1: {alpha}"
         )
-    total_raw = spec.get("totalWork")
-    total_work = (
-        _number(total_raw, "spec.totalWork", "InvalidTotalWork", 0, MAX_TOTAL_WORK)
-        if total_raw is not None
-        else None
-    )
-    if total_work is not None and total_work <= 0:
-        raise _DefectError("spec.totalWork", "InvalidTotalWork", f"{total_work:g} is not > 0")
     priority = _number(
         spec.get("priority") or 0, "spec.priority", "InvalidPriority", -(2**31), 2**31 - 1
     )
-    tenant = spec.get("tenant")
-    if tenant is not None and not isinstance(tenant, str):
-        raise _DefectError("spec.tenant", "InvalidTenant", f"{tenant!r} is not a string")
+    tenant = checked.tenant
     return JobSpec(
-        forkable=spec.get("forkable") is True,
+        forkable=checked.forkable,
         namespace=namespace,
         name=name,
         uid=str(meta.get("uid", "")),
         generation=int(meta.get("generation") or 0),
         created=parse_time(meta.get("creationTimestamp")) or 0.0,
         tenant=tenant or namespace,
-        replicas=int(replicas),
+        replicas=checked.replicas,
         throughput=throughput,
         utility=Utility(
             kind=UTILITY_KINDS[kind_crd],
-            weight=weight,
-            target=target if target is not None else 0.0,
+            weight=util.weight,
+            target=util.target if util.target is not None else 0.0,
             alpha=alpha,
         ),
         priority=int(priority),
-        total_work=total_work,
+        total_work=checked.total_work,
         template=template,
         gpu_limits=gpu_limits,
         cpu=requests.get("cpu", 0.0),
@@ -591,14 +560,15 @@ def _parse_job(obj: Mapping[str, Any]) -> JobSpec:
 
 
 def parse_pool(obj: Mapping[str, Any]) -> PoolSpec:
-    """Parse a ResourcePool dict (the schema already checked types and bounds)."""
+    """Parse a ResourcePool dict, validated by its CRD model (walras.core.schema)."""
     meta = _mapping(obj.get("metadata"))
     spec = _mapping(obj.get("spec"))
-    override = spec.get("capacityOverride")
     try:
-        capacity = int(override) if override is not None else None
-    except (TypeError, ValueError, OverflowError):
-        capacity = None
+        capacity = schema_parsing.pool_spec(spec).capacity_override
+    except schema_parsing.SpecError:
+        # A pool its CRD's schema refuses (stored before the schema had the rule) offers no
+        # GPUs rather than a guess: its Ready condition then says the pool is empty.
+        capacity = 0
     return PoolSpec(
         name=str(meta.get("name", "")),
         gpu_type=str(spec.get("gpuType", "")),

@@ -9,9 +9,16 @@ throughput not 0 everywhere, whole GPUs per pod) are in ``walras.core.model``.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, StringConstraints
+from pydantic import (
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+)
 
 from walras.core import crd
 from walras.core.schema import limits
@@ -28,6 +35,9 @@ from walras.core.schema.kubetypes import (
     OpenObject,
     Quantity,
 )
+
+# Validation context key: the template was checked by walras.core.podtemplate (see _template).
+TEMPLATE_CHECKED = "walras.dev/template-checked"
 
 ResourceMap = Annotated[dict[str, Quantity], Field(max_length=limits.MAX_RESOURCES)]
 
@@ -152,6 +162,19 @@ class FungibleJobSpec(Model):
         le=limits.MAX_TOTAL_WORK,
         description="Work units after which the job is Succeeded (optional), at most 1e18.",
     )
+
+    @field_validator("template", mode="wrap")
+    @classmethod
+    def _template(
+        cls, value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo
+    ) -> Any:
+        # walras.core.model checks the template with walras.core.podtemplate first: Kubernetes'
+        # Pod validation, stricter than the shapes here and with reasons of its own
+        # (InvalidQuantity...). It says so through the context; the template is then kept as
+        # given (the operator reads it as a mapping and copies it into the pods).
+        if info.context and info.context.get(TEMPLATE_CHECKED):
+            return value
+        return handler(value)
 
 
 class Placement(Model):
