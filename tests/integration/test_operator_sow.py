@@ -21,7 +21,14 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 from operator_helpers import (
     BASE,
+    alive,
+    create_nodes,
+    create_pool,
     install,
+    list_pods,
+    pool_manifest,
+    start_operator,
+    wait_for,
 )
 
 from walras.testing import devcluster
@@ -136,3 +143,115 @@ def test_spec_is_immutable(kube: Any, crds: None, namespace: str) -> None:
         )
     assert info.value.status == 422
     assert "spec is immutable" in json.loads(info.value.body)["message"]
+
+
+def instance(sow: dict[str, Any], index: int = 0) -> dict[str, Any]:
+    for view in (sow.get("status") or {}).get("instances") or []:
+        if view["index"] == index:
+            return dict(view)
+    return {}
+
+
+def posted_price(sow: dict[str, Any], start: int, finish: int) -> float:
+    """``P(s, k, d) = k Σ_{τ=s}^{s+d−1} p(τ)`` from the menu posted in the SoW's own status."""
+    adm = sow["status"]["admissions"][0]
+    menu = adm["menu"]["g"]
+    k = adm["failure"]["g"]["concurrency"]
+    prices = menu["unitPrices"]
+
+    def unit(tau: int) -> float:
+        i = tau - menu["origin"]
+        return float(prices[i]) if 0 <= i < len(prices) else float(menu["pMin"])
+
+    return float(k * sum(unit(t) for t in range(start, finish)))
+
+
+@pytest.mark.slow
+def test_later_born_is_evicted(
+    kube: Any,
+    control_plane: devcluster.ControlPlane,
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    install(kube)
+    namespace = devcluster.unique_name("t-sow")
+    devcluster.create_namespace(kube, namespace)
+    create_nodes(kube, "sow", "g", 1, 2)
+    create_pool(kube, pool_manifest("g", "g"))
+    # Bounds K = 2, D = 4, V = 10: p_min = 1/16, μ = 320, so `second` pays about 1.5 per GPU in
+    # the rounds where `first` expects one GPU-pair half the time, and still gains by running.
+    for name, value in (("MAX_CONCURRENCY", "2"), ("MAX_DURATION", "4"), ("MAX_VALUE", "10")):
+        monkeypatch.setenv(f"WALRAS_SOW_{name}", value)
+    first = sow_manifest(
+        "first",
+        concurrency=2,
+        distribution=[
+            {"arrival": 2, "duration": 1, "probability": 0.5},
+            {"arrival": 8, "duration": 1, "probability": 0.5},
+        ],
+        complete_after_ms=1500,
+    )
+    second = sow_manifest(
+        "second",
+        concurrency=2,
+        value={"deadline": 3, "amount": 10.0},
+        distribution=[{"arrival": 0, "duration": 3, "probability": 1.0}],
+        complete_after_ms=600_000,
+    )
+    op = start_operator(control_plane, tmp_path, round_seconds=3.0)
+    try:
+        create_sow(kube, namespace, first)
+        born = wait_for(
+            lambda: (
+                get_sow(kube, namespace, "first").get("status", {}).get("birth") is not None
+                and get_sow(kube, namespace, "first")
+            ),
+            60,
+            "`first` to be born",
+        )
+        create_sow(kube, namespace, second)
+        later = wait_for(
+            lambda: (
+                instance(get_sow(kube, namespace, "second")).get("phase") == "running"
+                and get_sow(kube, namespace, "second")
+            ),
+            60,
+            "`second` to run",
+        )
+        b1, b2 = born["status"]["birth"], later["status"]["birth"]
+        # `first` arrives at b1 + 2 (its earliest support point): inside `second`'s run
+        # [b2, b2 + 2] only if `second` was born in the next round (creation right after birth).
+        assert b2 == b1 + 1, (b1, b2)
+        q = later["status"]["failureProbability"]
+        assert 0 < q < 1, q  # posted: `first` collides only when it arrives early
+        assert len(list_pods(kube, namespace, "second-0")) == 2
+
+        done = wait_for(
+            lambda: (
+                instance(get_sow(kube, namespace, "first")).get("phase") == "completed"
+                and get_sow(kube, namespace, "first")
+            ),
+            60,
+            "`first` to complete",
+        )
+        evicted = get_sow(kube, namespace, "second")
+        ev = instance(evicted)
+        assert ev["phase"] == "evicted" and ev["finish"] == b1 + 2, ev
+        assert ev["charge"] == 0.0
+        assert evicted["status"]["charged"] == 0.0
+        fin = instance(done)
+        assert fin["start"] == b1 + 2 and fin["finish"] > fin["start"], fin
+        expected = posted_price(done, fin["start"], fin["finish"])
+        assert expected > 0
+        assert abs(fin["charge"] - expected) <= 1e-9 * expected, (fin, expected)
+        assert done["status"]["charged"] == fin["charge"]
+        assert done["status"]["phase"] == "Done"
+        wait_for(
+            lambda: not [p for p in list_pods(kube, namespace, "second-0") if alive(p)],
+            30,
+            "the evicted instance's pods to go",
+        )
+        assert "statements of work failed" not in op.log_text()
+    finally:
+        op.terminate()
+        devcluster.delete_namespace(kube, namespace)
