@@ -77,6 +77,8 @@ _MECHANISM_KEYS = {
     "sampleConfidence": "sample_confidence",
     "samples": "samples",
     "theta": "theta",
+    "pMin": "p_min",
+    "mu": "mu",
 }
 _GENERATE_KEYS = {
     "sows": "sows",
@@ -277,8 +279,9 @@ def load_workload(path: pathlib.Path, capacities: Mapping[str, int], seed: int) 
     """A SoW workload file (YAML): see ``docs/simulate.md`` ("Statements of work").
 
     Top-level keys: ``mechanism`` (``maxConcurrency``, ``maxDuration``, ``maxValue``, ``minValue``,
-    ``epsilon``, ``sampleAccuracy``, ``sampleConfidence``, ``samples``, ``theta``; bounds default
-    to the largest in the workload), ``cluster`` (``{type: GPUs}``, else ``--cluster``), and either
+    ``epsilon``, ``sampleAccuracy``, ``sampleConfidence``, ``samples``, ``theta``, ``pMin``, ``mu``;
+    bounds default to the largest in the workload), ``cluster`` (``{type: GPUs}``, else
+    ``--cluster``), and either
     ``generate`` (``sows``, ``births``, ``maxDelay``, ``maxSlack``, ``maxPoints``,
     ``durationRevealed``, ``instances``, ``period``) or ``sows`` (a list of SoWs).
     """
