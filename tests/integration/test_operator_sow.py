@@ -30,10 +30,10 @@ from operator_helpers import (
     start_operator,
     wait_for,
 )
+from typer.testing import CliRunner
 
+from walras.cli import app
 from walras.testing import devcluster
-
-ARRIVALS = "walras.dev/sow-arrivals"
 
 
 def sow_manifest(
@@ -252,6 +252,21 @@ def test_later_born_is_evicted(
             "the evicted instance's pods to go",
         )
         assert "statements of work failed" not in op.log_text()
+        # `walras explain sow` shows the plan with the posted price of the planned start.
+        result = CliRunner().invoke(
+            app,
+            [
+                "explain",
+                "sow",
+                f"{namespace}/first",
+                "--kubeconfig",
+                control_plane.admin_kubeconfig,
+            ],
+            env={"COLUMNS": "200"},
+        )
+        assert result.exit_code == 0, result.output
+        assert "Launch plan" in result.output and "completed" in result.output
+        assert f"{posted_price(done, b1 + 2, b1 + 3):.4g}" in result.output
     finally:
         op.terminate()
         devcluster.delete_namespace(kube, namespace)

@@ -294,13 +294,24 @@ def list_jobs(api: Any) -> list[Obj]:
 
 @app.command("explain")
 def explain_command(
-    job: Annotated[str, typer.Argument(help="NAMESPACE/JOB of a FungibleJob.")],
+    job: Annotated[str, typer.Argument(help="NAMESPACE/JOB of a FungibleJob, or `sow`.")],
+    sow_name: Annotated[
+        str | None, typer.Argument(help="With `sow`: NAMESPACE/NAME of a StatementOfWork.")
+    ] = None,
     kubeconfig: KubeconfigOption = None,
 ) -> None:
-    """Why a FungibleJob is pending or what share it has, prices, and its options per GPU type."""
+    """Why a FungibleJob is pending or what share it has, prices, and its options per GPU type.
+
+    ``walras explain sow NAMESPACE/NAME``: a StatementOfWork's menu, plan and failure estimate.
+    """
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
+    if job == "sow" and sow_name is not None:
+        from walras.cli import explain_sow
+
+        explain_sow.command(sow_name, kubeconfig)
+        return
     namespace, sep, name = job.partition("/")
     if not sep or not namespace or not name:
         raise typer.BadParameter("expected NAMESPACE/JOB", param_hint="JOB")
