@@ -478,3 +478,14 @@ def test_cli_sow_options_elsewhere_and_missing_file_exit_2(tmp_path: pathlib.Pat
     assert res.exit_code == 2 and "no such file" in res.output
     res = runner.invoke(app, ["simulate", str(tmp_path / "x.trace"), "--sow-workload", "3"])
     assert res.exit_code == 2 and "--sow-workload" in res.output
+
+
+def test_cli_runs_the_documented_example() -> None:
+    # docs/simulate.md's example file: every SoW admitted, no run beats the offline optimum.
+    example = pathlib.Path(__file__).resolve().parents[2] / "examples" / "sow-simulate.yaml"
+    args = ["simulate", str(example), "--policy", "sow", "--realisations", "3", "--json"]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    s = json.loads(res.stdout.strip().splitlines()[-1])
+    assert (s["sows"], s["jobs"], s["capacity"]) == (3, 10, {"k80": 4, "v100": 6})
+    assert s["ratio_min"] > 0 and s["ratio_of_means"] <= 1 + 1e-9
