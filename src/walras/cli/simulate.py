@@ -55,7 +55,10 @@ def simulate_command(
         typer.Argument(help="With `sweep`: the sweep's YAML spec.", show_default=False),
     ] = None,
     policy: Annotated[
-        str, typer.Option(help="Gavel policy name, e.g. max_min_fairness_perf, fifo.")
+        str,
+        typer.Option(
+            help="Gavel policy name, e.g. max_min_fairness_perf, fifo; or sow (statements of work)."
+        ),
     ] = "max_min_fairness_perf",
     cluster: Annotated[
         str, typer.Option(help="GPUs per type: v100=20,p100=20,k80=20 or Gavel's 20:20:20.")
