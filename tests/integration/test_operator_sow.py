@@ -10,6 +10,9 @@
   ``first`` is told it arrived early (annotation): at ``first``'s start the load is 4 > 2 and
   LIFO evicts ``second`` (born later) while ``first`` runs, completes and is charged exactly
   its posted bundle price ``k · Σ p(τ)`` over the rounds it ran, from the menu in its own status.
+  A third SoW whose value exceeds the operator's bound ``V`` (which no CRD rule knows) is
+  rejected by the operator with ``Admitted=False`` naming ``spec.value``; ``walras explain sow``
+  shows the plan with its posted price.
 """
 
 from __future__ import annotations
@@ -210,6 +213,9 @@ def test_later_born_is_evicted(
             "`first` to be born",
         )
         create_sow(kube, namespace, second)
+        # Beyond what the CRD can check: a value above the bound V = 10 is rejected by the
+        # operator with the field named, and nothing else is disturbed.
+        create_sow(kube, namespace, sow_manifest("greedy", value={"deadline": 5, "amount": 50.0}))
         later = wait_for(
             lambda: (
                 instance(get_sow(kube, namespace, "second")).get("phase") == "running"
@@ -252,6 +258,10 @@ def test_later_born_is_evicted(
             "the evicted instance's pods to go",
         )
         assert "statements of work failed" not in op.log_text()
+        greedy = get_sow(kube, namespace, "greedy")["status"]
+        assert greedy["phase"] == "Rejected"
+        admitted = next(c for c in greedy["conditions"] if c["type"] == "Admitted")
+        assert admitted["status"] == "False" and admitted["message"].startswith("spec.value:")
         # `walras explain sow` shows the plan with the posted price of the planned start.
         result = CliRunner().invoke(
             app,
