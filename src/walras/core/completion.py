@@ -5,8 +5,9 @@ finished job's GPUs go to others in the same round. A job is finished when:
 
 - one of its pods failed (phase ``Failed``),
 - every pod of its gang succeeded, or
-- its accounted work reached ``spec.totalWork``: ``workDone ≥ totalWork``, where ``workDone`` is
-  the history's ``∫ throughput(type running) dt`` (``walras.core.history``).
+- its work reached ``spec.totalWork``: the steps its workload reported
+  (``status.progress.stepsDone``, ``walras.core.progress``) when it reported any, else the
+  history's accounted ``workDone = ∫ throughput(type running) dt`` (``walras.core.history``).
 """
 
 from __future__ import annotations
@@ -48,10 +49,31 @@ def completions(
             out[job.key] = Completion(
                 crd.PHASE_SUCCEEDED, cond.COMPLETED, f"all {job.replicas} pods succeeded"
             )
-        elif job.total_work is not None and hist.work_done >= job.total_work:
+        elif job.total_work is not None and _work(job, hist) >= job.total_work:
             out[job.key] = Completion(
                 crd.PHASE_SUCCEEDED,
                 cond.WORK_DONE,
-                f"work done {cond.fmt(hist.work_done)} >= totalWork {cond.fmt(job.total_work)}",
+                f"{_work_text(job, hist)} >= totalWork {cond.fmt(job.total_work)}",
             )
     return out
+
+
+def _reported(job: model.JobSpec) -> float | None:
+    """``status.progress.stepsDone`` (the shell puts its tracker's value there), if any."""
+    raw = job.status.get("progress")
+    done = raw.get("stepsDone") if isinstance(raw, Mapping) else None
+    if isinstance(done, bool) or not isinstance(done, int | float):
+        return None
+    return float(done)
+
+
+def _work(job: model.JobSpec, hist: history.History) -> float:
+    reported = _reported(job)
+    return reported if reported is not None else hist.work_done
+
+
+def _work_text(job: model.JobSpec, hist: history.History) -> str:
+    reported = _reported(job)
+    if reported is not None:
+        return f"steps done {cond.fmt(reported)} (reported)"
+    return f"work done {cond.fmt(hist.work_done)}"

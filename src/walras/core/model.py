@@ -161,6 +161,8 @@ class JobSpec:
     affinity: tuple[NodeSelectorTerm, ...] = ()
     # HadarE may run copies of the job on several nodes (spec.forkable; opt-in per job).
     forkable: bool = False
+    # spec.profile: jobs alike for throughput estimation (walras.core.estimation); "" = image.
+    profile: str = ""
 
     @property
     def key(self) -> JobKey:
@@ -216,6 +218,9 @@ class PoolSpec:
     capacity_override: int | None
     generation: int
     status: Mapping[str, Any] = dataclasses.field(compare=False)
+    # spec.defaultThroughput: steps/s a job that says nothing about this type is assumed to
+    # reach (walras.core.estimation, rule 3); None: no default.
+    default_throughput: float | None = None
 
     def selects(self, labels: Mapping[str, str]) -> bool:
         """Whether a node with ``labels`` belongs to this pool (every selector label matches).
@@ -531,6 +536,7 @@ def _parse_job(obj: Mapping[str, Any]) -> JobSpec:
     tenant = checked.tenant
     return JobSpec(
         forkable=checked.forkable,
+        profile=checked.profile or "",
         namespace=namespace,
         name=name,
         uid=str(meta.get("uid", "")),
@@ -569,7 +575,15 @@ def parse_pool(obj: Mapping[str, Any]) -> PoolSpec:
         # A pool its CRD's schema refuses (stored before the schema had the rule) offers no
         # GPUs rather than a guess: its Ready condition then says the pool is empty.
         capacity = 0
+    default = spec.get("defaultThroughput")
     return PoolSpec(
+        default_throughput=(
+            float(default)
+            if isinstance(default, int | float)
+            and not isinstance(default, bool)
+            and 0 < default <= MAX_THROUGHPUT
+            else None
+        ),
         name=str(meta.get("name", "")),
         gpu_type=str(spec.get("gpuType", "")),
         node_selector=_str_map(spec.get("nodeSelector")),

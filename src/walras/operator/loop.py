@@ -44,7 +44,7 @@ from typing import Any
 from walras.core import conditions as cond
 from walras.core import crd, cycle, filters, model, policies, realise, snapshot
 from walras.kube import writes as kubeapi
-from walras.operator import health, metrics, sow, status
+from walras.operator import health, metrics, sow, status, throughputs
 
 logger = logging.getLogger("walras.operator.loop")
 
@@ -214,6 +214,8 @@ class RoundLoop:
         )
         self.round_no = 0
         self.state = cycle.CycleState()
+        # Reported progress and effective throughputs (issue 16; walras.operator.throughputs).
+        self.throughputs = throughputs.Throughputs()
         self.pending: dict[model.JobKey, list[_PendingBind]] = {}
         # Pods we bound that the watch has not shown bound yet: pod -> (node, gpus, when).
         self.ledger: dict[model.JobKey, tuple[str, dict[str, float], float]] = {}
@@ -331,6 +333,8 @@ class RoundLoop:
     async def _round(self, report: RoundReport, incremental: bool, t0: float) -> None:
         now = self.config.clock()
         snap = self._prepare(self.store.freeze(now), now)
+        snap = self.throughputs.prepare(snap, now)  # reported progress, effective throughputs
+        self.throughputs.observe_metrics()
         # Capacity committed to SoW launch plans is reserved first; the policy plans the rest.
         snap = await self.sow.round(snap, now, refresh=self._refresh_all)
         planned = await asyncio.to_thread(
@@ -747,7 +751,15 @@ class RoundLoop:
 
         def add(job: model.JobSpec | model.JobDefect, core: dict[str, Any], force: bool) -> None:
             old = job.status
-            if not (force or refresh) and not status.changed(core, old):
+            mismatch = self.throughputs.condition(job)
+            if mismatch is not None:
+                core = {**core, "conditions": [*core["conditions"], mismatch]}
+            extra = self.throughputs.status_fields(job, core)
+            if (
+                not (force or refresh)
+                and not status.changed(core, old)
+                and not self.throughputs.changed(job, extra)
+            ):
                 return
             full = dict(core)
             full["conditions"] = cond.merge_times(
@@ -757,6 +769,7 @@ class RoundLoop:
             hist = hists.get(job.key)
             if hist is not None:
                 full.update(hist.status_fields())
+            full.update(extra)
             failures = self.failures(job.uid)
             if failures:
                 full["failures"] = failures
@@ -805,6 +818,8 @@ class RoundLoop:
                 pending_reasons[reason] = pending_reasons.get(reason, 0) + 1
             add(job, core, force=failures_changed(job))
         for job, reason, message in self._retry_events:
+            events.append((job, job.uid, "Warning", reason, message))
+        for job, reason, message in self.throughputs.events():
             events.append((job, job.uid, "Warning", reason, message))
         for issue in sol.issues:
             job = by_key[issue.key]

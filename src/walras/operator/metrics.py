@@ -70,3 +70,10 @@ ROUNDS = Counter(
     "Scheduling rounds completed.",
     registry=REGISTRY,
 )
+JOB_THROUGHPUT = Gauge(
+    "walras_job_throughput",
+    "Steps per second a job's policy input holds per GPU type, by where the value came from "
+    "(declared in spec.throughput, measured from walras.dev/steps-done, or estimated).",
+    ["namespace", "job", "gpu_type", "source"],
+    registry=REGISTRY,
+)

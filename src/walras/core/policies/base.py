@@ -135,10 +135,12 @@ class Policy(Protocol):
 
 def inputs_key(snap: snapshot.Snapshot, view: snapshot.ClusterView) -> tuple[object, ...]:
     """What every policy's solve depends on besides progress: the active jobs (UID and spec
-    generation), their tenants, and the usable cluster (nodes, GPUs, foreign use per node, and
-    what the filters read: labels, taints, allocatable, foreign requests)."""
+    generation, throughputs), their tenants, and the usable cluster (nodes, GPUs, foreign use
+    per node, and what the filters read: labels, taints, allocatable, foreign requests)."""
     return (
         tuple((j.uid, j.generation, j.tenant) for j in snap.active_jobs),
+        # Throughputs change without a new generation: measured or estimated (issue 16).
+        tuple(tuple(sorted(j.throughput.items())) for j in snap.active_jobs),
         tuple(sorted((name, repr(spec)) for name, spec in snap.tenants.items())),
         view.gpu_types,
         tuple(n.name for n in view.nodes),

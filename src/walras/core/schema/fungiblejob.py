@@ -156,6 +156,14 @@ class FungibleJobSpec(Model):
         ),
     )
     forkable: bool = False
+    profile: Annotated[str, StringConstraints(max_length=253)] | None = Field(
+        None,
+        description=(
+            "Jobs with the same profile are alike (same model and batch size): their measured "
+            "throughputs estimate each other's on GPU types not in spec.throughput. Default: "
+            "jobs whose first container has the same image."
+        ),
+    )
     total_work: float | None = Field(
         None,
         gt=0,
@@ -183,6 +191,47 @@ class Placement(Model):
     gpu_type: str | None = None
     fraction: float | None = None
     nodes: list[str] | None = None
+
+
+class MeasuredThroughput(Model):
+    """One GPU type in ``status.progress.measured``."""
+
+    steps_per_second: float | None = None
+    samples: Int64 | None = Field(None, description="Reading intervals measured.")
+    steps: float | None = None
+    seconds: float | None = None
+
+
+class Progress(Model):
+    """``status.progress``: what the workload reported on its pods (walras.dev/steps-done)."""
+
+    steps_done: float | None = Field(None, description="Steps done, as reported (monotone).")
+    updated_at: str | None = Field(None, description="When stepsDone last grew (RFC 3339).")
+    estimated_finish: str | None = Field(
+        None, description="When stepsDone reaches spec.totalWork at the expected throughput."
+    )
+    measured: dict[str, MeasuredThroughput] | None = Field(
+        None, description="Measured steps per second per GPU type, with sample counts."
+    )
+    fork_base: float | None = Field(None, description="Forked jobs: steps of copies now gone.")
+    copies: dict[str, float] | None = Field(
+        None, description="Forked jobs: steps reported by each running copy (round/node)."
+    )
+
+
+class ThroughputInUse(Model):
+    """One GPU type in ``status.throughputs``: the value the policy used and where it came from."""
+
+    value: float | None = None
+    source: str | None = Field(
+        None,
+        description=(
+            "measured, declared, estimated-own, estimated-similar (from jobs of the same "
+            "profile) or default (the pool's defaultThroughput)."
+        ),
+    )
+    declared: float | None = None
+    samples: Int64 | None = None
 
 
 class FungibleJobStatus(Model):
@@ -236,6 +285,16 @@ class FungibleJobStatus(Model):
             "When the current slice's gang starts doing work (its start plus the restart cost)."
         ),
     )
+    progress: Progress | None = None
+    throughputs: dict[str, ThroughputInUse] | None = Field(
+        None, description="Per GPU type, the throughput the policy used and its source."
+    )
+    declared_throughput: float | None = Field(
+        None, description="spec.throughput on gpuType (absent: not declared)."
+    )
+    measured_throughput: float | None = Field(
+        None, description="Measured steps per second on gpuType (absent: not measured yet)."
+    )
 
 
 class FungibleJob(Model):
@@ -279,6 +338,9 @@ DESCRIPTOR = CrdDescriptor(
         Column("GPU type", "string", ".status.gpuType"),
         Column("Share", "number", ".status.fairShare"),
         Column("Throughput", "number", ".status.expectedThroughput"),
+        Column("Declared", "number", ".status.declaredThroughput"),
+        Column("Measured", "number", ".status.measuredThroughput"),
+        Column("Steps", "number", ".status.progress.stepsDone"),
         Column("Price", "number", ".status.price"),
         Column("Phase", "string", ".status.phase"),
         AGE,

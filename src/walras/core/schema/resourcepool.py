@@ -10,6 +10,7 @@ from typing import Annotated
 from pydantic import Field, StringConstraints
 
 from walras.core import crd
+from walras.core.schema import limits
 from walras.core.schema.definition import AGE, Column, CrdDescriptor
 from walras.core.schema.kubetypes import Conditions, Int64, Model, ObjectMeta
 
@@ -30,6 +31,15 @@ class ResourcePoolSpec(Model):
         None,
         ge=0,
         description="GPUs of this type to offer instead of the nodes' allocatable sum.",
+    )
+    default_throughput: float | None = Field(
+        None,
+        gt=0,
+        le=limits.MAX_THROUGHPUT,
+        description=(
+            "Steps per second assumed for a job on this GPU type when neither its spec, its "
+            "measurements nor similar jobs say anything (docs/progress.md)."
+        ),
     )
 
 

@@ -1,0 +1,140 @@
+"""The round loop with reported progress, against a scripted API (no Kubernetes).
+
+A one-pod job declares 1 step/s on type g; its workload really does 2 steps/s (the pod's
+``walras.dev/steps-done`` annotation grows by 20 every 10 s of the injected clock). Oracles: the
+contract of walras.core.progress/estimation, computed by hand: after 3 intervals the measured
+2 steps/s (3 samples) replaces the declared 1 (off by more than x2 would raise the mismatch
+condition; x2 is not more than x2), a decreasing reading is ignored with one Warning Event naming
+the pod, and the job completes at totalWork 100 from the reported steps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from test_operator_whole_gangs import GPU, FakeApi
+
+from walras.core import progress
+from walras.operator import loop, metrics
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def pod(steps: str) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "namespace": "ns",
+            "name": "train-r1-0",
+            "uid": "pod-1",
+            "labels": {"walras.dev/job": "train", "walras.dev/replica": "0"},
+            "annotations": {
+                "walras.dev/round": "1",
+                "walras.dev/node": "n0",
+                "walras.dev/group": "g",
+                progress.ANN_STEPS_DONE: steps,
+            },
+        },
+        "spec": {"nodeName": "n0", "containers": [{"name": "c", "image": "i"}]},
+        "status": {"phase": "Running"},
+    }
+
+
+def setup(declared: float) -> tuple[loop.RoundLoop, FakeApi, Clock]:
+    api = FakeApi()
+    clock = Clock()
+    rounds = loop.RoundLoop(
+        loop.snapshot.Store(),
+        api,  # type: ignore[arg-type]  # duck-typed stand-in for walras.kube.writes.Api
+        loop.LoopConfig(backend="numpy", clock=clock),
+    )
+    store = rounds.store
+    store.upsert("pool", {"metadata": {"name": "g", "generation": 1}, "spec": {"gpuType": "g"}})
+    store.upsert(
+        "node",
+        {
+            "metadata": {"name": "n0", "labels": {"walras.dev/gpu-type": "g"}},
+            "status": {
+                "allocatable": {GPU: "8", "cpu": "32", "memory": "64Gi", "pods": "110"},
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
+        },
+    )
+    store.upsert(
+        "job",
+        {
+            "metadata": {
+                "namespace": "ns",
+                "name": "train",
+                "uid": "u1",
+                "generation": 1,
+                "creationTimestamp": "1970-01-01T00:16:40Z",  # t = 1000 s
+            },
+            "spec": {
+                "replicas": 1,
+                "throughput": {"g": declared},
+                "totalWork": 100,
+                "template": {"spec": {"containers": [{"name": "c", "image": "i"}]}},
+            },
+        },
+    )
+    return rounds, api, clock
+
+
+def report(rounds: loop.RoundLoop, clock: Clock, at: float, steps: str) -> None:
+    clock.now = at
+    rounds.store.upsert("pod", pod(steps))
+    rounds.facts.owner[("ns", "train-r1-0")] = "u1"
+    asyncio.run(rounds.run_round())
+
+
+def test_progress_measures_replaces_declared_and_completes() -> None:
+    rounds, api, clock = setup(declared=1.0)
+    asyncio.run(rounds.run_round())  # creates and binds the pod
+    for k, steps in enumerate(["0", "20", "40", "60"]):
+        report(rounds, clock, 1010.0 + 10 * k, steps)
+    status = api.statuses["train"]
+    assert status["progress"]["stepsDone"] == 60
+    g = status["progress"]["measured"]["g"]
+    assert (g["stepsPerSecond"], g["samples"]) == (2.0, 3)  # 60 steps in 30 s
+    assert status["throughputs"]["g"] == {
+        "value": 2.0,
+        "source": "measured",
+        "declared": 1.0,
+        "samples": 3,
+    }
+    assert not any(c["type"] == "ThroughputMismatch" for c in status["conditions"])
+    # 40 steps left at the expected 2 steps/s from the last reading (t=1040): t=1060.
+    assert status["progress"]["estimatedFinish"] == "1970-01-01T00:17:40.000000Z"
+    value = metrics.REGISTRY.get_sample_value(
+        "walras_job_throughput",
+        {"namespace": "ns", "job": "train", "gpu_type": "g", "source": "measured"},
+    )
+    assert value == 2.0
+    # A decreasing reading is ignored, with one Warning Event naming the pod.
+    report(rounds, clock, 1050.0, "30")
+    assert api.statuses["train"]["progress"]["stepsDone"] == 60
+    assert [(r, "train-r1-0" in m) for r, m in api.events] == [(progress.DECREASING, True)]
+    # totalWork 100 reached by the reported steps: Succeeded, reason TotalWorkDone.
+    report(rounds, clock, 1060.0, "100")
+    final = api.statuses["train"]
+    assert final["phase"] == "Succeeded"
+    allocated = next(c for c in final["conditions"] if c["type"] == "Allocated")
+    assert allocated["reason"] == "TotalWorkDone" and "(reported)" in allocated["message"]
+
+
+def test_declared_far_off_gets_a_condition() -> None:
+    rounds, api, clock = setup(declared=0.5)  # 2 steps/s measured is 4x the declared 0.5
+    asyncio.run(rounds.run_round())
+    for k, steps in enumerate(["0", "20", "40", "60"]):
+        report(rounds, clock, 1010.0 + 10 * k, steps)
+    mismatch = next(
+        c for c in api.statuses["train"]["conditions"] if c["type"] == "ThroughputMismatch"
+    )
+    assert mismatch["status"] == "True" and "declared 0.5, measured 2" in mismatch["message"]
