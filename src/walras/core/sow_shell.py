@@ -24,16 +24,17 @@ Example: ``{"0": 3, "1": [0, 2]}``.
 Persistence and restart (:func:`rebuild`): a SoW's status holds what was posted at its birth
 (menus, failure tables, plans, sequence) and each instance's phase and realised times, so a
 restarted operator rebuilds the same ledger: admissions exactly, expected usage ``y`` recomputed
-from the plans, the round counter from ``status.round``. Not recovered: SoWs deleted meanwhile
-(they leave the ledger, which changes later admissions' seeds and samples), an instance that
-completed between the last status write and the crash (it completes again at the next round,
-one round later, and is charged for that round too), and menus of SoWs admitted in the round
-the crash interrupted before its status write (they are re-admitted: the same birth round if
-the restart is within it, else a later one).
+from the plans, the open round from ``status.round`` (the latest over all SoWs; a SoW's status
+is rewritten only when it changes, and replaying quiet rounds is deterministic). Not recovered:
+SoWs deleted meanwhile (they leave the ledger, which changes later admissions' seeds and
+samples); the round an instance completed in, if the crash fell between its pods succeeding
+and its status write (it is completed when the replay ends the persisted open round, so it is
+charged for the rounds up to there); SoWs admitted in a round whose status write the crash
+interrupted (they are born again, at the first round after the restart).
 
-:func:`reservations` says which GPUs the running instances hold or will hold this round; the
-operator shows them to the policy as foreign usage, so capacity committed to launch plans is
-taken first and the running policy plans the rest.
+:func:`running_gangs` and :func:`place` say which GPUs the running instances hold or get this
+round; the operator shows them to the policy as foreign usage, so capacity committed to launch
+plans is taken first and the running policy plans the rest.
 """
 
 from __future__ import annotations
@@ -493,8 +494,15 @@ def rebuild(
     jobs = [replace(j, admission=replace(j.admission, sequence=i)) for i, j in enumerate(jobs)]
     ledger = Ledger.empty(params, dict(capacities))
     usage = expected_usage(ledger, jobs)
+    # The statuses show round ``last_round`` started (arrivals, starts, evictions written) and
+    # not ended: the next advance ends it with the completions observed since.
     ledger = replace(
-        ledger, time=last_round + 1 if jobs else 0, jobs=tuple(jobs), usage=usage, sows=tuple(sows)
+        ledger,
+        time=max(last_round, 0),
+        jobs=tuple(jobs),
+        usage=usage,
+        sows=tuple(sows),
+        round_open=bool(jobs),
     )
     return ledger, clock, broken
 
