@@ -167,6 +167,9 @@ CONTROLLER_GRANTS: dict[tuple[str, str], set[str]] = {
     ("walras.dev", "nodeallocations"): {"get", "list", "watch"},
     # Tenants are admin-owned: the controller only reads them (issue 14, governance).
     ("walras.dev", "tenants"): {"get", "list", "watch"},
+    # Statements of work (issue 13): listed each round, status patched.
+    ("walras.dev", "statementsofwork"): {"get", "list"},
+    ("walras.dev", "statementsofwork/status"): {"patch"},
 }
 AGENT_GRANTS: dict[tuple[str, str], set[str]] = {
     ("", "nodes"): {"get"},
