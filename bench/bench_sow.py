@@ -12,6 +12,12 @@ the paper's formulas, so ``ratio_x_log = ratio_of_means · ln(KDV)`` is the numb
 (≥ a constant means the bound's shape holds). Also eviction/cancellation rates and revenue.
 ``time_s``/``cpu_s``: one realisation's mechanism run (median); ``opt_time_s``: MILP (median).
 
+``workloads`` cases: the ratio's distribution over ``W`` generated workloads (one seed each, one
+realisation each): ``ratio_p10/p50/p90``, ``ratio_min`` beside ``inv_log_kdv = 1/ln(KDV)``, the
+bound's scale (``ratio_min_x_log`` ≥ a constant is the shape of Theorem 5.1's guarantee).
+``sim`` case: the same through ``walras simulate --policy sow``'s module (:mod:`walras.sim.sow`)
+on Walras's default three-type cluster, welfare, revenue and eviction/cancellation rates.
+
 ``admission`` cases: time of one ``admit`` (median and max over the run; Monte Carlo with the
 Hoeffding sample count) at a few workload sizes.
 """
@@ -84,6 +90,84 @@ def welfare_case(
     }
 
 
+def _pct(values: list[float], q: float) -> float:
+    return round(float(np.percentile(np.asarray(values), q)), 4)
+
+
+def workloads_case(
+    name: str, spec: sow.WorkloadSpec, cap: int, workloads: int
+) -> dict[str, object]:
+    ratios, times, cpus = [], [], []
+    evicted = cancelled = jobs = 0
+    lkdv = 0.0
+    for seed in range(workloads):
+        params = sow.MechanismParams(2, 4, 8.0, seed=seed)
+        lkdv = sow.log_kdv(params)
+        sows = sow.generate(spec, params, seed)
+        real = sow.sample_realisation(sows, np.random.default_rng(seed))
+        t0, c0 = time.perf_counter(), time.process_time()
+        out = sow.run_market(params, {"gpu": cap}, sows, real)
+        times.append(time.perf_counter() - t0)
+        cpus.append(time.process_time() - c0)
+        best = sow.offline_optimum({"gpu": cap}, sows, real).welfare
+        ratios.append(out.welfare / best if best > 0 else 1.0)
+        evicted += out.evicted
+        cancelled += out.cancelled
+        jobs += len(out.ledger.jobs)
+    return {
+        "bench": "sow",
+        "case": f"workloads-{name}",
+        "sows": spec.sows,
+        "capacity": cap,
+        "workloads": workloads,
+        "ratio_min": round(min(ratios), 4),
+        "ratio_p10": _pct(ratios, 10),
+        "ratio_p50": _pct(ratios, 50),
+        "ratio_p90": _pct(ratios, 90),
+        "ratio_max": round(max(ratios), 4),
+        "log_kdv": round(lkdv, 4),
+        "inv_log_kdv": round(1 / lkdv, 4),
+        "ratio_min_x_log": round(min(ratios) * lkdv, 4),
+        "evicted_rate": round(evicted / jobs, 4),
+        "cancelled_rate": round(cancelled / jobs, 4),
+        "time_s": round(statistics.median(times), 4),
+        "cpu_s": round(statistics.median(cpus), 4),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }
+
+
+def sim_case(n_sows: int, realisations: int) -> dict[str, object]:
+    from walras.sim import sow as sim_sow
+
+    counts = {"k80": 20, "p100": 20, "v100": 20}
+    workload = sim_sow.generated_workload(n_sows, counts, seed=0)
+    s = sim_sow.run(workload, realisations=realisations, seed=0, offline="on").summary()
+    keep = (
+        "welfare_mean",
+        "revenue_mean",
+        "offline_welfare_mean",
+        "ratio_of_means",
+        "ratio_min",
+        "ratio_x_log",
+        "completed_rate",
+        "evicted_rate",
+        "cancelled_rate",
+        "not_run_rate",
+        "supply_sufficient",
+    )
+    return {
+        "bench": "sow",
+        "case": f"sim-{n_sows}sows-3types",
+        "sows": n_sows,
+        "realisations": realisations,
+        **{k: round(v, 4) if isinstance(v, float) else v for k, v in s.items() if k in keep},
+        "time_s": round(s["wall_s"] / realisations, 4),
+        "cpu_s": round(s["cpu_s"] / realisations, 4),
+        "opt_time_s": round(s["offline_s"] / realisations, 4),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }
+
+
 def admission_case(n_sows: int, births: int, cap: int, seed: int = 0) -> dict[str, object]:
     params = sow.MechanismParams(2, 4, 8.0, seed=seed)
     spec = sow.WorkloadSpec(sows=n_sows, births=births)
@@ -117,6 +201,12 @@ def main() -> int:
     )
     for name, spec, cap, reps in cases:
         print(json.dumps(welfare_case(name, spec, cap, reps)), flush=True)
+    for name, spec, cap, count in (
+        ("C20-60sows", sow.WorkloadSpec(sows=60, births=10), 20, 20),
+        ("C4-30sows-undersupplied", sow.WorkloadSpec(sows=30, births=20), 4, 30),
+    ):
+        print(json.dumps(workloads_case(name, spec, cap, count)), flush=True)
+    print(json.dumps(sim_case(120, 4)), flush=True)
     for n, births, cap in ((50, 20, 20), (200, 40, 20), (800, 80, 40)):
         print(json.dumps(admission_case(n, births, cap)), flush=True)
     return 0
