@@ -447,6 +447,14 @@ def test_cli_generated_workload_json() -> None:
         (ONE_SOW.replace("duration: 2", "duration: -1"), [], "distribution.durations"),
         (ONE_SOW.replace("concurrency: 1\n", "concurrency: 1\n    colour: red\n"), [], "'colour'"),
         (ONE_SOW.replace("maxValue: 5", "maxValue: 4"), [], "value_function"),
+        (
+            ONE_SOW.replace(
+                "    concurrency: 1\n",
+                "    demands: [{gpuType: gpu, concurrency: 1, throughput: 0}]\n",
+            ),
+            [],
+            "throughput",
+        ),
         (ONE_SOW, ["--sow-workload", "3"], "--sow-workload"),
         (ONE_SOW, ["--offline", "sometimes"], "--offline"),
         (ONE_SOW, ["--realisations", "0"], "--realisations"),
@@ -457,6 +465,7 @@ def test_cli_generated_workload_json() -> None:
         "negative-duration",
         "unknown-key",
         "v>V",
+        "throughput-0",
         "file+N",
         "offline",
         "realisations",

@@ -262,7 +262,10 @@ def run(
         best = None
         if solve:
             t1 = time.perf_counter()
-            best = offline_optimum(caps, workload.sows, real).welfare
+            try:
+                best = offline_optimum(caps, workload.sows, real).welfare
+            except InvalidProblem as exc:  # HiGHS gave up (time limit): say so, no traceback
+                raise SimInputError(f"{workload.source}: --offline: {exc}") from None
             opt_s += time.perf_counter() - t1
         runs.append(SowRealisation(real, outcome, best))
     return SowSimResult(workload, tuple(runs), offline, seed, wall, cpu, opt_s)
@@ -313,6 +316,11 @@ def load_workload(path: pathlib.Path, capacities: Mapping[str, int], seed: int) 
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise SimInputError(f"{where}: sows: name {dup[0]!r} used twice")
+    for i, s in enumerate(sows):
+        try:
+            validate(s)  # before the bounds below divide by throughputs
+        except InvalidProblem as exc:
+            raise SimInputError(f"{where}: sows[{i}]: {exc}") from None
     bounds = {
         "maxConcurrency": max(s.concurrency for s in sows),
         "maxDuration": max(
@@ -321,13 +329,7 @@ def load_workload(path: pathlib.Path, capacities: Mapping[str, int], seed: int) 
         "maxValue": max(s.value.max_value for s in sows),
     }
     params = _params({**bounds, **mech}, f"{where}: mechanism", seed)
-    caps = _check_types(capacities, sows, where)
-    for i, s in enumerate(sows):
-        try:
-            validate(s, [g for g, _ in caps])
-        except InvalidProblem as exc:
-            raise SimInputError(f"{where}: sows[{i}]: {exc}") from None
-    return SowWorkload(where, params, caps, sows)
+    return SowWorkload(where, params, _check_types(capacities, sows, where), sows)
 
 
 def _generated(
