@@ -200,8 +200,12 @@ def test_examples_pass_server_side_validation(kube: Any, crds: None, namespace: 
         for doc in yaml.safe_load_all(path.read_text()):
             if not doc or not str(doc.get("apiVersion", "")).startswith("walras.dev/"):
                 continue
-            plural = {"FungibleJob": "fungiblejobs", "ResourcePool": "resourcepools"}[doc["kind"]]
-            if doc["kind"] == "FungibleJob":
+            plural = {
+                "FungibleJob": "fungiblejobs",
+                "ResourcePool": "resourcepools",
+                "StatementOfWork": "statementsofwork",
+            }[doc["kind"]]
+            if doc["kind"] in ("FungibleJob", "StatementOfWork"):
                 doc["metadata"]["namespace"] = namespace  # the sample's namespace is not here
                 url = f"{BASE}/namespaces/{namespace}/{plural}"
             else:
@@ -209,4 +213,4 @@ def test_examples_pass_server_side_validation(kube: Any, crds: None, namespace: 
             answer = devcluster.request(kube, "POST", url, body=doc, query={"dryRun": "All"})
             assert answer["metadata"]["name"] == doc["metadata"]["name"]
             checked.append(doc["kind"])
-    assert sorted(set(checked)) == ["FungibleJob", "ResourcePool"]
+    assert sorted(set(checked)) == ["FungibleJob", "ResourcePool", "StatementOfWork"]

@@ -11,7 +11,11 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-CRD_FILES = {"FungibleJob": "fungiblejob.yaml", "ResourcePool": "resourcepool.yaml"}
+CRD_FILES = {
+    "FungibleJob": "fungiblejob.yaml",
+    "ResourcePool": "resourcepool.yaml",
+    "StatementOfWork": "statementofwork.yaml",
+}
 
 
 def walras_objects() -> list[tuple[str, dict[str, Any]]]:
@@ -25,7 +29,7 @@ def walras_objects() -> list[tuple[str, dict[str, Any]]]:
 
 def test_examples_cover_both_kinds() -> None:
     kinds = {doc["kind"] for _, doc in walras_objects()}
-    assert kinds == {"FungibleJob", "ResourcePool"}
+    assert kinds == {"FungibleJob", "ResourcePool", "StatementOfWork"}
 
 
 @pytest.mark.parametrize(("label", "doc"), walras_objects(), ids=lambda v: str(v)[:40])
