@@ -23,6 +23,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from walras.cli import throughput_view
 from walras.cli.app import app
 from walras.kube import client as kubeclient
 
@@ -77,6 +78,7 @@ class Explanation:
     fair_share: float | None
     alternatives: tuple[Alternative, ...]
     pools: tuple[PoolView, ...]
+    throughputs: tuple[throughput_view.ThroughputRow, ...] = ()
 
 
 def _num(value: Any, default: float = 0.0) -> float:
@@ -134,7 +136,8 @@ def alternatives(job: Obj, pools: Sequence[PoolView]) -> tuple[Alternative, ...]
     capacity = np.array([sum(p.capacity for p in pools if p.gpu_type == t) for t in types])
     # One price per type; pools of the same type share it, take the highest to be conservative.
     prices = np.array([max(p.price for p in pools if p.gpu_type == t) for t in types])
-    throughput = spec.get("throughput") or {}
+    # The throughputs the policy used (measured or estimated ones too), else the declared ones.
+    throughput = throughput_view.effective(job)
     row = np.array([_num(throughput.get(t)) for t in types])
     demand = float(int(spec.get("replicas", 1)) * gpus_per_pod(job))
     utility = spec.get("utility") or {}
@@ -204,6 +207,7 @@ def explain(job: Obj, pools: Iterable[Obj]) -> Explanation:
         fair_share=None if fair is None else _num(fair),
         alternatives=alternatives(job, views) if views else (),
         pools=views,
+        throughputs=throughput_view.rows(job),
     )
 
 
@@ -260,6 +264,8 @@ def render_explanation(console: Console, e: Explanation) -> None:
         f"Expected throughput {e.expected_throughput:.4g}/s at price {e.price:.4g}; "
         f"fair share {share}"
     )
+    if e.throughputs:
+        console.print(throughput_view.table(e.throughputs))
     console.print(pools_table(e.pools, title="Current prices"))
     if e.alternatives:
         table = Table(title="On one GPU type alone, at these prices, you would get")
