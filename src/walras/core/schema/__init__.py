@@ -14,7 +14,7 @@ a new module here with its models and a ``DESCRIPTOR``, listed in :data:`DESCRIP
 
 from __future__ import annotations
 
-from walras.core.schema import fungiblejob, nodeallocation, resourcepool, tenant
+from walras.core.schema import fungiblejob, nodeallocation, resourcepool, statementofwork, tenant
 from walras.core.schema.definition import CrdDescriptor, build_crd, openapi_schema
 
 DESCRIPTORS: tuple[CrdDescriptor, ...] = (
@@ -22,6 +22,7 @@ DESCRIPTORS: tuple[CrdDescriptor, ...] = (
     resourcepool.DESCRIPTOR,
     nodeallocation.DESCRIPTOR,
     tenant.DESCRIPTOR,
+    statementofwork.DESCRIPTOR,
 )
 
 __all__ = ["DESCRIPTORS", "CrdDescriptor", "build_crd", "openapi_schema"]
