@@ -24,8 +24,8 @@ Example: ``{"0": 3, "1": [0, 2]}``.
 Persistence and restart (:func:`rebuild`): a SoW's status holds what was posted at its birth
 (menus, failure tables, plans, sequence) and each instance's phase and realised times, so a
 restarted operator rebuilds the same ledger: admissions exactly, expected usage ``y`` recomputed
-from the plans, the open round from ``status.round`` (the latest over all SoWs; a SoW's status
-is rewritten only when it changes, and replaying quiet rounds is deterministic). Not recovered:
+from the plans, the open round from ``status.round`` (the latest over all SoWs; the operator
+writes it every round to SoWs with active instances). Not recovered:
 SoWs deleted meanwhile (they leave the ledger, which changes later admissions' seeds and
 samples); the round an instance completed in, if the crash fell between its pods succeeding
 and its status write (it is completed when the replay ends the persisted open round, so it is

@@ -403,7 +403,10 @@ class SowRunner:
                 body = shell.status_of(obj, self.ledger, self.clock, round_no=target)
             if body is None:
                 continue
-            if _same(body, obj.status):
+            # An SoW with active instances records every round it sees: a restarted operator
+            # ends that round with the completions it observes (walras.core.sow_shell.rebuild).
+            moved = body.get("phase") == "Admitted" and obj.status.get("round") != body["round"]
+            if _same(body, obj.status) and not moved:
                 continue
             old = {str(c.get("type")): c for c in obj.status.get("conditions") or []}
             for c in body["conditions"]:
@@ -427,17 +430,25 @@ class SowRunner:
 
 
 def _same(body: Mapping[str, Any], old: Mapping[str, Any]) -> bool:
-    """Equal apart from conditions' transition times and the round counter."""
+    """Equal apart from conditions' transition times, the round counter and nulls (the API
+    server drops a null of a field that is not nullable, e.g. an instance's unset start)."""
 
-    def strip(s: Mapping[str, Any]) -> dict[str, Any]:
+    def bare(x: Any) -> Any:
+        if isinstance(x, Mapping):
+            return {k: bare(v) for k, v in x.items() if v is not None}
+        if isinstance(x, list | tuple):
+            return [bare(v) for v in x]
+        return x
+
+    def strip(s: Mapping[str, Any]) -> Any:
         out = {k: v for k, v in s.items() if k != "round"}
         out["conditions"] = [
             {k: v for k, v in c.items() if k != "lastTransitionTime"}
             for c in s.get("conditions") or []
         ]
-        return json.loads(json.dumps(out))  # type: ignore[no-any-return]  # plain JSON data
+        return bare(json.loads(json.dumps(out)))
 
-    return strip(body) == strip(old)
+    return bool(strip(body) == strip(old))
 
 
 def _resource(view: snapshot.ClusterView, gpu_type: str) -> str:
