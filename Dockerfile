@@ -5,6 +5,9 @@
 #   docker build -t walras:dev .                  # slim CPU image: numpy/scipy backend
 #   docker build -t walras:dev-cuda --build-arg VARIANT=cuda .   # adds torch (CUDA wheels)
 #
+# Dependencies install from locks/image-<variant>.txt (hack/lock.sh; `make verify` checks them
+# against pyproject.toml), with hashes, so an image is reproducible from its commit.
+#
 # The base is Debian's own bookworm-slim with Debian's Python 3.11, not python:3.11-slim: the
 # project's machines have no Docker engine and cannot pull from a registry, so hack/build-image.sh
 # makes an identical debian:bookworm-slim from Debian's packages (debootstrap) and builds this very
@@ -25,9 +28,9 @@ ARG VARIANT=cpu
 # ---- build: a virtualenv in /opt/walras with walras and its dependencies -------------------------
 FROM debian:bookworm-slim AS build
 # PIP_CERT: a CA bundle for pip, for build machines whose egress re-signs TLS (hack/build-image.sh
-# mounts the host's and sets it). Unset, pip trusts its own bundle. Declared in every stage that
-# runs pip, since a build argument does not outlive its stage.
+# mounts the host's and sets it). Unset, pip trusts its own bundle.
 ARG PIP_CERT
+ARG VARIANT
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
@@ -39,27 +42,17 @@ RUN apt-get update \
     && apt-get install --yes --no-install-recommends python3 python3-venv \
     && rm -rf /var/lib/apt/lists/* \
     && python3 -m venv /opt/walras
-# Dependencies first, from pyproject.toml alone (an empty package and README stand in for the
-# real ones), so that a change of the sources or the README reuses this layer.
-COPY pyproject.toml ./
-RUN mkdir -p src/walras && touch src/walras/__init__.py README.md \
-    && /opt/walras/bin/pip install . \
-    && /opt/walras/bin/pip uninstall --yes walras \
-    && rm -rf src README.md build
-# The context is pyproject.toml, README.md and src/ only (.dockerignore).
+# Dependencies first, exactly as locked (locks/image-cpu.txt or image-cuda.txt, made by
+# hack/lock.sh from pyproject.toml): every version and every file's sha256 fixed, wheels only, no
+# resolution at build time, so two builds of one commit install the same files. The lock alone is
+# copied here, so a change of the sources reuses this layer. No matplotlib (the plots extra).
+COPY locks/image-${VARIANT}.txt /tmp/requirements.lock
+RUN /opt/walras/bin/pip install --require-hashes --no-deps --only-binary :all: \
+        --requirement /tmp/requirements.lock
+# The context is pyproject.toml, README.md, src/ and locks/ only (.dockerignore).
 COPY . ./
-
-FROM build AS build-cpu
-ARG PIP_CERT
-RUN /opt/walras/bin/pip install --no-deps .
-
-FROM build AS build-cuda
-ARG PIP_CERT
-RUN /opt/walras/bin/pip install '.[torch]'
-
-# build-cpu or build-cuda is a stage of this file, not an image to pin (hence DL3006 off).
-# hadolint ignore=DL3006
-FROM build-${VARIANT} AS venv
+# walras itself, built with the locked setuptools (no build isolation: nothing unlocked is fetched).
+RUN /opt/walras/bin/pip install --no-deps --no-build-isolation .
 
 # ---- runtime ---------------------------------------------------------------------------------------
 FROM debian:bookworm-slim AS runtime
@@ -80,10 +73,11 @@ RUN apt-get update \
     && groupadd --system --gid 65532 walras \
     && useradd --system --uid 65532 --gid 65532 --home-dir /tmp --no-create-home \
        --shell /usr/sbin/nologin walras
-# Everything that might write (HOME, matplotlib, caches, bytecode) is pointed at /tmp or disabled.
+# Everything that might write (HOME, caches, bytecode; matplotlib too, were the plots extra added
+# to a derived image) is pointed at /tmp or disabled.
 # One OpenBLAS thread: the allocator's BLAS calls are small, and idle OpenBLAS workers busy-waiting
-# for more work took the CPU its numpy kernels needed (walras.allocator.pricing.blas_threads and
-# fairness.market measured it).
+# for more work took the CPU its numpy kernels needed (walras.allocator.pricing.solver's
+# one_blas_thread and fairness.market measured it).
 ENV PATH=/opt/walras/bin:$PATH \
     HOME=/tmp \
     MPLCONFIGDIR=/tmp/matplotlib \
@@ -93,4 +87,4 @@ ENV PATH=/opt/walras/bin:$PATH \
     OPENBLAS_NUM_THREADS=1
 USER 65532:65532
 # Owned by root and read-only to the user: the image writes only under /tmp.
-COPY --from=venv /opt/walras /opt/walras
+COPY --from=build /opt/walras /opt/walras

@@ -29,10 +29,10 @@
 # Dockerfile's PIP_CERT build argument.
 #
 # No build runs when the image under the tag is the one last built from inputs of the same hash
-# (Dockerfile, .dockerignore, pyproject.toml, README.md, src/, variant, base image); the hash and
-# image id are kept in the store's directory (a stamp file rather than a label, since under
-# vfs a LABEL step alone costs a full copy of the image). Otherwise the layer cache reuses the
-# dependency layers as long as pyproject.toml is unchanged.
+# (Dockerfile, .dockerignore, pyproject.toml, README.md, src/, locks/, variant, base image); the
+# hash and image id are kept in the store's directory (a stamp file rather than a label, since
+# under vfs a LABEL step alone costs a full copy of the image). Otherwise the layer cache reuses
+# the dependency layer as long as the variant's lock (locks/image-<variant>.txt) is unchanged.
 #
 # Prints key=value lines on stdout (logs go to stderr): engine, image, id, size_bytes, cached
 # (1 when no build ran), build_s, and for buildah the global flags (`buildah_flags`) that reach
@@ -80,7 +80,7 @@ fi
 inputs_hash() {
 	{
 		printf 'variant=%s\nbase=%s\n' "$variant" "$1"
-		find Dockerfile .dockerignore pyproject.toml README.md src -type f \
+		find Dockerfile .dockerignore pyproject.toml README.md src locks -type f \
 			! -path '*/__pycache__/*' ! -name '*.pyc' ! -path '*.egg-info/*' -print0 |
 			LC_ALL=C sort -z | xargs -0 sha256sum
 	} | sha256sum | cut -d' ' -f1

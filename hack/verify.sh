@@ -47,6 +47,7 @@ for values in charts/walras/ci/*.yaml; do
 	fi
 done
 
+if [[ -f hack/verify-lock.sh ]] && ! bash hack/verify-lock.sh; then status=1; fi # locks/ vs pyproject
 if ((status == 0)); then
 	echo "verify: crds/ generated from the models, chart CRDs in sync with crds/, helm lint clean"
 fi
