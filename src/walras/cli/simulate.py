@@ -90,6 +90,19 @@ def simulate_command(
         typer.Option("--backfill/--no-backfill", help="walras: leftover GPUs to waiting jobs."),
     ] = False,
     pop_shards: Annotated[int, typer.Option(help="walras: POP shards (1 = exact).")] = 1,
+    throughput_noise: Annotated[
+        float, typer.Option(help="walras: users declare true × exp(σ·N(0,1)) throughputs.")
+    ] = 0.0,
+    hide_fraction: Annotated[
+        float, typer.Option(help="walras: fraction of each job's GPU types left undeclared.")
+    ] = 0.0,
+    estimate: Annotated[
+        bool,
+        typer.Option(
+            "--estimate/--no-estimate",
+            help="walras: measured and estimated throughputs replace declared/missing ones.",
+        ),
+    ] = True,
     round_seconds: Annotated[float, typer.Option(help="Round length (s).")] = 360.0,
     restart_seconds: Annotated[
         float, typer.Option(help="Seconds a job loses in a round when its GPUs change.")
@@ -155,6 +168,9 @@ def simulate_command(
             hold_seconds=hold_seconds,
             backfill=backfill,
             pop_shards=pop_shards,
+            throughput_noise=throughput_noise,
+            hide_fraction=hide_fraction,
+            estimate=estimate,
             round_seconds=round_seconds,
             restart_seconds=restart_seconds,
             seed=seed,
@@ -219,7 +235,12 @@ def _run(trace: pathlib.Path, *, progress: bool, **kw: Any) -> Any:
         hold_s=kw["hold_seconds"],
         backfill=kw["backfill"],
         pop_shards=kw["pop_shards"],
+        throughput_noise=kw["throughput_noise"],
+        hide_fraction=kw["hide_fraction"],
+        estimate=kw["estimate"],
     )
+    if kw["semantics"] != "walras" and (kw["throughput_noise"] or kw["hide_fraction"]):
+        raise SimInputError("--throughput-noise and --hide-fraction need --semantics walras")
     try:
         if kw["semantics"] == "walras":
             policy: Any = _core_policy(kw["policy"])

@@ -30,3 +30,7 @@ class SimConfig:
     history_half_life_s: float = math.inf
     backfill: bool = False
     pop_shards: int = 1
+    # --semantics walras only: what users declare (walras.sim.declared).
+    throughput_noise: float = 0.0
+    hide_fraction: float = 0.0
+    estimate: bool = True

@@ -39,6 +39,7 @@ from typing import Any
 
 from walras.core import crd, cycle, policies
 from walras.core.snapshot import Store
+from walras.sim import declared as declarations
 from walras.sim.cluster import Cluster
 from walras.sim.config import SimConfig
 from walras.sim.errors import SimInputError, SimulationStuckError
@@ -155,6 +156,8 @@ class _Sim:
     pod_manifests: dict[str, dict[str, Any]] = field(default_factory=dict)
     index: dict[tuple[str, str], int] = field(default_factory=dict)
     names: dict[int, tuple[str, str]] = field(default_factory=dict)
+    # --throughput-noise/--hide-fraction: what the policy sees (None: the true throughputs).
+    declared: declarations.Declared | None = None
 
     def settle(self, j: int, now: float) -> None:
         """Account job ``j``'s work and busy time up to ``now``."""
@@ -220,6 +223,7 @@ def run(
     except policies.UnknownPolicyError as exc:
         raise SimInputError(f"--policy: {exc}") from None
     sim = _Sim(workload, cluster, config, ledger, work=[0.0] * workload.n_jobs)
+    sim.declared = declarations.from_config(workload, config)
     for gpu_type in cluster.gpu_types:
         sim.store.upsert("pool", pool_manifest(gpu_type))
     for node in cluster.nodes:
@@ -262,6 +266,8 @@ def run(
             j = arrivals[ptr]
             manifest = job_manifest(workload, j)
             manifest["metadata"]["creationTimestamp"] = _stamp(float(workload.arrivals[j]))
+            if sim.declared is not None:
+                manifest = sim.declared.admit(j, manifest)
             key = (str(manifest["metadata"]["namespace"]), str(manifest["metadata"]["name"]))
             sim.index[key], sim.names[j] = j, key
             sim.store.upsert("job", manifest)
@@ -277,6 +283,12 @@ def run(
             raise SimulationStuckError(f"more than {_MAX_CYCLES_PER_JOB} cycles per job")
         for j in list(sim.running):
             sim.settle(j, now)
+        if sim.declared is not None:
+            on = {
+                j: (sim.node_type[sim._node_of_gpu(r.gpus[0])], r.productive_from)
+                for j, r in sim.running.items()
+            }
+            sim.declared.refresh(now, full, on, sim.store, sim.done)
         planned = cycle.plan(
             state,
             core_policy,
@@ -382,6 +394,16 @@ def _apply(sim: _Sim, planned: cycle.CyclePlan, now: float, full: bool) -> None:
         rate = float(
             planned_rate if planned_rate is not None else job.throughput.get(gpu_type, 0.0)
         )
+        if sim.declared is not None:
+            # The policy saw declared/estimated rates; the job runs at its true one, and the core's
+            # work accounting follows it (the operator reads real progress from the pods).
+            if planned.solution.placements:
+                raise SimInputError(
+                    "--throughput-noise/--hide-fraction: policies that place gangs themselves "
+                    "(hadar, hadare) are not supported"
+                )
+            rate = sim.declared.true_rate(j, gpu_type)
+            planned.histories[job.key].running_rate = rate
         sim.running[j] = _Running(
             start=now,
             productive_from=now + float(sim.config.restart_s),
