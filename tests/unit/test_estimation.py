@@ -77,6 +77,14 @@ def test_default_and_unknown() -> None:
     assert "b" not in none[("ns", "x")].throughput  # nothing known: not eligible there
 
 
+def test_no_evidence_no_estimate() -> None:
+    # Declarations alone (no measurement, no default): undeclared types stay out, as before.
+    jobs = [job("x", {"a": 3.0}), job("y", {"b": 1.0})]
+    eff = estimation.effective(jobs, {}, ["a", "b"])
+    assert eff[("ns", "x")].throughput == {"a": 3.0}
+    assert eff[("ns", "y")].throughput == {"b": 1.0}
+
+
 def test_everything_declared_needs_no_estimate() -> None:
     jobs = [job("x", {"a": 3.0, "b": 1.0})]
     eff = estimation.effective(jobs, {}, ["a", "b"])[("ns", "x")]

@@ -15,6 +15,10 @@ what their workloads reported (``walras.core.progress``) and the pools' per-type
    (``estimated-own``, ``estimated-similar``, ``default``) is kept for ``walras explain``;
 4. otherwise the type is left out (the job is not eligible there), as before estimation.
 
+Rule 3 applies only once there is evidence beyond declarations: some job of ``jobs`` has a
+measured value, or some pool a default. A cluster whose workloads report nothing schedules as it
+did before estimation existed (an undeclared type is not eligible).
+
 A declared value that disagrees with a measured one (with ``min_samples`` samples) by more than
 ``MISMATCH_FACTOR`` is listed in :attr:`Effective.mismatched`; the operator turns it into the
 job's ``ThroughputMismatch`` condition.
@@ -122,8 +126,12 @@ def effective(
             samples[j, c] = k[1]
         known.append(row)
     missing = any(len(row) < m or any(s == ESTIMATED for _, _, s in row.values()) for row in known)
+    # Estimation starts with evidence beyond declarations: a measurement or an admin default.
+    # Until then an undeclared type stays out, as before issue 16, so a cluster whose workloads
+    # do not report progress schedules exactly as it did.
+    evidence = bool((samples > 0).any()) or any(defaults.get(t, 0.0) > 0 for t in types)
     estimate = None
-    if missing and n and m:
+    if missing and evidence and n and m:
         estimate = estimate_throughputs(
             values,
             samples,
