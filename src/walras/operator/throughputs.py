@@ -116,9 +116,14 @@ class Throughputs:
                 continue
             fields = self.tracker.status_fields(job.uid)
             status = {**job.status, "progress": fields} if fields else job.status
-            # Three significant digits: a rate measured anew each round does not re-solve the
-            # round (the policies' memo keys on the throughputs) for noise.
-            thr = {t: cond.num(v) for t, v in self.effective[job.key].throughput.items()}
+            # Measured and estimated rates to three significant digits: one measured anew each
+            # round does not re-solve the round (the policies' memo keys on the throughputs)
+            # for noise. Declared values are used as given.
+            eff = self.effective[job.key]
+            thr = {
+                t: v if eff.source[t] == estimation.DECLARED else cond.num(v)
+                for t, v in eff.throughput.items()
+            }
             jobs.append(dataclasses.replace(job, throughput=thr, status=status))
         return dataclasses.replace(snap, jobs=tuple(jobs))
 
