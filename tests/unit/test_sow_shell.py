@@ -9,7 +9,7 @@ server stores them); the CRD's field names for rejections.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -65,19 +65,20 @@ BIRTHS = {"ns/first": 1, "ns/second": 2}
 
 
 def drive(
-    ledger: Ledger, rounds: range, realised: Mapping[str, int]
+    ledger: Ledger, rounds: Sequence[int], realised: Mapping[str, int]
 ) -> tuple[Ledger, list[shell.Advance]]:
-    """Advance round by round; an instance's pods finish ``realised[job]`` rounds after start."""
+    """Advance at each round of ``rounds`` (the operator may skip some); an instance's pods
+    finish ``realised[job]`` rounds after its start, seen by every later call."""
     steps = []
     for t in rounds:
-        finished = [
-            j.job
+        finished = {
+            j.job: j.start + realised[j.job] - 1
             for j in ledger.jobs
             if j.phase is Phase.RUNNING
             and j.start is not None
-            and j.start + realised[j.job] - 1 == ledger.time
-            and ledger.round_open
-        ]
+            and j.start + realised[j.job] - 1 < t
+        }
+        # A SoW created while the operator skipped rounds is born at the next call.
         born = [o for o in (FIRST, SECOND) if BIRTHS[o.key] == t]
         adv = shell.advance(ledger, t, born, [FIRST, SECOND], finished)
         ledger = adv.ledger
@@ -100,6 +101,17 @@ def test_advance_matches_the_allocators_market_driver() -> None:
     # The scenario is the one claimed: later-born evicted while running, earlier completed.
     assert ours["ns/second#0"][0] is Phase.EVICTED and ours["ns/first#0"][0] is Phase.COMPLETED
     assert [e for s in steps for e in s.evicted] == ["ns/second#0"]
+
+
+def test_completions_seen_late_are_charged_for_the_rounds_run() -> None:
+    # `first` runs 2 rounds from round 3; the operator looks again only at round 9. Its pods'
+    # finish round says when it completed: the same outcome as looking every round.
+    realised = {"ns/first#0": 2, "ns/second#0": 3}
+    every, _ = drive(Ledger.empty(PARAMS, CAPS), range(12), realised)
+    skipping, _ = drive(Ledger.empty(PARAMS, CAPS), [0, 1, 2, 3, 9, 10, 11], realised)
+    assert skipping.jobs == every.jobs
+    first = skipping.job("ns/first#0")
+    assert (first.phase, first.start, first.finish) == (Phase.COMPLETED, 3, 5)
 
 
 def _persisted(ledger: Ledger, target: int) -> list[shell.SowObject]:
@@ -134,11 +146,11 @@ def test_rebuild_from_statuses_is_the_same_ledger(crash_after: int) -> None:
 
 def test_sow_seen_during_an_open_round_is_born_at_the_next() -> None:
     ledger = Ledger.empty(PARAMS, CAPS)
-    adv = shell.advance(ledger, 4, [], [], [])
+    adv = shell.advance(ledger, 4, [], [], {})
     assert adv.ledger.round_open and adv.ledger.time == 4
-    again = shell.advance(adv.ledger, 4, [FIRST], [FIRST], [])
+    again = shell.advance(adv.ledger, 4, [FIRST], [FIRST], {})
     assert again.admitted == [] and again.ledger.sows == ()
-    born = shell.advance(again.ledger, 5, [FIRST], [FIRST], [])
+    born = shell.advance(again.ledger, 5, [FIRST], [FIRST], {})
     assert born.admitted == ["ns/first"]
     assert born.ledger.jobs[0].admission.instance.birth == 5
 
@@ -153,7 +165,7 @@ def test_sow_seen_during_an_open_round_is_born_at_the_next() -> None:
     ],
 )
 def test_rejections_name_the_spec_field(obj: shell.SowObject, field: str) -> None:
-    adv = shell.advance(Ledger.empty(PARAMS, CAPS), 0, [obj], [obj], [])
+    adv = shell.advance(Ledger.empty(PARAMS, CAPS), 0, [obj], [obj], {})
     assert adv.ledger.sows == ()
     assert adv.rejected[obj.key].field == field
     status = shell.rejected_status(obj, adv.rejected[obj.key])

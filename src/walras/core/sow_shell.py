@@ -279,18 +279,17 @@ def advance(
     target: int,
     newborn: Sequence[SowObject],
     objs: Sequence[SowObject],
-    finished: Sequence[str],
+    finished: Mapping[str, int],
 ) -> Advance:
     """Play the ledger up to round ``target`` and start it (module docstring).
 
     ``objs``: every SoW object (their arrival annotations); ``finished``: running instances
-    whose pods all Succeeded.
+    whose pods all Succeeded, with the round their last pod finished in (each completes at the
+    end of that round, or of the open round if that is later).
     """
     out = Advance(ledger)
     if ledger.round_open and ledger.time < target:
-        running = {j.job for j in ledger.jobs if j.phase is Phase.RUNNING}
-        ledger, done = end_round(ledger, [f for f in finished if f in running])
-        out.completed.extend(done.completed)
+        ledger = _end(ledger, finished, out)
     while not ledger.round_open and ledger.time <= target:
         t = ledger.time
         if t == target:
@@ -317,9 +316,19 @@ def advance(
         ledger, report = start_round(ledger, due)
         out.evicted.extend(report.evicted + report.cancelled)
         if t < target:
-            ledger, _ = end_round(ledger, ())
+            ledger = _end(ledger, finished, out)
     out.ledger = ledger
     return out
+
+
+def _end(ledger: Ledger, finished: Mapping[str, int], out: Advance) -> Ledger:
+    """End the open round with the running jobs that finished in it or before."""
+    t = ledger.time
+    running = {j.job for j in ledger.jobs if j.phase is Phase.RUNNING}
+    done_now = [f for f, c in finished.items() if f in running and c <= t]
+    ledger, done = end_round(ledger, done_now)
+    out.completed.extend(done.completed)
+    return ledger
 
 
 # ------------------------------------------------------------------ persistence

@@ -87,6 +87,7 @@ class SowPod:
     sow: str  # mechanism key namespace/name
     index: int
     owner: str  # uid of its controller SoW
+    finished_at: float | None = None  # latest container finishedAt, once terminated
 
     @property
     def job(self) -> str:
@@ -113,7 +114,13 @@ def _sow_pod(obj: Mapping[str, Any]) -> SowPod | None:
         "",
     )
     sow = f"{meta.get('namespace') or ''}/{labels.get(shell.LABEL_SOW, '')}"
-    return SowPod(model.parse_pod(obj), sow, index, owner)
+    ends = [
+        model.parse_time(((c.get("state") or {}).get("terminated") or {}).get("finishedAt"))
+        for c in (obj.get("status") or {}).get("containerStatuses") or []
+        if isinstance(c, Mapping)
+    ]
+    known = [e for e in ends if e is not None]
+    return SowPod(model.parse_pod(obj), sow, index, owner, max(known) if known else None)
 
 
 class SowRunner:
@@ -236,7 +243,7 @@ class SowRunner:
         ledger = shell.with_capacities(self.ledger, caps)
         target = self.clock.round_at(now)
         newborn = [o for o in objs if self._newborn(o, ledger, view)]
-        finished = self._finished(ledger, ours)
+        finished = self._finished(ledger, ours, now)
         adv = shell.advance(ledger, target, newborn, objs, finished)
         for key, problem in adv.rejected.items():
             obj = next(o for o in objs if o.key == key)
@@ -275,19 +282,22 @@ class SowRunner:
         per_type = obj.spec.get("concurrencyPerType") or {}
         return {str(g): int(per_type.get(g, k)) for g in sorted(obj.spec.get("throughput") or {})}
 
-    @staticmethod
-    def _finished(ledger: Ledger, pods: list[SowPod]) -> list[str]:
-        """Running instances whose current gang exists and has only Succeeded pods."""
+    def _finished(self, ledger: Ledger, pods: list[SowPod], now: float) -> dict[str, int]:
+        """Running instances whose current gang has only Succeeded pods, with the round the
+        last one finished in (its containers' ``finishedAt``; ``now`` when not reported), so
+        that a completion seen late (a restart, a slow round) is charged for the right rounds."""
+        assert self.clock is not None
         by_job: dict[str, list[SowPod]] = {}
         for p in pods:
             if not p.info.terminating:
                 by_job.setdefault(p.job, []).append(p)
-        out = []
+        out: dict[str, int] = {}
         for j in ledger.jobs:
             gang = by_job.get(j.job, [])
             done = all(p.info.phase == crd.PHASE_SUCCEEDED for p in gang)
-            if j.phase is Phase.RUNNING and gang and done:
-                out.append(j.job)
+            if j.phase is Phase.RUNNING and j.start is not None and gang and done:
+                when = max(p.finished_at if p.finished_at is not None else now for p in gang)
+                out[j.job] = max(j.start, self.clock.round_at(min(when, now)))
         return out
 
     # ------------------------------------------------------------------ pods
