@@ -280,3 +280,67 @@ def test_later_born_is_evicted(
     finally:
         op.terminate()
         devcluster.delete_namespace(kube, namespace)
+
+
+@pytest.mark.slow
+def test_restart_rebuilds_the_ledger(
+    kube: Any,
+    control_plane: devcluster.ControlPlane,
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """SIGKILL while an instance runs; the next operator rebuilds the ledger from the statuses:
+    the posted admission is kept (no second birth), the gang is not created twice, and the
+    instance completes and pays its posted price for the rounds its pods ran."""
+    install(kube)
+    namespace = devcluster.unique_name("t-sow-restart")
+    devcluster.create_namespace(kube, namespace)
+    create_nodes(kube, "sowr", "g", 1, 2)
+    create_pool(kube, pool_manifest("g", "g"))
+    for name, value in (("MAX_CONCURRENCY", "2"), ("MAX_DURATION", "4"), ("MAX_VALUE", "10")):
+        monkeypatch.setenv(f"WALRAS_SOW_{name}", value)
+    # Pods run 7.5 s = 2.5 rounds of 3 s: the kill and restart fall inside the run.
+    solo = sow_manifest(
+        "solo",
+        concurrency=1,
+        distribution=[{"arrival": 1, "duration": 3, "probability": 1.0}],
+        complete_after_ms=7500,
+    )
+    op = start_operator(control_plane, tmp_path, round_seconds=3.0, name="first")
+    try:
+        create_sow(kube, namespace, solo)
+        running = wait_for(
+            lambda: (
+                instance(get_sow(kube, namespace, "solo")).get("phase") == "running"
+                and get_sow(kube, namespace, "solo")
+            ),
+            60,
+            "`solo` to run",
+        )
+        wait_for(lambda: list_pods(kube, namespace, "solo-0"), 30, "its pod")
+    finally:
+        op.kill()
+    op = start_operator(control_plane, tmp_path, round_seconds=3.0, name="second")
+    try:
+        done = wait_for(
+            lambda: (
+                instance(get_sow(kube, namespace, "solo")).get("phase") == "completed"
+                and get_sow(kube, namespace, "solo")
+            ),
+            60,
+            "`solo` to complete after the restart",
+        )
+        assert done["status"]["admissions"] == running["status"]["admissions"]
+        assert done["status"]["birth"] == running["status"]["birth"]
+        pods = list_pods(kube, namespace, "solo-0")
+        assert len({p["metadata"]["uid"] for p in pods}) <= 1, [p["metadata"]["name"] for p in pods]
+        fin = instance(done)
+        # 7.5 s of pods from a start in the first third of a 3 s round end two rounds later or
+        # in the round after: 3 or 4 rounds charged, never fewer (that would be a lost round).
+        assert fin["finish"] - fin["start"] >= 3, fin
+        expected = posted_price(done, fin["start"], fin["finish"])
+        assert abs(fin["charge"] - expected) <= 1e-9 * expected, (fin, expected)
+        assert "statements of work failed" not in op.log_text()
+    finally:
+        op.terminate()
+        devcluster.delete_namespace(kube, namespace)
