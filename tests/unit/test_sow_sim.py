@@ -502,3 +502,22 @@ def test_cli_runs_the_documented_example() -> None:
     s = json.loads(res.stdout.strip().splitlines()[-1])
     assert (s["sows"], s["jobs"], s["capacity"]) == (3, 10, {"k80": 4, "v100": 6})
     assert s["ratio_min"] > 0 and s["ratio_of_means"] <= 1 + 1e-9
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("revealed", [True, False], ids=["duration-revealed", "no-signal"])
+def test_truthfulness_sweep_over_generated_instances(revealed: bool) -> None:
+    # 12 generated instances per setting (6 SoWs on C = 3, M = 8 samples: noisy q̂); the same
+    # bounds as above: (a)-(c) with the signal, (a), (b), (d) without.
+    rows = []
+    for seed in range(12, 24):
+        params, sows = generated(seed, revealed, 6, 8)
+        rows.append(brute_force(params, 3, sows[:-1], sows[-1]))
+    print(_line(f"sweep, revealed={revealed}", rows))
+    print(f"largest excess over 2Δ: {max(r.excess_over_2delta for r in rows):.6f}")
+    for r in rows:
+        assert r.gain_k_not_inflated <= r.allowance + 1e-9, r
+        assert r.excess_over_corrected <= 1e-9, r
+        if revealed:
+            assert r.gain <= r.headroom + 1e-9 and r.headroom <= r.allowance + 1e-9, r
+    assert any(r.u_truth > 0 for r in rows)
