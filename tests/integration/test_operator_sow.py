@@ -25,9 +25,11 @@ from kubernetes.client.exceptions import ApiException
 from operator_helpers import (
     BASE,
     alive,
+    create_job,
     create_nodes,
     create_pool,
     install,
+    job_manifest,
     list_pods,
     pool_manifest,
     start_operator,
@@ -340,6 +342,67 @@ def test_restart_rebuilds_the_ledger(
         assert fin["finish"] - fin["start"] >= 3, fin
         expected = posted_price(done, fin["start"], fin["finish"])
         assert abs(fin["charge"] - expected) <= 1e-9 * expected, (fin, expected)
+        assert "statements of work failed" not in op.log_text()
+    finally:
+        op.terminate()
+        devcluster.delete_namespace(kube, namespace)
+
+
+@pytest.mark.slow
+def test_reservation_comes_before_the_policy(
+    kube: Any,
+    control_plane: devcluster.ControlPlane,
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A FungibleJob holds the only node's 2 GPUs; a SoW instance (k = 2) that starts takes
+    them: the policy sees them reserved, the job's pods go, the SoW's gang runs, and the job
+    runs again once the instance completed."""
+    install(kube)
+    namespace = devcluster.unique_name("t-sow-share")
+    devcluster.create_namespace(kube, namespace)
+    create_nodes(kube, "sows", "g", 1, 2)
+    create_pool(kube, pool_manifest("g", "g"))
+    for name, value in (("MAX_CONCURRENCY", "2"), ("MAX_DURATION", "4"), ("MAX_VALUE", "10")):
+        monkeypatch.setenv(f"WALRAS_SOW_{name}", value)
+    create_job(kube, namespace, job_manifest("filler", {"g": 1.0}, replicas=2))
+    op = start_operator(control_plane, tmp_path, round_seconds=3.0)
+    try:
+        wait_for(
+            lambda: (
+                len([p for p in list_pods(kube, namespace, "filler") if p["spec"].get("nodeName")])
+                == 2
+            ),
+            60,
+            "the FungibleJob to hold both GPUs",
+        )
+        create_sow(
+            kube,
+            namespace,
+            sow_manifest(
+                "batch",
+                concurrency=2,
+                distribution=[{"arrival": 1, "duration": 1, "probability": 1.0}],
+                complete_after_ms=2000,
+            ),
+        )
+
+        def sow_running_alone() -> bool:
+            gang = [p for p in list_pods(kube, namespace, "batch-0") if alive(p)]
+            filler = [p for p in list_pods(kube, namespace, "filler") if alive(p)]
+            return len(gang) == 2 and not filler
+
+        wait_for(sow_running_alone, 60, "the SoW gang to replace the FungibleJob's pods")
+        wait_for(
+            lambda: instance(get_sow(kube, namespace, "batch")).get("phase") == "completed",
+            60,
+            "the SoW instance to complete",
+        )
+        wait_for(
+            lambda: len([p for p in list_pods(kube, namespace, "filler") if alive(p)]) == 2,
+            60,
+            "the FungibleJob to run again",
+        )
         assert "statements of work failed" not in op.log_text()
     finally:
         op.terminate()
