@@ -40,17 +40,25 @@ def _pool_types(pools: Sequence[model.PoolSpec]) -> set[str]:
     return out
 
 
-def node_column(node: Obj, jobs: Sequence[Obj], pools: Sequence[Obj]) -> Column:
-    """Node ``node``'s column of the contract's PS-DSF tenant model."""
+def node_column(
+    node: Obj, jobs: Sequence[Obj], pools: Sequence[Obj], tenant_objs: Sequence[Obj] = ()
+) -> Column:
+    """Node ``node``'s column of the contract's PS-DSF tenant model.
+
+    ``tenant_objs``: the cluster's ``Tenant`` objects (names, weights, namespaces), as the
+    central model reads them; without them a job's tenant is its namespace, with weight 1.
+    """
     parsed = [model.parse_job(j) for j in jobs]
-    # A job's tenant is its namespace (the agents read no Tenant objects), as in the tenant model.
-    specs = list(governance.resolve([j for j in parsed if isinstance(j, model.JobSpec)], {}))
+    tenant_specs = {t.name: t for t in (governance.parse_tenant(o) for o in tenant_objs)}
+    specs = list(
+        governance.resolve([j for j in parsed if isinstance(j, model.JobSpec)], tenant_specs)
+    )
     pool_specs = [model.parse_pool(p) for p in pools]
     info = model.parse_node(node)
     pool = snapshot.node_pool(info, sorted(pool_specs, key=lambda p: p.name))
     # T (see the module docstring): the pools' GPU types and this node's own.
     types = _pool_types(pool_specs) | ({pool.gpu_type} if pool is not None else set())
-    tm = tenants.tenant_model(specs, [info], pool_specs, types=types)
+    tm = tenants.tenant_model(specs, [info], pool_specs, tenant_specs, types=types)
     n = len(tm.tenants)
     placed = len(tm.node_names) == 1
     return Column(

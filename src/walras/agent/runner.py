@@ -3,9 +3,9 @@
 Every ``τ · (1 + U(−jitter, jitter))`` seconds the agent
 
 1. reads its own Node (capacity, labels, readiness) — never another node;
-2. reads FungibleJobs and ResourcePools (through :class:`SharedReads`, a time-to-live cache one
-   process may share between several agents) and builds its column of the tenant model
-   (``walras.agent.columns``);
+2. reads FungibleJobs, ResourcePools and Tenants (through :class:`SharedReads`, a time-to-live
+   cache one process may share between several agents) and builds its column of the tenant
+   model (``walras.agent.columns``), the same model the central ``psdsf`` policy builds;
 3. reads the published tenant totals ``x_n`` (the one ``walras-tenant-totals`` object) and waits
    until they include its own last write (resourceVersion check, see ``walras.agent.steps``);
 4. runs the damped one-node PS-DSF update (``walras.agent.steps.agent_step``);
@@ -30,11 +30,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kubernetes.client import ApiException
+
 from walras.agent import columns, metrics, steps
 from walras.core.totals import TOTALS_NAME, format_time, parse_time
 from walras.kube.agents import JOBS, POOLS, Kube, NotFoundError
 
 log = logging.getLogger("walras.agent")
+# Tenant objects (walras.core.governance): cluster-scoped, listed like jobs and pools.
+TENANTS = "tenants"
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,8 @@ class SharedReads:
         self.totals_ttl = totals_ttl
         self._lock = threading.Lock()
         self._objects: tuple[list[dict[str, Any]], list[dict[str, Any]]] = ([], [])
+        self._tenants: list[dict[str, Any]] = []
+        self._tenants_warned = False
         self._objects_at = -1e18
         self._generation = 0
         self._totals: steps.PublishedTotals | None = None
@@ -115,10 +121,34 @@ class SharedReads:
             if time.monotonic() - self._objects_at > self.ttl:
                 jobs, _ = self.kube.list_custom(JOBS)
                 pools, _ = self.kube.list_custom(POOLS)
+                self._tenants = self._list_tenants()
                 self._objects = (jobs, pools)
                 self._objects_at = time.monotonic()
                 self._generation += 1
             return self._objects[0], self._objects[1], self._generation
+
+    def tenants(self) -> list[dict[str, Any]]:
+        """The Tenant objects of the last :meth:`jobs_and_pools` listing."""
+        with self._lock:
+            return self._tenants
+
+    def _list_tenants(self) -> list[dict[str, Any]]:
+        """Tenant objects; none (a job's tenant is then its namespace, weight 1) when the CRD is
+        not installed or this ServiceAccount may not list them, said once in the log because the
+        agents' weights then differ from the central policy's."""
+        try:
+            return self.kube.list_custom(TENANTS)[0]
+        except ApiException as exc:
+            if exc.status not in (403, 404):
+                raise
+            if not self._tenants_warned:
+                log.warning(
+                    "cannot list Tenants (HTTP %s): tenants are namespaces with weight 1, which "
+                    "differs from the central psdsf policy if the cluster has Tenant objects",
+                    exc.status,
+                )
+                self._tenants_warned = True
+            return []
 
     def totals(self, newer_than: int | None = None) -> steps.PublishedTotals | None:
         with self._lock:
@@ -201,7 +231,7 @@ class Agent:
         # The column only changes with the node, the jobs or the pools: rebuild it then.
         key = (generation, (node.get("metadata") or {}).get("resourceVersion"))
         if self._column is None or key != self._column_key:
-            self._column = columns.node_column(node, jobs, pools)
+            self._column = columns.node_column(node, jobs, pools, self.reads.tenants())
             self._column_key = key
         column = self._column
         read_at = time.monotonic()
