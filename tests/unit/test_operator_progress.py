@@ -138,3 +138,40 @@ def test_declared_far_off_gets_a_condition() -> None:
         c for c in api.statuses["train"]["conditions"] if c["type"] == "ThroughputMismatch"
     )
     assert mismatch["status"] == "True" and "declared 0.5, measured 2" in mismatch["message"]
+
+
+def _forked_pod(name: str, uid: str, round_no: int, node: str, steps: str) -> dict[str, Any]:
+    obj = pod(steps)
+    obj["metadata"].update(name=name, uid=uid)
+    obj["metadata"]["annotations"].update({"walras.dev/round": str(round_no)})
+    obj["spec"]["nodeName"] = node
+    return obj
+
+
+def test_forked_copies_sum_and_gone_copies_are_nulled_in_the_patch() -> None:
+    rounds, _, _ = setup(declared=1.0)
+    store = rounds.store
+    # Make the job forkable (HadarE) and give it two copies on n0 and n1 (round 3).
+    raw = {
+        "metadata": {"namespace": "ns", "name": "train", "uid": "u1", "generation": 1},
+        "spec": {
+            "replicas": 1,
+            "forkable": True,
+            "throughput": {"g": 1.0},
+            "template": {"spec": {"containers": [{"name": "c", "image": "i"}]}},
+        },
+        "status": {"progress": {"stepsDone": 5, "forkBase": 0, "copies": {"2/n9": 5}}},
+    }
+    store.upsert("job", raw)
+    store.upsert("pod", _forked_pod("c0", "p0", 3, "n0", "10"))
+    store.upsert("pod", _forked_pod("c1", "p1", 3, "n1", "20"))
+    keeper = rounds.throughputs
+    snap = keeper.prepare(store.freeze(10.0), 10.0)
+    [spec] = snap.jobs
+    # The restored copy 2/n9 is gone: its 5 steps move to the base; 5 + 10 + 20.
+    assert keeper.tracker.progress("u1").steps_done == 35
+    fields = keeper.status_fields(spec, {"gpuType": "g", "expectedThroughput": 1.0})
+    assert fields["progress"]["copies"] == {"2/n9": None, "3/n0": 10.0, "3/n1": 20.0}
+    assert fields["progress"]["forkBase"] == 5.0
+    # What completion reads: the snapshot's job carries the tracker's progress.
+    assert spec.status["progress"]["stepsDone"] == 35

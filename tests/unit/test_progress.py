@@ -71,6 +71,14 @@ def test_gang_takes_max_and_never_goes_down() -> None:
     assert t.progress("j").measured["v100"].rate == 2.5
 
 
+def test_first_readings_of_one_round_share_one_bound() -> None:
+    # Two replicas report for the first time in the same round, 100 s after creation at a
+    # declared 1 step/s: both are within 10 x 1 x 100 steps of the job's 0.
+    t = Tracker()
+    out = t.observe("j", [r("50", "a", "ua"), r("60", "b", "ub")], 100.0, fastest=1.0)
+    assert out == [] and t.progress("j").steps_done == 60
+
+
 def test_forked_copies_sum() -> None:
     t = Tracker()
     t.observe(

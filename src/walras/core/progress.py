@@ -247,12 +247,16 @@ class Tracker:
         limit = fastest if fastest is not None and fastest > 0 else None
         rejected: list[Rejection] = []
         live_copies: set[str] = set()
+        # First readings are bounded from the job's progress before this round (several pods of
+        # a gang, or several copies, may report for the first time in the same round).
+        since = state.updated_at if state.updated_at is not None else state.created
+        before = (since, state.steps_done or 0.0)
         for r in readings:
             if forked:
                 live_copies.add(r.copy)
             if not r.text:
                 continue
-            bad = self._take(state, r, now, forked, limit)
+            bad = self._take(state, r, now, forked, limit, before)
             if bad is not None:
                 rejected.append(bad)
         if forked:
@@ -264,7 +268,13 @@ class Tracker:
         return rejected
 
     def _take(
-        self, state: _JobState, r: Reading, now: float, forked: bool, limit: float | None
+        self,
+        state: _JobState,
+        r: Reading,
+        now: float,
+        forked: bool,
+        limit: float | None,
+        before: tuple[float, float],
     ) -> Rejection | None:
         try:
             steps = parse_steps(r.text)
@@ -285,9 +295,9 @@ class Tracker:
         else:
             # A pod's first reading: a fresh copy counts from 0; a gang pod may resume the job's
             # counter, so only the part above what the job had is new.
-            start = 0.0 if forked else (state.steps_done or 0.0)
+            start = 0.0 if forked else before[1]
             gained = max(0.0, steps - start)
-            since = now - (state.updated_at if state.updated_at is not None else state.created)
+            since = now - before[0]
         if limit is not None and gained > self.factor * limit * max(since, 0.0):
             return Rejection(
                 r.pod,

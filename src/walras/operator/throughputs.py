@@ -82,6 +82,9 @@ class Throughputs:
         pods_by_job = snap.pods_by_job()
         for job in snap.jobs:
             if job.finished:
+                # No readings: only restores its measurements from its status (a restarted
+                # operator), which still inform the estimates of jobs like it.
+                self.tracker.observe(job.uid, [], now, created=job.created, status=job.status)
                 continue
             eff = self.effective.get(job.key)
             fastest = eff.fastest if eff is not None else None
