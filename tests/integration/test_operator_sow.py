@@ -171,6 +171,19 @@ def posted_price(sow: dict[str, Any], start: int, finish: int) -> float:
     return float(k * sum(unit(t) for t in range(start, finish)))
 
 
+def small_market(kube: Any, monkeypatch: pytest.MonkeyPatch, prefix: str) -> str:
+    """A clean cluster with one 2-GPU node of type ``g`` and its pool, mechanism bounds
+    K = 2, D = 4, V = 10 for the operator started next, and a fresh namespace (returned)."""
+    install(kube)
+    namespace = devcluster.unique_name(prefix)
+    devcluster.create_namespace(kube, namespace)
+    create_nodes(kube, prefix, "g", 1, 2)
+    create_pool(kube, pool_manifest("g", "g"))
+    for name, value in (("MAX_CONCURRENCY", "2"), ("MAX_DURATION", "4"), ("MAX_VALUE", "10")):
+        monkeypatch.setenv(f"WALRAS_SOW_{name}", value)
+    return namespace
+
+
 @pytest.mark.slow
 def test_later_born_is_evicted(
     kube: Any,
@@ -178,15 +191,9 @@ def test_later_born_is_evicted(
     tmp_path: Any,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    install(kube)
-    namespace = devcluster.unique_name("t-sow")
-    devcluster.create_namespace(kube, namespace)
-    create_nodes(kube, "sow", "g", 1, 2)
-    create_pool(kube, pool_manifest("g", "g"))
     # Bounds K = 2, D = 4, V = 10: p_min = 1/16, μ = 320, so `second` pays about 1.5 per GPU in
     # the rounds where `first` expects one GPU-pair half the time, and still gains by running.
-    for name, value in (("MAX_CONCURRENCY", "2"), ("MAX_DURATION", "4"), ("MAX_VALUE", "10")):
-        monkeypatch.setenv(f"WALRAS_SOW_{name}", value)
+    namespace = small_market(kube, monkeypatch, "t-sow")
     first = sow_manifest(
         "first",
         concurrency=2,
@@ -294,13 +301,7 @@ def test_restart_rebuilds_the_ledger(
     """SIGKILL while an instance runs; the next operator rebuilds the ledger from the statuses:
     the posted admission is kept (no second birth), the gang is not created twice, and the
     instance completes and pays its posted price for the rounds its pods ran."""
-    install(kube)
-    namespace = devcluster.unique_name("t-sow-restart")
-    devcluster.create_namespace(kube, namespace)
-    create_nodes(kube, "sowr", "g", 1, 2)
-    create_pool(kube, pool_manifest("g", "g"))
-    for name, value in (("MAX_CONCURRENCY", "2"), ("MAX_DURATION", "4"), ("MAX_VALUE", "10")):
-        monkeypatch.setenv(f"WALRAS_SOW_{name}", value)
+    namespace = small_market(kube, monkeypatch, "t-sow-restart")
     # Pods run 7.5 s = 2.5 rounds of 3 s: the kill and restart fall inside the run.
     solo = sow_manifest(
         "solo",
@@ -358,13 +359,7 @@ def test_reservation_comes_before_the_policy(
     """A FungibleJob holds the only node's 2 GPUs; a SoW instance (k = 2) that starts takes
     them: the policy sees them reserved, the job's pods go, the SoW's gang runs, and the job
     runs again once the instance completed."""
-    install(kube)
-    namespace = devcluster.unique_name("t-sow-share")
-    devcluster.create_namespace(kube, namespace)
-    create_nodes(kube, "sows", "g", 1, 2)
-    create_pool(kube, pool_manifest("g", "g"))
-    for name, value in (("MAX_CONCURRENCY", "2"), ("MAX_DURATION", "4"), ("MAX_VALUE", "10")):
-        monkeypatch.setenv(f"WALRAS_SOW_{name}", value)
+    namespace = small_market(kube, monkeypatch, "t-sow-share")
     create_job(kube, namespace, job_manifest("filler", {"g": 1.0}, replicas=2))
     op = start_operator(control_plane, tmp_path, round_seconds=3.0)
     try:

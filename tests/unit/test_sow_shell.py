@@ -139,6 +139,9 @@ def test_rebuild_from_statuses_is_the_same_ledger(crash_after: int) -> None:
     )
     for a, b in zip(rebuilt.usage, ledger.usage, strict=True):
         np.testing.assert_array_equal(a, b)
+    # A type the cluster lost meanwhile keeps its place with capacity 0 (LIFO evicts from it).
+    lost, _, _ = shell.rebuild(PARAMS, {"h": 3}, _persisted(ledger, crash_after))
+    assert lost.capacities == (("g", 0), ("h", 3)) and lost.jobs == ledger.jobs
     # And the restarted operator carries on exactly as the one that did not crash.
     rest = range(crash_after + 1, 12)
     assert drive(rebuilt, rest, realised)[0].jobs == drive(ledger, rest, realised)[0].jobs

@@ -72,6 +72,9 @@ from walras.allocator.sow import (
     start_round,
     validate,
 )
+
+# The admission's own accumulation of y (one formula; the rebuild must add exactly the same).
+from walras.allocator.sow.admission import _add_expected_usage as add_expected_usage
 from walras.allocator.sow.ledger import frozen
 from walras.core import crd, model
 
@@ -501,7 +504,10 @@ def rebuild(
     jobs.sort(key=lambda j: j.sequence)
     # Sequences must be 0..n-1 in birth order; renumber if a SoW was deleted meanwhile.
     jobs = [replace(j, admission=replace(j.admission, sequence=i)) for i, j in enumerate(jobs)]
-    ledger = Ledger.empty(params, dict(capacities))
+    # Types a plan uses but the cluster no longer offers keep their place (capacity 0 below).
+    planned = {d.gpu_type for j in jobs for d in j.admission.instance.demands}
+    known = {g: max(1, int(capacities.get(g, 0))) for g in sorted(set(capacities) | planned)}
+    ledger = Ledger.empty(params, known)
     usage = expected_usage(ledger, jobs)
     # The statuses show round ``last_round`` started (arrivals, starts, evictions written) and
     # not ended: the next advance ends it with the completions observed since.
@@ -513,26 +519,14 @@ def rebuild(
         sows=tuple(sows),
         round_open=bool(jobs),
     )
-    return ledger, clock, broken
+    return with_capacities(ledger, capacities), clock, broken
 
 
 def expected_usage(ledger: Ledger, jobs: Sequence[JobState]) -> tuple[np.ndarray, ...]:
-    """``y_g(τ) = Σ f·k`` over every admitted plan's planned runs (as admission adds it)."""
+    """``y_g(τ) = Σ f·k`` over every admitted plan's planned runs, added as admission adds it."""
     usage = [np.zeros(0) for _ in ledger.gpu_types]
     for j in jobs:
-        inst, chosen = j.admission.instance, j.admission.plan
-        for a, d, f in zip(inst.arrivals, inst.durations, inst.probabilities, strict=True):
-            entry = chosen.lookup(inst.key(a, d))
-            if entry is None or entry.gpu_type is None or entry.start is None or f <= 0:
-                continue
-            if entry.gpu_type not in ledger.gpu_types:
-                continue
-            gi = ledger.type_index(entry.gpu_type)
-            dem = next(x for x in inst.demands if x.gpu_type == entry.gpu_type)
-            end = entry.start + dem.duration_on(d)
-            if usage[gi].size < end:
-                usage[gi] = np.concatenate((usage[gi], np.zeros(end - usage[gi].size)))
-            usage[gi][entry.start : end] += f * dem.concurrency
+        add_expected_usage(usage, ledger, j.admission.instance, j.admission.plan)
     return tuple(frozen(u) for u in usage)
 
 

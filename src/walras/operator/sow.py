@@ -233,8 +233,8 @@ class SowRunner:
         view = snapshot.cluster_view(base)
         caps = {g: int(view.type_capacity[i]) for i, g in enumerate(view.gpu_types)}
         if refresh or self.ledger is None:
-            if not caps and self.ledger is None:
-                return snap  # no GPU type yet: nothing can be admitted
+            if not caps and not any(o.birth is not None for o in objs):
+                return snap  # no GPU type and nothing admitted yet: nothing to do
             self.ledger, clock, broken = shell.rebuild(self.config.params(), caps, objs)
             self.clock = clock or self.clock or shell.RoundClock(now, self.round_seconds)
             for key in broken:
@@ -266,6 +266,9 @@ class SowRunner:
             return False
         if obj.status.get("phase") == "Rejected":
             return False
+        caps = dict(ledger.capacities)
+        if any(caps.get(g) == 0 for g in self._demands(obj)):
+            return False  # a type it asks for has no capacity now: born when it has some
         # The template is checked here, where the pools' resource names are known.
         try:
             for gpu_type, k in self._demands(obj).items():
