@@ -319,6 +319,10 @@ class Tracker:
             state.updated_at = now
         return None
 
+    def knows(self, uid: str) -> bool:
+        """Whether the job has been observed (and not forgotten)."""
+        return uid in self._jobs
+
     def progress(self, uid: str) -> Progress:
         """What the job's workload reported so far (empty for a job never observed)."""
         state = self._jobs.get(uid)

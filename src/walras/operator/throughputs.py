@@ -84,15 +84,23 @@ class Throughputs:
             if job.finished:
                 # No readings: only restores its measurements from its status (a restarted
                 # operator), which still inform the estimates of jobs like it.
-                self.tracker.observe(job.uid, [], now, created=job.created, status=job.status)
+                if not self.tracker.knows(job.uid) and "progress" in job.status:
+                    self.tracker.observe(job.uid, [], now, created=job.created, status=job.status)
                 continue
+            pods = pods_by_job.get(job.key, [])
+            if (
+                not self.tracker.knows(job.uid)
+                and "progress" not in job.status
+                and not any(p.steps_done for p in pods)
+            ):
+                continue  # never reported anything: nothing to track (the common case)
             eff = self.effective.get(job.key)
             fastest = eff.fastest if eff is not None else None
             declared = max(job.throughput.values(), default=0.0)
             fastest = max(fastest or 0.0, declared) or None
             for bad in self.tracker.observe(
                 job.uid,
-                _readings(snap, job, pods_by_job.get(job.key, [])),
+                _readings(snap, job, pods),
                 now,
                 forked=job.forkable,
                 fastest=fastest,
@@ -122,11 +130,18 @@ class Throughputs:
             # Measured and estimated rates to three significant digits: one measured anew each
             # round does not re-solve the round (the policies' memo keys on the throughputs)
             # for noise. Declared values are used as given.
+            # Types without a pool keep their declared value (issue messages name them).
             eff = self.effective[job.key]
             thr = {
-                t: v if eff.source[t] == estimation.DECLARED else cond.num(v)
-                for t, v in eff.throughput.items()
+                **job.throughput,
+                **{
+                    t: v if eff.source[t] == estimation.DECLARED else cond.num(v)
+                    for t, v in eff.throughput.items()
+                },
             }
+            if thr == job.throughput and not fields:
+                jobs.append(job)  # nothing reported or estimated: the job as the watch gave it
+                continue
             jobs.append(dataclasses.replace(job, throughput=thr, status=status))
         return dataclasses.replace(snap, jobs=tuple(jobs))
 
