@@ -111,7 +111,7 @@ def render(console: Console, sow: Obj) -> None:
         f"{status.get('expectedUtility', 0):.4g}; charged so far {status.get('charged', 0):.4g}"
     )
     table = Table(title="Launch plan (posted at birth)")
-    for column in ("Instance", "Arrival", "Duration", "GPU type", "Start", "Price", "q̂", "E[u]"):
+    for column in ("Instance", "Arrival", "Duration", "GPU type", "Start", "Price", "q̂", "E\\[u]"):
         table.add_column(column, justify="left" if column == "GPU type" else "right")
     for r in plan_rows(sow):
         table.add_row(
