@@ -20,7 +20,7 @@ from walras.allocator.errors import InvalidProblem
 from walras.allocator.fairness.handout import hand_out
 
 SETTINGS = settings(
-    max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=200, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
 )
 # The water-fill is exact arithmetic on a few dozen numbers; 1e-9 covers its rounding.
 TOL = 1e-9

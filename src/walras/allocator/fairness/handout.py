@@ -157,9 +157,44 @@ def _water(budget: float, room: FloatArray, gpus: FloatArray) -> FloatArray:
     above = np.cumsum(g[::-1])[::-1]
     spent = below + r * above
     i = int(np.searchsorted(spent, budget, side="right"))  # first level that overspends
+    if i >= spent.shape[0]:  # the total above, summed in another order, rounded below budget
+        return room.copy()
     tau = float((budget - below[i]) / above[i])
     out: FloatArray = np.minimum(room, tau)
     return out
+
+
+def _pack_level(
+    left: FloatArray,
+    jobs: IntArray,
+    on_level: BoolArray,
+    rows: FloatArray,
+    gpus: FloatArray,
+    out: FloatArray,
+) -> None:
+    """One level's share, kept on as few nodes as possible: equal time over the level's whole
+    budget, then each job (largest gang first) onto the node with the least budget that holds
+    its time whole, else the one with the most (split). ``on_level``: ``(len(jobs), K)``."""
+    room = np.maximum(1.0 - rows[jobs], 0.0)
+    reach = on_level & (left > 0)[None, :]
+    live = (room > _TINY) & reach.any(axis=1)
+    if not live.any():
+        return
+    cand, room, reach = jobs[live], room[live], reach[live]
+    want = _water(float(left[reach.any(axis=0)].sum()), room, gpus[cand])
+    for i in np.lexsort((cand, -gpus[cand])).tolist():
+        j, need = int(cand[i]), float(want[i]) * float(gpus[cand[i]])
+        while need > _TINY * float(gpus[j]):
+            ks = np.flatnonzero(reach[i] & (left > _TINY))
+            if ks.size == 0:
+                break
+            whole = ks[left[ks] >= need]
+            k = int(whole[np.argmin(left[whole])]) if whole.size else int(ks[np.argmax(left[ks])])
+            take = min(need, float(left[k]))
+            out[j, k] += take / gpus[j]
+            rows[j] += take / gpus[j]
+            left[k] = max(0.0, float(left[k]) - take)
+            need -= take
 
 
 def _fill(
@@ -170,13 +205,20 @@ def _fill(
     gpus: FloatArray,
     out: FloatArray,
 ) -> FloatArray:
-    """Hand ``budget`` (K,) GPUs to ``jobs`` level by level, node by node; adds to ``out`` and
-    ``rows`` in place and returns what is left of the budget."""
+    """Hand ``budget`` (K,) GPUs to ``jobs`` level by level; adds to ``out`` and ``rows`` in
+    place and returns what is left of the budget.
+
+    Each level is first packed (:func:`_pack_level`: each job on one node where it can, since
+    every node a job runs on is one more restart when the realiser moves it), then what the
+    packing could not place is water-filled node by node (equal time among the node's
+    candidates), which is what the guarantees in the module docstring rest on.
+    """
     left = budget.copy()
     if jobs.size == 0:
         return left
     sub = level[jobs]
     for lv in range(int(sub.max(initial=-1)) + 1):
+        _pack_level(left, jobs, sub == lv, rows, gpus, out)
         for k in np.flatnonzero(left > 0).tolist():
             cand = jobs[sub[:, k] == lv]
             if cand.size == 0:
