@@ -14,16 +14,20 @@ on one node at a time, so its targets are time fractions ``t[j, k] ≥ 0`` with 
    usable on ``k`` whose row is not full, whatever its tenant.
 
 In both phases a job is offered its nodes in order of its own speed: first every node of its
-fastest usable type, then the next type, and so on (``preference``); within one level nodes go in
-index order. Equal time within a node is the tenant-level rule (a job's weight inside its tenant
-does not buy it more time).
+fastest usable type, then the next type, and so on (``preference``). Each such level is handed out
+in two steps: a packing (equal time for the level's candidates over the level's whole budget, then
+each job, largest gang first, onto the one node whose budget holds its time whole, split only when
+none does: every node a job is spread over is one more restart when the realiser moves it), then a
+water-fill node by node of whatever the packing could not place. Equal time is the tenant-level
+rule (a job's weight inside its tenant does not buy it more time).
 
 What holds (the tests check each on random instances):
 
 - **Work conservation (Theorem 2's condition, per job).** After the fill, every node ``k`` is
   either fully handed out (``Σ_j t[j, k] g_j = G_k``) or every job usable on ``k`` has a full row
-  (``Σ_k t[j, k] = 1``). Proof: the fill of node ``k`` stops only when its budget is spent or no
-  usable job has row left; rows only grow afterwards.
+  (``Σ_k t[j, k] = 1``). Proof: the fill's water-fill of node ``k`` at a job's level stops only
+  when the node's budget is spent or no candidate has row left; budgets only shrink and rows only
+  grow afterwards.
 - **The tenant level is kept.** Each tenant's own phase receives exactly ``min(B[n, k], what its
   usable jobs' remaining rows can take)`` on node ``k`` before any other tenant's job is offered
   that time, and the fill only hands out time no tenant's own phase used. So every tenant gets at
