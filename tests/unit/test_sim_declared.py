@@ -11,7 +11,11 @@ import types
 
 import numpy as np
 import pytest
+from sim_helpers import TRACES
+from typer.testing import CliRunner
 
+from walras.cli import simulate as _simulate  # noqa: F401  (registers the command on app)
+from walras.cli.app import app
 from walras.core import cycle
 from walras.core.snapshot import Store
 from walras.sim import declared, walras_mechanics
@@ -147,3 +151,17 @@ def test_option_errors() -> None:
         declared.from_config(wl, SimConfig(hide_fraction=1.0))
     with pytest.raises(SimInputError, match="--throughput-noise"):
         declared.from_config(wl, SimConfig(throughput_noise=-0.1))
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--hide-fraction", "0.5"], "need --semantics walras"),
+        (["--semantics", "walras", "--throughput-noise", "-1"], "--throughput-noise"),
+        (["--semantics", "walras", "--policy", "hadar", "--hide-fraction", "0.5"], "hadar"),
+    ],
+)
+def test_cli_errors_exit_2_with_one_line(args: list[str], needle: str) -> None:
+    res = CliRunner().invoke(app, ["simulate", str(TRACES["D1"]), "--cluster", "4:4:4", *args])
+    assert res.exit_code == 2
+    assert needle in res.output
