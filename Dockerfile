@@ -44,11 +44,11 @@ RUN apt-get update \
     && python3 -m venv /opt/walras
 # Dependencies first, exactly as locked (locks/image-cpu.txt or image-cuda.txt, made by
 # hack/lock.sh from pyproject.toml): every version and every file's sha256 fixed, wheels only, no
-# resolution at build time, so two builds of one commit install the same files. The lock alone is
+# resolution at build time, so two builds of one commit install the same files. The locks alone are
 # copied here, so a change of the sources reuses this layer. No matplotlib (the plots extra).
-COPY locks/image-${VARIANT}.txt /tmp/requirements.lock
+COPY locks/ /tmp/locks/
 RUN /opt/walras/bin/pip install --require-hashes --no-deps --only-binary :all: \
-        --requirement /tmp/requirements.lock
+        --requirement "/tmp/locks/image-${VARIANT}.txt"
 # The context is pyproject.toml, README.md, src/ and locks/ only (.dockerignore).
 COPY . ./
 # walras itself, built with the locked setuptools (no build isolation: nothing unlocked is fetched).
