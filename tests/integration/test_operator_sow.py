@@ -267,6 +267,14 @@ def test_later_born_is_evicted(
             "the evicted instance's pods to go",
         )
         assert "statements of work failed" not in op.log_text()
+        events = devcluster.request(kube, "GET", f"/api/v1/namespaces/{namespace}/events")
+        reasons = {
+            (e["involvedObject"]["name"], e["reason"])
+            for e in events["items"]
+            if e["involvedObject"].get("kind") == "StatementOfWork"
+        }
+        assert {("first", "Born"), ("second", "Evicted"), ("first", "Completed")} <= reasons
+        assert ("greedy", "InvalidSpec") in reasons
         greedy = get_sow(kube, namespace, "greedy")["status"]
         assert greedy["phase"] == "Rejected"
         admitted = next(c for c in greedy["conditions"] if c["type"] == "Admitted")

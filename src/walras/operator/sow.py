@@ -9,13 +9,15 @@ before the policy plans (:meth:`SowRunner.round`). Each call:
    (menu, failure estimate and launch plan posted), arrivals start per plan, LIFO eviction;
 3. deletes the pods of instances no longer running (evicted, cancelled, completed), creates the
    gang of an instance that starts (same pod manifest as a FungibleJob's, owned by the SoW,
-   ``spec.nodeName`` set: the mechanism already chose to run it, and first-fit picks the nodes);
+   ``spec.nodeName`` set: the mechanism already chose to run it; first fit over the nodes of
+   its type that kube-scheduler's static filters allow for the template);
 4. returns the snapshot with every GPU the running instances hold or were just given shown as
    foreign usage: the policy plans only what is left (capacity reduction per node, hence per
    GPU type), and the realiser moves FungibleJob pods off nodes a starting gang needs;
 5. merge-patches each SoW's status (birth, menus, failure tables, plans, instance phases,
-   charges) and schedules a wake-up at the next round boundary, so every mechanism round is
-   played even when the operator's own rounds drift.
+   charges), posts one Event per birth, rejection, eviction/cancellation and completion, and
+   schedules a wake-up at the next round boundary, so every mechanism round is played even
+   when the operator's own rounds drift.
 
 Invalid SoWs the CRD cannot catch (a template the API server would reject, k above the bound
 ``K``, a duration above ``D``, a value above ``V``, an unknown GPU type) get ``phase:
@@ -38,7 +40,7 @@ from typing import Any
 from urllib.parse import quote
 
 from walras.allocator.sow import Ledger, MechanismParams, Phase, instance_id
-from walras.core import crd, model, realise, snapshot
+from walras.core import crd, filters, model, realise, snapshot
 from walras.core import sow_shell as shell
 from walras.kube import writes as kubeapi
 
@@ -244,18 +246,16 @@ class SowRunner:
         target = self.clock.round_at(now)
         newborn = [o for o in objs if self._newborn(o, ledger, view)]
         finished = self._finished(ledger, ours, now)
+        known = set(self.rejected)
         adv = shell.advance(ledger, target, newborn, objs, finished)
         for key, problem in adv.rejected.items():
             obj = next(o for o in objs if o.key == key)
             self.rejected[obj.uid] = problem
         self.rejected = {u: p for u, p in self.rejected.items() if u in uids.values()}
         self.ledger = adv.ledger
-        for key in adv.admitted:
-            logger.info("SoW %s born in round %d", key, target)
-        for job in adv.evicted:
-            logger.info("SoW instance %s evicted or cancelled (LIFO) in round %d", job, target)
         reserved = await self._gangs(objs, ours, base, view)
         await self._statuses(objs, target)
+        await self._events(objs, adv, known, target)
         self._schedule(target, now)
         return replace(
             base, foreign_pods=tuple(sorted((*base.foreign_pods, *reserved), key=lambda p: p.key))
@@ -356,23 +356,22 @@ class SowRunner:
         for g in gangs:
             if g.job in live:
                 continue
-            nodes_of_type = (
-                [
-                    n.name
-                    for i, n in enumerate(view.nodes)
-                    if view.gpu_types[view.node_type[i]] == g.gpu_type
-                ]
-                if g.gpu_type in view.gpu_types
-                else []
-            )
+            obj = by_key[g.sow]
+            job = shell.gang_template(obj, g.index, g.gpu_type)
+            # Nodes of its type that the template's tolerations, nodeSelector and affinity allow
+            # (kube-scheduler's static filters, as for FungibleJob pods).
+            nodes_of_type = [
+                n.name
+                for i, n in enumerate(view.nodes)
+                if view.gpu_types[view.node_type[i]] == g.gpu_type
+                and filters.job_placement(job, n).ok
+            ]
             chosen = shell.place(g, free, nodes_of_type)
             if chosen is None:
                 logger.warning(
                     "SoW instance %s: no room for %d × %d GPUs", g.job, g.pods, g.per_pod
                 )
                 continue
-            obj = by_key[g.sow]
-            job = shell.gang_template(obj, g.index, g.gpu_type)
             resource = _resource(view, g.gpu_type)
             fits = all(
                 used_now.get(n, 0) + chosen.count(n) * g.per_pod <= _node_gpus(view, n)
@@ -431,6 +430,70 @@ class SowRunner:
             writes.append(self._patch_status(obj, body))
         if writes:
             await kubeapi.gather_limited(writes)
+
+    async def _events(
+        self, objs: list[shell.SowObject], adv: shell.Advance, known: set[str], target: int
+    ) -> None:
+        """One Event per birth, rejection, eviction or cancellation, and completion (each
+        happens once: a restarted operator replays none of them)."""
+        assert self.ledger is not None
+        by_key = {o.key: o for o in objs}
+        posts: list[tuple[shell.SowObject, str, str, str]] = []
+        for key in adv.admitted:
+            posts.append((by_key[key], "Normal", "Born", f"born in round {target}; plan posted"))
+        for obj in objs:
+            problem = self.rejected.get(obj.uid)
+            if problem is not None and obj.uid not in known:
+                posts.append((obj, "Warning", "InvalidSpec", f"{problem.field}: {problem.message}"))
+        for job_id in [*adv.evicted, *adv.completed]:
+            j = self.ledger.job(job_id)
+            owner = by_key.get(j.admission.instance.sow)
+            if owner is None:
+                continue
+            i = j.admission.instance.index
+            if j.phase is Phase.COMPLETED:
+                text = f"instance {i} completed in round {j.finish}; charged {j.charge:.4g}"
+                posts.append((owner, "Normal", "Completed", text))
+            else:
+                verb = "evicted" if j.phase is Phase.EVICTED else "cancelled"
+                text = (
+                    f"instance {i} {verb} in round {j.finish} (LIFO: committed load over capacity)"
+                )
+                posts.append((owner, "Warning", verb.capitalize(), text))
+        for obj, _etype, reason, message in posts:
+            logger.info("SoW %s: %s: %s", obj.key, reason, message)
+        if posts and self.clock is not None:
+            stamp = model.format_time(self.clock.start_of(target))
+            await kubeapi.gather_limited(self._event(o, t, r, m, stamp) for o, t, r, m in posts)
+
+    async def _event(
+        self, obj: shell.SowObject, etype: str, reason: str, message: str, now: str
+    ) -> None:
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{obj.name}.", "namespace": obj.namespace},
+            "involvedObject": {
+                "apiVersion": crd.API_VERSION,
+                "kind": shell.KIND,
+                "namespace": obj.namespace,
+                "name": obj.name,
+                "uid": obj.uid,
+            },
+            "type": etype,
+            "reason": reason,
+            "message": message[:1024],
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+            "source": {"component": "walras-operator"},
+            "reportingComponent": "walras.dev/operator",
+            "reportingInstance": f"walras-operator-{self.api.instance}",
+        }
+        # Api.post_event names FungibleJobs only; the same fenced request here.
+        await self.api._run(
+            self.api._request, "POST", f"/api/v1/namespaces/{quote(obj.namespace)}/events", body
+        )
 
     def _schedule(self, target: int, now: float) -> None:
         """Wake the round loop at the next mechanism round's start."""
