@@ -11,9 +11,10 @@ Oracles (the truth the ticker plays, and the contract of docs/progress.md):
 - after ``y`` and ``z`` have measured their types (at least MIN_SAMPLES samples), ``x``'s
   throughputs on b and c, which it never declared nor ran on, are estimated within 20 % of the
   truth (8 and 2) and say so (``source`` estimated-…); its own type shows the measured 4;
+- ``kubectl get fjob`` (the API server's Table) shows x's declared 2 and measured ~4 on a;
 - ``x`` completes (``TotalWorkDone``, from the reported steps) once its steps reach totalWork;
-- a decreasing annotation on ``y``'s pod is ignored (``stepsDone`` does not go down) with a
-  Warning Event naming the pod.
+- a decreasing value sent by ``walras.workload.report_progress`` on ``y``'s pod is ignored
+  (``stepsDone`` does not go down) with a Warning Event naming the pod.
 
 The 20 % bound: each measured rate is off by at most ``round / T`` (module walras.core.progress;
 1 s rounds over T >= 3 intervals of >= 1 s is a bound of 1/3 at worst, in practice the ticker's
@@ -24,9 +25,11 @@ waits until the measured rates themselves are within 10 % before it reads the es
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
+from kubernetes import client
 from operator_helpers import (
     condition,
     create_job,
@@ -41,6 +44,7 @@ from operator_helpers import (
     wait_for,
 )
 
+from walras import workload
 from walras.core import progress
 from walras.testing import devcluster
 from walras.testing.progress_ticker import ProgressTicker
@@ -58,6 +62,20 @@ def _status(kube: Any, namespace: str, name: str) -> dict[str, Any]:
 def _measured(status: dict[str, Any], gpu_type: str) -> tuple[float, int]:
     m = ((status.get("progress") or {}).get("measured") or {}).get(gpu_type) or {}
     return float(m.get("stepsPerSecond") or 0.0), int(m.get("samples") or 0)
+
+
+def _columns(kube: Any, namespace: str, name: str) -> dict[str, Any]:
+    """The job's row as ``kubectl get fjob`` shows it (the API server's Table rendering)."""
+    path = f"/apis/walras.dev/v1alpha1/namespaces/{namespace}/fungiblejobs/{name}"
+    verb, url, headers, _, _ = kube.param_serialize(
+        method="GET",
+        resource_path=path,
+        header_params={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"},
+        auth_settings=["BearerToken"],
+    )
+    table = json.loads(kube.call_api(verb, url, header_params=headers).read())
+    names = [c["name"] for c in table["columnDefinitions"]]
+    return dict(zip(names, table["rows"][0]["cells"], strict=True))
 
 
 def test_estimates_completion_and_bad_readings(
@@ -109,13 +127,27 @@ def test_estimates_completion_and_bad_readings(
             thr = x_estimates()
             assert thr["a"]["source"] in ("measured", "declared")
             assert thr["a"]["declared"] == TRUTH["a"] / 2
+            # kubectl get fjob: declared vs measured on the job's GPU type (printer columns).
+            wait_for(
+                lambda: (
+                    abs(float(_columns(kube, namespace, "x").get("Measured") or 0) - TRUTH["a"])
+                    <= 0.1 * TRUTH["a"]
+                ),
+                30,
+                "x's Measured column",
+            )
+            assert _columns(kube, namespace, "x")["Declared"] == TRUTH["a"] / 2
 
             # A decreasing reading on y's pod is ignored, with an Event naming the pod.
             ticker.pause("y")
             [pod] = [p for p in list_pods(kube, namespace, "y") if p["spec"].get("nodeName")]
             pod_name = pod["metadata"]["name"]
             before = float(_status(kube, namespace, "y")["progress"]["stepsDone"])
-            ticker.patch(pod_name, "1")
+            # Sent by the workload helper itself, as from inside the pod.
+            with pytest.MonkeyPatch.context() as env:
+                env.setenv("WALRAS_POD_NAME", pod_name)
+                env.setenv("WALRAS_POD_NAMESPACE", namespace)
+                workload.report_progress(1, api=client.CoreV1Api(kube))
 
             def decreasing_event() -> bool:
                 events = devcluster.request(kube, "GET", f"/api/v1/namespaces/{namespace}/events")[
