@@ -242,22 +242,23 @@ def gang_shape(job: model.JobSpec, concurrency: int, resource: str) -> tuple[int
     return concurrency // per_pod, per_pod
 
 
-def arrivals_of(obj: SowObject, ledger: Ledger) -> dict[str, tuple[int, int | None]]:
-    """Instance job id → (absolute arrival round, signal) for this SoW's admitted instances."""
-    try:
-        told = json.loads(obj.annotations.get(ANN_ARRIVALS, "{}"))
-    except ValueError:
-        told = {}
-    if not isinstance(told, dict):
-        told = {}
+def arrivals(objs: Sequence[SowObject], ledger: Ledger) -> dict[str, tuple[int, int | None]]:
+    """Job id → (absolute arrival round, signal) of every pending instance of ``objs``."""
+    told: dict[str, Mapping[str, Any]] = {}
+    for obj in objs:
+        try:
+            given = json.loads(obj.annotations.get(ANN_ARRIVALS, "{}"))
+        except ValueError:
+            given = {}
+        told[obj.key] = given if isinstance(given, dict) else {}
     out: dict[str, tuple[int, int | None]] = {}
     for j in ledger.jobs:
         inst = j.admission.instance
-        if inst.sow != obj.key:
+        if j.phase is not Phase.PENDING or inst.sow not in told:
             continue
         first = min(range(len(inst.arrivals)), key=lambda i: (inst.arrivals[i], i))
         offset, duration = inst.arrivals[first] - inst.release, inst.durations[first]
-        given = told.get(str(inst.index))
+        given = told[inst.sow].get(str(inst.index))
         if isinstance(given, int | float):
             offset = int(given)
         elif isinstance(given, list) and len(given) == 2:
@@ -307,15 +308,8 @@ def advance(
                     out.rejected[obj.key] = SowError(spec_field(exc), str(exc))
                     continue
                 out.admitted.append(obj.key)
-        arrivals: dict[str, tuple[int, int | None]] = {}
-        for obj in objs:
-            arrivals.update(arrivals_of(obj, ledger))
         # An arrival named for a round already past (annotation set late) arrives now.
-        due = {
-            j.job: arrivals[j.job][1]
-            for j in ledger.jobs
-            if j.phase is Phase.PENDING and j.job in arrivals and arrivals[j.job][0] <= t
-        }
+        due = {job: signal for job, (a, signal) in arrivals(objs, ledger).items() if a <= t}
         ledger, report = start_round(ledger, due)
         out.evicted.extend(report.evicted + report.cancelled)
         if t < target:
