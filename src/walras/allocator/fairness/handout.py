@@ -169,25 +169,23 @@ def _water(budget: float, room: FloatArray, gpus: FloatArray) -> FloatArray:
 
 
 def _pack_level(
-    left: FloatArray,
-    jobs: IntArray,
-    on_level: BoolArray,
-    rows: FloatArray,
-    gpus: FloatArray,
-    out: FloatArray,
+    left: FloatArray, on_level: BoolArray, rows: FloatArray, gpus: FloatArray, out: FloatArray
 ) -> None:
     """One level's share, kept on as few nodes as possible: equal time over the level's whole
     budget, then each job (largest gang first) onto the node with the least budget that holds
-    its time whole, else the one with the most (split). ``on_level``: ``(len(jobs), K)``."""
-    room = np.maximum(1.0 - rows[jobs], 0.0)
+    its time whole, else the one with the most (split). Arrays are the caller's block: ``left``
+    ``(C,)``, ``on_level`` ``(n, C)``, ``rows`` and ``gpus`` ``(n,)``, ``out`` ``(n, C)``."""
+    room = np.maximum(1.0 - rows, 0.0)
     reach = on_level & (left > 0)[None, :]
     live = (room > _TINY) & reach.any(axis=1)
     if not live.any():
         return
-    cand, room, reach = jobs[live], room[live], reach[live]
-    want = _water(float(left[reach.any(axis=0)].sum()), room, gpus[cand])
+    cand = np.flatnonzero(live)
+    reach = reach[cand]
+    want = _water(float(left[reach.any(axis=0)].sum()), room[cand], gpus[cand])
     for i in np.lexsort((cand, -gpus[cand])).tolist():
-        j, need = int(cand[i]), float(want[i]) * float(gpus[cand[i]])
+        j = int(cand[i])
+        need = float(want[i]) * float(gpus[j])
         while need > _TINY * float(gpus[j]):
             ks = np.flatnonzero(reach[i] & (left > _TINY))
             if ks.size == 0:
@@ -209,34 +207,42 @@ def _fill(
     gpus: FloatArray,
     out: FloatArray,
 ) -> FloatArray:
-    """Hand ``budget`` (K,) GPUs to ``jobs`` level by level; adds to ``out`` and ``rows`` in
-    place and returns what is left of the budget.
+    """Hand ``budget`` (K,) GPUs to ``jobs`` (ascending indices) level by level; adds to ``out``
+    and ``rows`` in place and returns what is left of the budget.
 
     Each level is first packed (:func:`_pack_level`: each job on one node where it can, since
     every node a job runs on is one more restart when the realiser moves it), then what the
     packing could not place is water-filled node by node (equal time among the node's
-    candidates), which is what the guarantees in the module docstring rest on.
+    candidates), which is what the guarantees in the module docstring rest on. The work is done
+    on the block of ``jobs`` × nodes with a budget (tenants' node times are sparse).
     """
-    left = budget.copy()
-    if jobs.size == 0:
-        return left
-    sub = level[jobs]
+    remaining = budget.copy()
+    cols = np.flatnonzero(remaining > 0)
+    if jobs.size == 0 or cols.size == 0:
+        return remaining
+    left = remaining[cols]
+    sub = level[np.ix_(jobs, cols)]
+    r, g = rows[jobs], gpus[jobs]
+    block = np.zeros((jobs.size, cols.size))
     for lv in range(int(sub.max(initial=-1)) + 1):
-        _pack_level(left, jobs, sub == lv, rows, gpus, out)
+        _pack_level(left, sub == lv, r, g, block)
         for k in np.flatnonzero(left > 0).tolist():
-            cand = jobs[sub[:, k] == lv]
+            cand = np.flatnonzero(sub[:, k] == lv)
             if cand.size == 0:
                 continue
-            room = np.maximum(1.0 - rows[cand], 0.0)
+            room = np.maximum(1.0 - r[cand], 0.0)
             live = room > _TINY
             if not live.any():
                 continue
             cand, room = cand[live], room[live]
-            t = _water(float(left[k]), room, gpus[cand])
-            out[cand, k] += t
-            rows[cand] += t
-            left[k] = max(0.0, float(left[k] - (t * gpus[cand]).sum()))
-    return left
+            t = _water(float(left[k]), room, g[cand])
+            block[cand, k] += t
+            r[cand] += t
+            left[k] = max(0.0, float(left[k] - (t * g[cand]).sum()))
+    out[np.ix_(jobs, cols)] += block
+    rows[jobs] = r
+    remaining[cols] = left
+    return remaining
 
 
 def hand_out(
