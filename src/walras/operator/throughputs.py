@@ -193,6 +193,10 @@ class Throughputs:
             }
             for t, value in sorted(eff.throughput.items())
         }
+        old_types = self.original.get(job.key, job.status).get("throughputs")
+        if isinstance(old_types, Mapping):
+            # A type no longer known (an estimate withdrawn) is removed from the merge patch.
+            out["throughputs"].update({t: None for t in old_types if t not in eff.throughput})
         return out
 
     def changed(self, job: model.JobSpec | model.JobDefect, fields: Mapping[str, Any]) -> bool:
