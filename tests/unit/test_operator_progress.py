@@ -175,3 +175,27 @@ def test_forked_copies_sum_and_gone_copies_are_nulled_in_the_patch() -> None:
     assert fields["progress"]["forkBase"] == 5.0
     # What completion reads: the snapshot's job carries the tracker's progress.
     assert spec.status["progress"]["stepsDone"] == 35
+
+
+def test_types_no_longer_known_are_removed_from_the_status() -> None:
+    rounds, _, _ = setup(declared=1.0)
+    store = rounds.store
+    raw = {
+        "metadata": {"namespace": "ns", "name": "train", "uid": "u1", "generation": 1},
+        "spec": {
+            "replicas": 1,
+            "throughput": {"g": 1.0},
+            "template": {"spec": {"containers": [{"name": "c", "image": "i"}]}},
+        },
+        # An earlier round estimated type h, whose pool is gone now.
+        "status": {"throughputs": {"h": {"value": 3.0, "source": "estimated-own"}}},
+    }
+    store.upsert("job", raw)
+    keeper = rounds.throughputs
+    [spec] = keeper.prepare(store.freeze(10.0), 10.0).jobs
+    fields = keeper.status_fields(spec, {"gpuType": "g"})
+    assert fields["throughputs"] == {
+        "g": {"value": 1.0, "source": "declared", "declared": 1.0},
+        "h": None,
+    }
+    assert fields["declaredThroughput"] == 1.0 and fields["measuredThroughput"] is None
