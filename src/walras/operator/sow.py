@@ -34,7 +34,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
 from urllib.parse import quote
@@ -47,6 +47,8 @@ from walras.kube import writes as kubeapi
 logger = logging.getLogger("walras.operator.sow")
 
 PATH = f"/apis/{crd.GROUP}/{crd.VERSION}/{shell.PLURAL}"
+# A starting gang whose nodes still hold pods being deleted is created this much later.
+RETRY_S = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,7 +236,10 @@ class SowRunner:
         )
         view = snapshot.cluster_view(base)
         caps = {g: int(view.type_capacity[i]) for i, g in enumerate(view.gpu_types)}
-        if refresh or self.ledger is None:
+        # A deleted SoW leaves the ledger as it would after a restart (its jobs, plans and
+        # expected usage go; later ones keep theirs): rebuild from the remaining statuses.
+        gone = self.ledger is not None and not set(self.ledger.sows) <= set(uids)
+        if refresh or gone or self.ledger is None:
             if not caps and not any(o.birth is not None for o in objs):
                 return snap  # no GPU type and nothing admitted yet: nothing to do
             self.ledger, clock, broken = shell.rebuild(self.config.params(), caps, objs)
@@ -343,7 +348,11 @@ class SowRunner:
             if members and (len(members) != g.pods or any(not p.live for p in members)):
                 deletes.extend(members)
                 live.pop(g.job)
-        reserved: list[model.PodInfo] = []
+        # Pods being deleted (evicted, completed) hold their GPUs until they are gone: the
+        # policy sees them, and a gang placed on their node is created once they are gone.
+        leaving = [p.info for p in pods if p.info.node and p.info.terminating]
+        leaving += [p.info for p in deletes if p.info.node]
+        reserved: list[model.PodInfo] = list(leaving)
         held: dict[str, int] = {}
         for g in gangs:
             for p in live.get(g.job, []):
@@ -351,8 +360,9 @@ class SowRunner:
                 held[node] = held.get(node, 0) + g.per_pod
                 reserved.append(p.info)
         free = _free_gpus(view, held)
-        used_now = _bound_gpus(base, view)
+        used_now = _bound_gpus(base, view, leaving)
         creates: list[tuple[str, dict[str, Any]]] = []
+        deferred = False
         for g in gangs:
             if g.job in live:
                 continue
@@ -388,6 +398,11 @@ class SowRunner:
             if fits:
                 for n in chosen:
                     used_now[n] = used_now.get(n, 0) + g.per_pod
+            else:
+                deferred = True
+        if deferred:
+            # Its nodes free up as the pods there are deleted: look again shortly.
+            asyncio.get_running_loop().call_later(RETRY_S, self.poke)
         if deletes:
             await kubeapi.gather_limited(
                 self.api.delete_pod(p.info.namespace, p.info.name, uid=p.info.uid) for p in deletes
@@ -548,11 +563,14 @@ def _free_gpus(view: snapshot.ClusterView, held: Mapping[str, int]) -> dict[str,
     }
 
 
-def _bound_gpus(snap: snapshot.Snapshot, view: snapshot.ClusterView) -> dict[str, int]:
-    """GPUs Walras's FungibleJob pods use on each node right now (bound or planned)."""
+def _bound_gpus(
+    snap: snapshot.Snapshot, view: snapshot.ClusterView, leaving: Sequence[model.PodInfo]
+) -> dict[str, int]:
+    """GPUs used on each node right now by Walras's FungibleJob pods (bound or planned, being
+    deleted included) and by SoW pods being deleted."""
     out: dict[str, int] = {}
-    for pod in snap.pods:
-        if pod.terminating or pod.finished or not pod.where:
+    for pod in (*snap.pods, *leaving):
+        if pod.finished or not pod.where:
             continue
         i = view.node_index.get(pod.where)
         if i is None:
