@@ -93,6 +93,20 @@ def get_sow(kube: Any, namespace: str, name: str) -> dict[str, Any]:
     return result
 
 
+def printed(kube: Any, namespace: str, name: str) -> dict[str, Any]:
+    """The SoW's row as ``kubectl get sow`` shows it (the API server's Table rendering)."""
+    path = f"{BASE}/namespaces/{namespace}/statementsofwork/{name}"
+    verb, url, headers, _, _ = kube.param_serialize(
+        method="GET",
+        resource_path=path,
+        header_params={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"},
+        auth_settings=["BearerToken"],
+    )
+    table = json.loads(kube.call_api(verb, url, header_params=headers).read())
+    names = [c["name"] for c in table["columnDefinitions"]]
+    return dict(zip(names, table["rows"][0]["cells"], strict=True))
+
+
 def rejection(kube: Any, namespace: str, manifest: dict[str, Any]) -> str:
     """The API server's message rejecting ``manifest`` (fails if it is accepted)."""
     with pytest.raises(ApiException) as info:
@@ -261,6 +275,9 @@ def test_later_born_is_evicted(
         assert abs(fin["charge"] - expected) <= 1e-9 * expected, (fin, expected)
         assert done["status"]["charged"] == fin["charge"]
         assert done["status"]["phase"] == "Done"
+        row = printed(kube, namespace, "first")
+        assert (row["Birth"], row["GPU type"], row["Phase"]) == (b1, "g", "Done")
+        assert row["Charged"] == fin["charge"] and row["Run prob"] == 1
         wait_for(
             lambda: not [p for p in list_pods(kube, namespace, "second-0") if alive(p)],
             30,
