@@ -33,12 +33,16 @@ from typing import Any
 import pytest
 import yaml
 from operator_helpers import (
+    BASE,
     OperatorProcess,
     create_job,
+    create_nodes,
+    create_pool,
     get_job,
     install,
     job_manifest,
     list_pods,
+    pool_manifest,
     start_operator,
     wait_for,
 )
@@ -161,30 +165,16 @@ def jobs_namespace(kube: Any, release: str) -> Iterator[str]:
 
 
 @pytest.fixture
-def gpu_node(kube: Any, release: str) -> Iterator[str]:
-    devcluster.create_gpu_node(kube, NODE, gpu_type=GPU_TYPE, gpus=4)
-    try:
-        yield NODE
-    finally:
-        devcluster.delete_nodes(kube, [NODE])
-
-
-@pytest.fixture
-def pool(kube: Any, gpu_node: str) -> Iterator[str]:
-    from kubernetes import client
-
-    api = client.CustomObjectsApi(kube)
-    body = {
-        "apiVersion": "walras.dev/v1alpha1",
-        "kind": "ResourcePool",
-        "metadata": {"name": GPU_TYPE},
-        "spec": {"gpuType": GPU_TYPE, "nodeSelector": {"walras.dev/gpu-type": GPU_TYPE}},
-    }
-    api.create_cluster_custom_object("walras.dev", "v1alpha1", "resourcepools", body)
+def pool(kube: Any, release: str) -> Iterator[str]:
+    """A ResourcePool of GPU_TYPE over one kwok node, NODE, with 4 GPUs (after ``release``)."""
+    (node,) = create_nodes(kube, NODE.rsplit("-", 1)[0], GPU_TYPE, 1, 4)
+    assert node == NODE
+    create_pool(kube, pool_manifest(GPU_TYPE, GPU_TYPE))
     try:
         yield GPU_TYPE
     finally:
-        api.delete_cluster_custom_object("walras.dev", "v1alpha1", "resourcepools", GPU_TYPE)
+        devcluster.request(kube, "DELETE", f"{BASE}/resourcepools/{GPU_TYPE}")
+        devcluster.delete_nodes(kube, [NODE])
 
 
 def chart_operator(cp: Any, release: str, log_dir: Path, name: str) -> OperatorProcess:
