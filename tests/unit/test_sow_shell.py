@@ -212,3 +212,32 @@ def test_round_clock() -> None:
     assert CLOCK.round_at(999.0) == 0
     assert CLOCK.round_at(1000.0 + 3 * 7) == 7
     assert CLOCK.round_at(CLOCK.start_of(9) - 1e-3) == 8
+
+
+def test_arrival_annotation_moves_the_arrival_and_reveals_the_duration() -> None:
+    base = sow_obj("late", k=1, points=[(0, 1, 0.5), (2, 3, 0.5)])
+    revealed = replace(
+        base,
+        spec={**base.spec, "durationRevealed": True},
+        annotations={shell.ANN_ARRIVALS: '{"0": [2, 3]}'},
+    )
+    adv = shell.advance(Ledger.empty(PARAMS, CAPS), 0, [revealed], [revealed], {})
+    job = adv.ledger.jobs[0]
+    # Not arrived at 0 (the annotation says 2); the plan key at 2 is (2, 3), which it plans.
+    assert job.phase is Phase.PENDING
+    ledger = adv.ledger
+    for t in (1, 2):
+        ledger = shell.advance(ledger, t, [], [revealed], {}).ledger
+    job = ledger.jobs[0]
+    entry = job.admission.plan.lookup((2, 3))
+    assert entry is not None and entry.start is not None
+    assert (job.arrival, job.signal, job.start) == (2, 3, entry.start)
+    assert job.phase in (Phase.WAITING, Phase.RUNNING)
+
+
+def test_an_arrival_outside_the_report_is_not_run() -> None:
+    odd = replace(FIRST, annotations={shell.ANN_ARRIVALS: '{"0": 5}'})  # support: 2 or 8
+    ledger = Ledger.empty(PARAMS, CAPS)
+    for t in range(7):
+        ledger = shell.advance(ledger, t, [odd] if t == 0 else [], [odd], {}).ledger
+    assert ledger.jobs[0].phase is Phase.NOT_RUN and ledger.jobs[0].arrival == 5
