@@ -1,11 +1,11 @@
 """Benchmark of the container image: build time, size, and the operator's start-up inside it.
 
 Builds the CPU image with ``hack/build-image.sh`` (buildah; see that script) from a copy of the
-build context (Dockerfile, .dockerignore, pyproject.toml, README.md, src/, the script) into a fresh
-image store in a temporary directory, so that neither the checkout nor the developer's store is
-touched. The Debian base root filesystem comes from the shared cache ($WALRAS_CACHE/image-base,
-made once by debootstrap), as it would on any machine that built the image before. One JSON line
-per case:
+build context (Dockerfile, .dockerignore, pyproject.toml, README.md, src/, locks/, the script)
+into a fresh image store in a temporary directory, so that neither the checkout nor the
+developer's store is touched. The Debian base root filesystem comes from the shared cache
+($WALRAS_CACHE/image-base, made once by debootstrap), as it would on any machine that built the
+image before. One JSON line per case:
 
 * ``build_cold``: empty store: commit the base, then every step of the Dockerfile (apt inside the
   image, every wheel downloaded); ``size_mb`` is the image's uncompressed size.
@@ -47,6 +47,7 @@ CONTEXT = (
     "pyproject.toml",
     "README.md",
     "src",
+    "locks",
     "hack/build-image.sh",
 )
 
