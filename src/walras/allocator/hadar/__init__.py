@@ -30,6 +30,7 @@ one job, node layout), ``admission`` (the queue's choice), ``forking`` (HadarE),
 from __future__ import annotations
 
 from walras.allocator.hadar.admission import DP_MAX_CELLS
+from walras.allocator.hadar.horizon import Horizon
 from walras.allocator.hadar.inputs import HadarInputs, make_inputs
 from walras.allocator.hadar.planner import plan_round
 from walras.allocator.hadar.prices import capacity, competitive_ratio, default_bounds, price
@@ -41,6 +42,7 @@ __all__ = [
     "Gang",
     "HadarInputs",
     "HadarPlan",
+    "Horizon",
     "Hyperbolic",
     "InverseSlowdown",
     "JobPlan",

@@ -2,6 +2,11 @@
 
 Pipeline (each step only sees the GPUs the previous ones left free):
 
+0. **Horizon (opt-in, ``horizon=Horizon()``)**: :mod:`~walras.allocator.hadar.horizon` solves the
+   fluid makespan LP of the remaining work, restricts each job to the GPU types of its LP support
+   and raises the utility weight of the jobs that must run now for the queue to drain by the
+   horizon. The payoff keeps the paper's form (utility at the projected finish − price); only
+   the per-job utility constants and the usable types change from round to round.
 1. **Keep or move running jobs** (incremental Hadar). A job is *running* if it holds a whole
    gang now (not forked). All running jobs first hold their GPUs. Then, in job order, each one
    releases its own GPUs and compares, at the current prices, keeping them (no restart) with its
@@ -12,9 +17,18 @@ Pipeline (each step only sees the GPUs the previous ones left free):
    i.e. only when moving gains more than the restart costs. Hadar never preempts a running job
    to make room for a waiting one (the paper's incremental mode; only new or waiting jobs are
    allocated).
+
+   With ``preempt=True`` this step is skipped: every active job is re-queued each round, in order
+   of its per-GPU utility at its best rate (highest first; a batch has no arrival order to
+   honour), and competes with the waiting ones. A running job that is chosen again on the same
+   GPU types keeps its nodes (laid out first, below), so it pays no restart; one that loses its
+   GPUs is preempted at the round boundary. Deviation from the paper's incremental mode: on a
+   batch it is what lets short jobs finish first while the critical long jobs of the horizon
+   keep their GPUs (restarts cost 10 s against 6-minute rounds).
 2. **Admit from the queue**: waiting jobs (and, under HadarE, every forked-mode job) go through
-   :mod:`~walras.allocator.hadar.admission` (exact payoff DP, or the greedy rule), then
-   :func:`~walras.allocator.hadar.find_alloc.layout` puts them on nodes, reusing current nodes.
+   :mod:`~walras.allocator.hadar.admission` (exact payoff DP, or the greedy rule). Then
+   :func:`~walras.allocator.hadar.find_alloc.layout` puts the admitted and backfilled jobs on
+   nodes, those that keep their GPU types first (on their current nodes), then the others.
 3. **Backfill (opt-in, ``backfill=True``)**: GPUs that no positive-payoff job wanted would stay
    idle this round. The primal-dual rule keeps them for better jobs that may arrive, but Hadar
    re-plans every round anyway, so an operator that values utilisation (makespan) can give them
@@ -49,6 +63,7 @@ from walras.allocator.hadar.forking import (
     projected_utility,
     split_steps,
 )
+from walras.allocator.hadar.horizon import Horizon, apply_horizon
 from walras.allocator.hadar.inputs import HadarInputs
 from walras.allocator.hadar.prices import capacity, competitive_ratio, default_bounds, job_utility
 from walras.allocator.hadar.results import Gang, HadarPlan, JobPlan
@@ -64,6 +79,8 @@ def plan_round(
     method: Method = "auto",
     dp_max_cells: int = DP_MAX_CELLS,
     backfill: bool = False,
+    preempt: bool = False,
+    horizon: Horizon | None = None,
 ) -> HadarPlan:
     """Plan one round: Hadar (``fork_jobs=False``) or HadarE (``fork_jobs=True``).
 
@@ -73,20 +90,24 @@ def plan_round(
         method: queue choice, ``"auto"`` (DP when small enough), ``"dp"`` or ``"greedy"``.
         dp_max_cells: ``auto`` uses the DP while ``queue length × pooled states`` is at most this.
         backfill: give GPUs left idle to waiting jobs whatever their payoff (step 3).
+        preempt: re-plan every job each round (step 1 replaced, see the module docstring).
+        horizon: the makespan horizon of :mod:`~walras.allocator.hadar.horizon` (step 0).
     """
+    biggest = int(inputs.node_free.max()) if inputs.n_nodes else 0
+    forking = inputs.forkable & (inputs.replicas <= biggest) & fork_jobs
+    if horizon is not None:
+        inputs = apply_horizon(inputs, horizon, forking).inputs
     cap = capacity(inputs)
     u_min, u_max = default_bounds(inputs)
     market = Market(cap, u_min, u_max)
     thr = inputs.throughput
-    K = inputs.n_nodes
     active = (inputs.remaining > 0) & (thr.max(axis=1) > 0)
     rows = inputs.current.sum(axis=1)
-    biggest = int(inputs.node_free.max()) if K else 0
-    forked_mode = active & inputs.forkable & (inputs.replicas <= biggest) & fork_jobs
+    forked_mode = active & forking
     free = inputs.node_free.astype(np.int64).copy()
     gangs: dict[int, list[GangState]] = {}
 
-    running = np.flatnonzero(active & ~forked_mode & (rows == inputs.replicas))
+    running = np.flatnonzero(active & ~forked_mode & (rows == inputs.replicas) & (not preempt))
     rates_now = {int(j): _current_rate(inputs, int(j)) for j in running}
     keepers = [int(j) for j in running if rates_now[int(j)] > 0]
     for j in keepers:
@@ -97,21 +118,30 @@ def plan_round(
     waiting = [int(j) for j in np.flatnonzero(active) if int(j) not in gangs]
     waiting.sort(key=lambda j: (-float(inputs.elapsed[j]), j))
     utils = _utils_at_speeds(inputs, np.array(waiting, dtype=np.int64))
+    if preempt and waiting:
+        # A re-planned round has no arrival order to honour: highest per-GPU utility first.
+        density = utils.max(axis=1) / inputs.replicas[waiting]
+        order = sorted(range(len(waiting)), key=lambda i: (-float(density[i]), waiting[i]))
+        waiting = [waiting[i] for i in order]
+        utils = utils[order]
     queue = [QueueJob(j, thr[j], int(inputs.replicas[j]), utils[i]) for i, j in enumerate(waiting)]
-    admitted, used = choose(queue, pooled(inputs, free), market, method, dp_max_cells)
-    for a in admitted:
+    pool = pooled(inputs, free)
+    admitted, used = choose(queue, pool, market, method, dp_max_cells)
+    filled: set[int] = set()
+    if backfill:
+        taken = {a.job for a in admitted}
+        rest = [q for q in queue if q.job not in taken and not forked_mode[q.job]]
+        left = pool - sum((a.counts for a in admitted), np.zeros_like(pool))
+        extra = admit_all(rest, left, market)
+        filled = {a.job for a in extra}
+        admitted = [*admitted, *extra]
+    # Jobs that keep their GPU types are laid out first, on their own nodes, so that a job placed
+    # before them in queue order does not take those nodes (any type counts within the pooled
+    # free GPUs can be laid out, in any order).
+    for a in sorted(admitted, key=lambda a: not _same_types(inputs, a.job, a.counts)):
         prefer = inputs.current[a.job] if rows[a.job] > 0 else None
         nodes = layout(a.counts, free, inputs.node_type, prefer)
         gangs[a.job] = [GangState(nodes, a.rate, _is_kept(inputs, a.job, nodes), a.cost)]
-
-    filled: set[int] = set()
-    if backfill:
-        rest = [q for q in queue if q.job not in gangs and not forked_mode[q.job]]
-        for a in admit_all(rest, pooled(inputs, free), market):
-            prefer = inputs.current[a.job] if rows[a.job] > 0 else None
-            nodes = layout(a.counts, free, inputs.node_type, prefer)
-            gangs[a.job] = [GangState(nodes, a.rate, _is_kept(inputs, a.job, nodes), a.cost)]
-            filled.add(a.job)
 
     last: set[int] = set()
     if fork_jobs:
@@ -227,6 +257,12 @@ def _current_rate(inputs: HadarInputs, j: int) -> float:
     """Rate of job ``j``'s current gang: its slowest member's type (0 if a type is unusable)."""
     types = inputs.node_type[inputs.current[j] > 0]
     return float(inputs.throughput[j, types].min()) if types.size else 0.0
+
+
+def _same_types(inputs: HadarInputs, j: int, counts: IntArray) -> bool:
+    """Job ``j`` now holds exactly ``counts`` GPUs of each type."""
+    now = np.bincount(inputs.node_type, weights=inputs.current[j], minlength=inputs.n_types)
+    return bool(inputs.current[j].any()) and bool((now == counts).all())
 
 
 def _is_kept(inputs: HadarInputs, j: int, nodes: tuple[tuple[int, int], ...]) -> bool:

@@ -8,6 +8,13 @@ restart. ``hadare`` adds HadarE's copies: a forkable job (``spec.forkable: true`
 node with room, and its work is split across them. The solution carries those placements
 (``Solution.placements``), which ``walras.core.placements`` turns into pods.
 
+Configuration of both policies (chosen for batches such as Gavel's D5; see ``docs/simulate.md``):
+``Hyperbolic`` utility (one time scale for all jobs: shortest projected completion first), the
+makespan horizon (``walras.allocator.hadar.horizon``: types from the fluid makespan LP, critical
+long jobs first), every round re-planned (``preempt``), idle GPUs backfilled. Measured on D5 with
+10 s restarts: makespan 260.9 h and average JCT 50.1 h, against 345.3 h and 62.3 h for Gavel's
+heterogeneity-aware max-min fairness.
+
 Inputs from the snapshot: ``throughput[j, t]`` = ``spec.throughput[t]`` (0 where the gang cannot
 run), ``replicas`` = gang size (one GPU per pod), ``remaining`` = ``totalWork − work done``
 (required: a job without ``totalWork`` gets a ``TotalWorkRequired`` issue), ``elapsed`` = now −
@@ -36,6 +43,11 @@ from walras.core.policies.eligibility import (
     usable_types,
 )
 from walras.core.policies.registry import register
+
+DP_MAX_CELLS = 500_000
+"""The exact queue DP while ``queue × pooled states`` stays below this, the greedy rule above.
+Every round re-plans the whole queue here, so D5's 480 jobs × 9,261 states (about 1 s of CPU per
+round for the DP) would cost an hour over a run; the greedy rule takes milliseconds."""
 
 
 @register("hadar", summary="online primal-dual placement with exponential prices (paper 003)")
@@ -116,8 +128,16 @@ class Hadar:
             ],
             round_seconds=self.round_seconds,
             restart_seconds=self.restart_seconds,
+            utility=hadar.Hyperbolic(),
         )
-        plan = hadar.plan_round(inputs, fork_jobs=self.fork)
+        plan = hadar.plan_round(
+            inputs,
+            fork_jobs=self.fork,
+            dp_max_cells=DP_MAX_CELLS,
+            backfill=True,
+            preempt=True,
+            horizon=hadar.Horizon(),
+        )
         targets = np.zeros((len(rows), len(types)))
         placements: dict[model.JobKey, tuple[tuple[str, int], ...]] = {}
         rates: dict[model.JobKey, float] = {}
