@@ -261,7 +261,10 @@ class SowRunner:
         reserved = await self._gangs(objs, ours, base, view)
         await self._statuses(objs, target)
         await self._events(objs, adv, known, target)
-        self._schedule(target, now)
+        if any(j.phase.active for j in self.ledger.jobs) or newborn:
+            # Wake-ups only while the mechanism has something to play: a cluster without SoWs
+            # runs its rounds exactly as before.
+            self._schedule(target, now)
         return replace(
             base, foreign_pods=tuple(sorted((*base.foreign_pods, *reserved), key=lambda p: p.key))
         )
