@@ -169,12 +169,18 @@ def _water(budget: float, room: FloatArray, gpus: FloatArray) -> FloatArray:
 
 
 def _pack_level(
-    left: FloatArray, on_level: BoolArray, rows: FloatArray, gpus: FloatArray, out: FloatArray
+    left: FloatArray,
+    on_level: BoolArray,
+    rows: FloatArray,
+    gpus: FloatArray,
+    out: FloatArray,
+    prior: FloatArray,
 ) -> None:
     """One level's share, kept on as few nodes as possible: equal time over the level's whole
     budget, then each job (largest gang first) onto the node with the least budget that holds
-    its time whole, else the one with the most (split). Arrays are the caller's block: ``left``
-    ``(C,)``, ``on_level`` ``(n, C)``, ``rows`` and ``gpus`` ``(n,)``, ``out`` ``(n, C)``."""
+    its time whole, else the one with the most (split); nodes where the job already has time
+    (``out`` or ``prior``) first. Arrays are the caller's block: ``left`` ``(C,)``, ``on_level``
+    ``(n, C)``, ``rows`` and ``gpus`` ``(n,)``, ``out`` and ``prior`` ``(n, C)``."""
     room = np.maximum(1.0 - rows, 0.0)
     reach = on_level & (left > 0)[None, :]
     live = (room > _TINY) & reach.any(axis=1)
@@ -190,8 +196,12 @@ def _pack_level(
             ks = np.flatnonzero(reach[i] & (left > _TINY))
             if ks.size == 0:
                 break
-            whole = ks[left[ks] >= need]
-            k = int(whole[np.argmin(left[whole])]) if whole.size else int(ks[np.argmax(left[ks])])
+            held = (out[j, ks] + prior[j, ks]) > 0
+            whole = left[ks] >= need
+            pick = whole if whole.any() else np.ones_like(whole)
+            # Held nodes first; then the tightest whole fit, or (split) the most budget.
+            size = left[ks[pick]] if whole.any() else -left[ks[pick]]
+            k = int(ks[pick][np.lexsort((size, ~held[pick]))[0]])
             take = min(need, float(left[k]))
             out[j, k] += take / gpus[j]
             rows[j] += take / gpus[j]
@@ -206,9 +216,11 @@ def _fill(
     rows: FloatArray,
     gpus: FloatArray,
     out: FloatArray,
+    prior: FloatArray,
 ) -> FloatArray:
     """Hand ``budget`` (K,) GPUs to ``jobs`` (ascending indices) level by level; adds to ``out``
-    and ``rows`` in place and returns what is left of the budget.
+    and ``rows`` in place and returns what is left of the budget. ``prior``: ``(J, K)`` time
+    the jobs already have from an earlier phase (the packing keeps a job where it runs).
 
     Each level is first packed (:func:`_pack_level`: each job on one node where it can, since
     every node a job runs on is one more restart when the realiser moves it), then what the
@@ -224,8 +236,9 @@ def _fill(
     sub = level[np.ix_(jobs, cols)]
     r, g = rows[jobs], gpus[jobs]
     block = np.zeros((jobs.size, cols.size))
+    before = prior[np.ix_(jobs, cols)]
     for lv in range(int(sub.max(initial=-1)) + 1):
-        _pack_level(left, sub == lv, r, g, block)
+        _pack_level(left, sub == lv, r, g, block, before)
         for k in np.flatnonzero(left > 0).tolist():
             cand = np.flatnonzero(sub[:, k] == lv)
             if cand.size == 0:
@@ -275,13 +288,13 @@ def hand_out(
     level = _levels(ok, pref)
     rows = np.zeros(n_jobs)
     own = np.zeros((n_jobs, n_nodes))
+    none = np.zeros((n_jobs, n_nodes))
     for n in range(y.shape[0]):
-        _fill(y[n] * cap, np.flatnonzero(owner == n), level, rows, gpus, own)
+        _fill(y[n] * cap, np.flatnonzero(owner == n), level, rows, gpus, own, none)
     used = (own * gpus[:, None]).sum(axis=0)
     fill = np.zeros((n_jobs, n_nodes))
-    idle = _fill(
-        np.maximum(cap - used, 0.0), np.arange(n_jobs, dtype=np.int64), level, rows, gpus, fill
-    )
+    everyone = np.arange(n_jobs, dtype=np.int64)
+    idle = _fill(np.maximum(cap - used, 0.0), everyone, level, rows, gpus, fill, own)
     targets = own + fill
     targets[targets < _TINY] = 0.0
     return Handout(targets=targets, own=own, fill=fill, idle=idle)
