@@ -137,22 +137,26 @@ def _central_reader(store: snapshot.Store, scale: float) -> policies.Distributed
     return read
 
 
-def _run(store: snapshot.Store, policy: policies.Policy) -> list[str]:
+def _run(store: snapshot.Store, policy: policies.Policy, hold_s: float = 0.0) -> list[str]:
     state = cycle.CycleState()
     found: list[str] = []
     for r in range(1, ROUNDS + 1):
         now = 100.0 * r
-        plan = cycle.plan(state, policy, store.freeze(now=now), now=now, round_no=r)
+        snap = store.freeze(now=now)
+        plan = cycle.plan(state, policy, snap, now=now, round_no=r, hold_s=hold_s)
         found += _violations(plan)
         _apply(store, plan)
     return found
 
 
 @SETTINGS
-@given(seed=st.integers(0, 2**31 - 1))
-def test_psdsf_leaves_no_gpu_idle_while_a_job_that_can_use_it_waits(seed: int) -> None:
+@given(seed=st.integers(0, 2**31 - 1), hold_rounds=st.sampled_from([0.0, 2.0]))
+def test_psdsf_leaves_no_gpu_idle_while_a_job_that_can_use_it_waits(
+    seed: int, hold_rounds: float
+) -> None:
+    # Also with the realiser's hold (blocks instead of alternation), in seconds of 100 s rounds.
     store = _store(seed)
-    assert _run(store, policies.create("psdsf")) == []
+    assert _run(store, policies.create("psdsf"), hold_s=100.0 * hold_rounds) == []
 
 
 @SETTINGS
