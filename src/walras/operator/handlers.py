@@ -45,7 +45,7 @@ class Readiness:
     would not do: on a large cluster kopf needs minutes to deliver the initial listing, and
     planning against half of it is exactly what this guard prevents.
 
-    Why not kopf's own facilities (kopf 1.37–1.45, read in its source):
+    Why not kopf's own facilities (as of kopf 1.45, read in its source):
 
     - ``@kopf.index``: with an index on a kind, kopf holds every other handler back until the
       initial listings of all indexed kinds went through the index handlers (an internal
@@ -55,7 +55,9 @@ class Readiness:
       runs, so "some handler ran" cannot be the signal; after the gate the per-object workers
       run their ``on.event`` handlers concurrently in no set order, so the first call does not
       mean the store holds the rest. Index handlers are not called for DELETED events either,
-      so the store could not move into them whole.
+      so the store could not move into them whole. An index would only shorten the deletion
+      race above (a listed key absent from kopf's index was deleted); the stall stays needed
+      for when kopf lists nothing at all, so it would add a handler per event for little.
     - kopf's probes (``--liveness``, ``@kopf.on.probe``) answer liveness from kopf's own server
       and know nothing of the listings; readiness here also needs leadership and a healthy round
       loop, served with the metrics by ``walras.operator.health``.
