@@ -42,8 +42,11 @@ def test_same_status_ignores_nulls_round_and_transition_times() -> None:
         ],
     }
     assert sow._same(ours, stored)
+    # Only the round moved: the merge patch carries it alone (the admissions are not re-sent).
+    assert sow._delta(ours, stored) == {"round"}
     moved = {**ours, "instances": [{"index": 0, "start": 3, "phase": "running"}]}
     assert not sow._same(moved, stored)
+    assert sow._delta(moved, stored) == {"round", "instances"}
 
 
 def pod(phase: str, finished: str | None, owner: str = "uid-s") -> dict[str, Any]:

@@ -433,10 +433,12 @@ class SowRunner:
                 body = shell.status_of(obj, self.ledger, self.clock, round_no=target)
             if body is None:
                 continue
+            keys = _delta(body, obj.status)
             # An SoW with active instances records every round it sees: a restarted operator
             # ends that round with the completions it observes (walras.core.sow_shell.rebuild).
-            moved = body.get("phase") == "Admitted" and obj.status.get("round") != body["round"]
-            if _same(body, obj.status) and not moved:
+            if body.get("phase") != "Admitted":
+                keys.discard("round")
+            if not keys:
                 continue
             old = {str(c.get("type")): c for c in obj.status.get("conditions") or []}
             for c in body["conditions"]:
@@ -445,7 +447,8 @@ class SowRunner:
                 c["lastTransitionTime"] = (
                     str(prev.get("lastTransitionTime")) if same and prev else stamp
                 )
-            writes.append(self._patch_status(obj, body))
+            # A merge patch of the keys that changed: the posted admissions are written once.
+            writes.append(self._patch_status(obj, {k: body[k] for k in sorted(keys)}))
         if writes:
             await kubeapi.gather_limited(writes)
 
@@ -523,26 +526,25 @@ class SowRunner:
         self._wake = loop.call_later(delay, self.poke)
 
 
+def _bare(x: Any) -> Any:
+    """JSON data without nulls (the API server drops a null of a field that is not nullable,
+    e.g. an instance's unset start) and without conditions' transition times."""
+    if isinstance(x, Mapping):
+        return {k: _bare(v) for k, v in x.items() if v is not None and k != "lastTransitionTime"}
+    if isinstance(x, list | tuple):
+        return [_bare(v) for v in x]
+    return x
+
+
+def _delta(body: Mapping[str, Any], old: Mapping[str, Any]) -> set[str]:
+    """Top-level status keys whose value differs (after :func:`_bare`) from the stored one."""
+    plain = _bare(json.loads(json.dumps(body)))
+    return {k for k in plain if plain[k] != _bare(old.get(k))}
+
+
 def _same(body: Mapping[str, Any], old: Mapping[str, Any]) -> bool:
-    """Equal apart from conditions' transition times, the round counter and nulls (the API
-    server drops a null of a field that is not nullable, e.g. an instance's unset start)."""
-
-    def bare(x: Any) -> Any:
-        if isinstance(x, Mapping):
-            return {k: bare(v) for k, v in x.items() if v is not None}
-        if isinstance(x, list | tuple):
-            return [bare(v) for v in x]
-        return x
-
-    def strip(s: Mapping[str, Any]) -> Any:
-        out = {k: v for k, v in s.items() if k != "round"}
-        out["conditions"] = [
-            {k: v for k, v in c.items() if k != "lastTransitionTime"}
-            for c in s.get("conditions") or []
-        ]
-        return bare(json.loads(json.dumps(out)))
-
-    return bool(strip(body) == strip(old))
+    """Equal apart from conditions' transition times, the round counter and nulls."""
+    return not _delta(body, old) - {"round"}
 
 
 def _resource(view: snapshot.ClusterView, gpu_type: str) -> str:
