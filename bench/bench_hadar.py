@@ -8,6 +8,8 @@ Cases:
   (9,261 pooled states) and by the greedy rule.
 - ``plan-480x60-incremental``: the next round, with the first round's jobs running (keep/move
   rule, then the DP over the jobs still waiting).
+- ``plan-480x60-replan``: the first round as the ``hadar`` policy plans it (Hyperbolic utility,
+  makespan horizon, every job re-planned, backfill, the greedy queue rule above 500,000 cells).
 - ``ttd-small-cluster``: HadarE vs Hadar on the small cluster of
   ``tests/unit/hadar_helpers.small_cluster`` (5 nodes × 4 GPUs of mixed types, 12 long forkable
   single-GPU jobs), run to completion in the fixed-round loop of the same module: TTD (makespan)
@@ -30,11 +32,16 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
 from tests.unit.hadar_helpers import Workload, gavel_like, run, small_cluster
 
-from walras.allocator.hadar import HadarInputs, make_inputs, plan_round
+from walras.allocator.hadar import HadarInputs, Horizon, Hyperbolic, make_inputs, plan_round
+from walras.core.policies.hadar import DP_MAX_CELLS
 
 
 def _inputs(
-    work: Workload, remaining: np.ndarray, current: np.ndarray, clock: float
+    work: Workload,
+    remaining: np.ndarray,
+    current: np.ndarray,
+    clock: float,
+    utility: Hyperbolic | None = None,
 ) -> HadarInputs:
     return make_inputs(
         work.throughput,
@@ -48,6 +55,7 @@ def _inputs(
         total_work=work.total_work,
         round_seconds=work.round_seconds,
         restart_seconds=work.restart_seconds,
+        utility=utility,
     )
 
 
@@ -100,6 +108,28 @@ def plan_cases() -> list[dict[str, object]]:
             "moved": sum(jp.moved for jp in plan.jobs),
             "method": plan.method,
             "peak_rss_mb": round(_peak_mb(), 1),
+        }
+    )
+    replan = _inputs(
+        work, work.total_work.copy(), np.zeros((J, K), dtype=np.int64), 0.0, Hyperbolic()
+    )
+    t0, c0 = time.perf_counter(), time.process_time()
+    plan = plan_round(
+        replan,
+        dp_max_cells=DP_MAX_CELLS,
+        backfill=True,
+        preempt=True,
+        horizon=Horizon(),
+    )
+    out.append(
+        {
+            "bench": "hadar",
+            "case": "plan-480x60-replan",
+            "time_s": round(time.perf_counter() - t0, 4),
+            "cpu_s": round(time.process_time() - c0, 4),
+            "placed": len(plan.jobs),
+            "gpus_used": sum(p for jp in plan.jobs for _, p in jp.placement),
+            "method": plan.method,
         }
     )
     return out

@@ -144,3 +144,28 @@ def test_preempted_round_keeps_a_running_job_on_its_nodes() -> None:
 def test_horizon_options_are_checked(kw: dict[str, float]) -> None:
     with pytest.raises(InvalidProblem):
         Horizon(**kw)
+
+
+def test_among_makespan_optimal_plans_the_fewest_gpu_seconds_win() -> None:
+    # Job 0 (10 h alone) sets T* = 10 h; job 1 (1 h on type 0, 2 h on type 1) fits anywhere
+    # within T*, so T alone does not choose. Fewest GPU-seconds: type 0 (3,600 s + restart).
+    thr = np.array([[1.0, 1.0], [2.0, 1.0]])
+    rem = np.array([10 * HOUR, 2 * HOUR])
+    allowed = np.ones((2, 2), dtype=bool)
+    x, t_star = fluid_makespan(thr, np.array([1, 1]), rem, np.array([1.0, 1.0]), allowed)
+    assert t_star == pytest.approx(10 * HOUR, rel=1e-9)
+    assert x[1].tolist() == pytest.approx([1.0, 0.0], abs=1e-7)
+
+
+def test_a_running_job_stays_on_its_type_when_moving_gains_less_than_the_restart() -> None:
+    # Job 1 is 0.1 % faster on type 0: 3.6 s saved over its hour, less than a 10 s restart. It
+    # runs on type 1 and stays; a job running nowhere pays the restart anywhere and takes type 0.
+    thr = np.array([[1.0, 1.0], [1.001, 1.0]])
+    rem = np.array([10 * HOUR, 1 * HOUR])
+    allowed = np.ones((2, 2), dtype=bool)
+    gangs, cap = np.array([1, 1]), np.array([1.0, 1.0])
+    on = np.array([[False, False], [False, True]])
+    x, _ = fluid_makespan(thr, gangs, rem, cap, allowed, running_on=on, restart_seconds=10.0)
+    assert x[1].tolist() == pytest.approx([0.0, 1.0], abs=1e-7)
+    x, _ = fluid_makespan(thr, gangs, rem, cap, allowed, restart_seconds=10.0)
+    assert x[1].tolist() == pytest.approx([1.0, 0.0], abs=1e-7)

@@ -18,7 +18,9 @@ constraints), and the LP's dual prices of the capacity rows rank types by what a
 there is worth; its solution ``x`` puts each job on the types where it is comparatively fastest.
 
 **Eligibility.** A job may use only the types in the support of ``x`` (``x_jr > 10⁻⁶``) this round;
-its other throughputs are set to 0 before Hadar runs. The LP is re-solved every round on the
+its other throughputs are set to 0 before Hadar runs. A running job whose current types are all
+in its support may use only those (it moves when the LP drops its type, not between types the LP
+finds equally good). The LP is re-solved every round on the
 remaining work, so the support follows the queue. Jobs the LP does not cover (forked-mode jobs,
 whose copies fill every node by design, and gangs that fit no single type) are left unchanged.
 
@@ -117,9 +119,25 @@ def apply_horizon(inputs: HadarInputs, options: Horizon, skip: BoolArray) -> Hor
     jobs = np.flatnonzero(covered)
     if jobs.size == 0:
         return HorizonResult(inputs, 0.0, eligible, critical)
-    x, t_star = fluid_makespan(thr[jobs], inputs.replicas[jobs], rem[jobs], cap, fits[jobs])
+    on = np.zeros((jobs.size, inputs.n_types), dtype=bool)
+    for r in range(inputs.n_types):
+        on[:, r] = inputs.current[jobs][:, inputs.node_type == r].sum(axis=1) > 0
+    x, t_star = fluid_makespan(
+        thr[jobs],
+        inputs.replicas[jobs],
+        rem[jobs],
+        cap,
+        fits[jobs],
+        running_on=on,
+        restart_seconds=inputs.restart_seconds,
+    )
     eligible = eligible.copy()
-    eligible[jobs] = x > SUPPORT_TOL
+    support = x > SUPPORT_TOL
+    # A running job whose types are all in its support stays on them: moving between types the
+    # LP finds equally good would only cost restarts (re-planned rounds re-rank every job).
+    stay = on.any(axis=1) & ~(on & ~support).any(axis=1)
+    support[stay] = on[stay]
+    eligible[jobs] = support
     new_thr = np.where(eligible, thr, 0.0)
     best = new_thr[jobs].max(axis=1)
     duration = rem[jobs] / best
@@ -148,10 +166,19 @@ def fluid_makespan(
     remaining: FloatArray,
     cap: FloatArray,
     allowed: BoolArray,
+    *,
+    running_on: BoolArray | None = None,
+    restart_seconds: float = 0.0,
 ) -> tuple[FloatArray, float]:
     """Solve the fluid makespan LP; returns ``(x (n, T), T*)`` (seconds).
 
-    Every row of ``allowed`` must have a type (the caller covers only such jobs).
+    Every row of ``allowed`` must have a type (the caller covers only such jobs). The LP is
+    degenerate (many ``x`` reach ``T*``), so a second LP picks, among the plans with
+    ``T ≤ T*``, one that uses the fewest GPU-seconds: ``Σ x_jr W_j (d_jr + restart)``, the
+    restart counted for a type the job does not run on now (``running_on (n, T)``; a job that
+    runs nowhere pays it everywhere). Faster types are preferred where capacity allows, and a
+    job stays on its type when moving gains nothing, so the support does not flip between
+    rounds.
     """
     n, T = throughput.shape
     dur = np.where(allowed, remaining[:, None] / np.where(allowed, throughput, 1.0), 0.0)
@@ -186,4 +213,23 @@ def fluid_makespan(
         # Cannot happen for valid inputs (x = 1 on any allowed type is feasible); keep every
         # allowed type rather than fail the round.
         return allowed.astype(np.float64), 0.0
-    return np.asarray(res.x[:-1], dtype=np.float64).reshape(n, T), float(res.x[-1])
+    t_star = float(res.x[-1])
+    moving = np.ones((n, T), dtype=bool)
+    if running_on is not None:
+        runs = np.asarray(running_on.any(axis=1), dtype=bool)
+        moving = ~running_on | ~runs[:, None]
+    used = replicas[:, None] * (dur + restart_seconds * moving)
+    second = np.append(np.where(allowed, used, 0.0).ravel(), 0.0)
+    # Relative slack on T: the second LP must stay feasible at the first one's rounded optimum.
+    upper[-1] = t_star * (1.0 + 1e-9) + 1e-9
+    res2 = linprog(
+        second / max(float(second.max()), 1.0),
+        A_ub=a_ub,
+        b_ub=np.zeros(T + n),
+        A_eq=a_eq,
+        b_eq=np.ones(n),
+        bounds=np.stack([np.zeros(nv), upper], axis=1),
+        method="highs",
+    )
+    best = res2 if res2.status == 0 and res2.x is not None else res
+    return np.asarray(best.x[:-1], dtype=np.float64).reshape(n, T), t_star
