@@ -29,7 +29,9 @@ the job's speed-up over its slowest eligible type, dimensionless, ``≥ 1`` on e
 use: one work unit is one pod-second on the job's slowest type, whatever model it trains, so a
 tenant's units add up across jobs. Scaling a job's whole row of rates (changing its batch size or
 its step definition) leaves ``â`` unchanged, so no job can inflate its tenant's share by
-reporting rates in smaller steps.
+reporting rates in smaller steps. Shares are fair in these units, not in GPU counts: a tenant
+whose jobs gain most from the fast types gets fewer, faster GPUs (TDM PS-DSF is a Fisher market
+with nodes as goods, ALGORITHMS §2, and each tenant buys the node time it values most per price).
 
 Worked example: jobs ``lm {k80: 43, v100: 121}`` and ``rec {k80: 20, v100: 13}`` in one tenant on
 a k80 and a v100 node: ``â_lm = {k80: 1, v100: 2.81}``, ``â_rec = {k80: 1.54, v100: 1}``; the
