@@ -74,16 +74,18 @@ def test_forkable_job_runs_as_copies_and_completes_on_summed_work(
     create_nodes(kube, "k80", "k80", 1, 2)
     create_pool(kube, pool_manifest("v100", "v100"))
     create_pool(kube, pool_manifest("k80", "k80"))
-    forked = job_manifest("forked", FORKED_RATES, total_work=TOTAL_WORK)
-    forked["spec"]["forkable"] = True
-    create_job(kube, namespace, forked)
-    # `solo` never finishes during the test: it is there to be (not) copied.
-    create_job(kube, namespace, job_manifest("solo", {"v100": 1.0, "k80": 1.0}, total_work=1.0e9))
     node_type = {
         n["metadata"]["name"]: n["metadata"]["labels"][devcluster.GPU_TYPE_LABEL]
         for n in list_nodes(kube)
     }
     op = start_operator(control_plane, tmp_path, policy="hadare", round_seconds=2.0)
+    # The jobs arrive once the operator serves, so that the watch below sees the forked job's
+    # first round (its pods are replaced when its copies change).
+    forked = job_manifest("forked", FORKED_RATES, total_work=TOTAL_WORK)
+    forked["spec"]["forkable"] = True
+    create_job(kube, namespace, forked)
+    # `solo` never finishes during the test: it is there to be (not) copied.
+    create_job(kube, namespace, job_manifest("solo", {"v100": 1.0, "k80": 1.0}, total_work=1.0e9))
     seen: dict[str, dict[int, list[dict[str, Any]]]] = {"forked": {}, "solo": {}}
 
     def watch() -> None:
