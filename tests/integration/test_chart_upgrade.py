@@ -1,11 +1,11 @@
 """Install paths of the Helm chart on the real local control plane: upgrade and uninstall.
 
-Upgrade: the chart as of commit eec9749 (the previous chart version, 0.1.0; extracted with
-``git archive``) is installed, a FungibleJob is scheduled by an operator authenticated only by the
-chart's controller ServiceAccount, and its pod runs on a kwok GPU node. ``helm upgrade`` to this
-checkout's chart must keep that pod: the same pod (uid) on the same node, still Running, its slice
-not restarted (``status.runningSince`` unchanged), while the operator keeps running rounds with
-the upgraded RBAC, and after the operator is replaced by a new process (what the Deployment's
+Upgrade: the chart as of commit eec9749 (the previous chart version, 0.1.0; its packaged archive in
+``tests/data/charts/``) is installed, a FungibleJob is scheduled by an operator authenticated only
+by the chart's controller ServiceAccount, and its pod runs on a kwok GPU node. ``helm upgrade`` to
+this checkout's chart must keep that pod: the same pod (uid) on the same node, still Running, its
+slice not restarted (``status.runningSince`` unchanged), while the operator keeps running rounds
+with the upgraded RBAC, and after the operator is replaced by a new process (what the Deployment's
 rollout does in a cluster).
 
 Uninstall: after ``helm uninstall`` no cluster-scoped object of the release is left (neither those
@@ -26,7 +26,6 @@ from __future__ import annotations
 import subprocess
 import tarfile
 from collections.abc import Iterator
-from io import BytesIO
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +53,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "walras"
 PREVIOUS_COMMIT = "eec9749"  # the chart as released at version 0.1.0
+PREVIOUS_ARCHIVE = Path(__file__).parents[1] / "data" / "charts" / "walras-0.1.0.tgz"
 GPU_TYPE = "upgradetest"  # a GPU type no other test uses
 NODE = "upgrade-gpu-0"
 DEADLINE_S = 90.0
@@ -89,26 +89,15 @@ def chart_version(chart: Path) -> str:
 
 @pytest.fixture(scope="module")
 def previous_chart(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """charts/walras as of PREVIOUS_COMMIT, extracted from git."""
-    shallow = subprocess.run(
-        ["git", "-C", str(ROOT), "rev-parse", "--is-shallow-repository"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    archive = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", "--format=tar", PREVIOUS_COMMIT, "charts/walras"],
-        capture_output=True,
-        check=False,
-    )
-    if archive.returncode != 0:
-        if shallow.stdout.strip() == "true":
-            pytest.skip(f"shallow clone: commit {PREVIOUS_COMMIT} (the previous chart) is absent")
-        pytest.fail(f"git archive {PREVIOUS_COMMIT}: {archive.stderr.decode()}")
+    """The previous release of the chart, unpacked from its packaged archive.
+
+    ``tests/data/charts/walras-0.1.0.tgz`` is ``helm package`` of charts/walras as of
+    PREVIOUS_COMMIT: a release artefact, so the test needs no git history (CI may clone shallow).
+    """
     out = tmp_path_factory.mktemp("previous-chart")
-    with tarfile.open(fileobj=BytesIO(archive.stdout)) as tar:
+    with tarfile.open(PREVIOUS_ARCHIVE) as tar:
         tar.extractall(out, filter="data")
-    chart = out / "charts" / "walras"
+    chart = out / "walras"
     # The test is about an upgrade: the checkout's chart must carry a newer version.
     assert chart_version(chart) != chart_version(CHART), "bump charts/walras/Chart.yaml version"
     return chart
