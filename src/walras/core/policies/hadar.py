@@ -12,7 +12,7 @@ Configuration of both policies (chosen for batches such as Gavel's D5; see ``doc
 ``Hyperbolic`` utility (one time scale for all jobs: shortest projected completion first), the
 makespan horizon (``walras.allocator.hadar.horizon``: types from the fluid makespan LP, critical
 long jobs first), every round re-planned (``preempt``), idle GPUs backfilled. Measured on D5 with
-10 s restarts: makespan 260.9 h and average JCT 50.1 h, against 345.3 h and 62.3 h for Gavel's
+10 s restarts: makespan 265.4 h and average JCT 48.9 h, against 345.3 h and 62.3 h for Gavel's
 heterogeneity-aware max-min fairness.
 
 Inputs from the snapshot: ``throughput[j, t]`` = ``spec.throughput[t]`` (0 where the gang cannot
