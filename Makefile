@@ -64,5 +64,8 @@ image: ## Build the container image from the Dockerfile (docker, else buildah; s
 	bash hack/build-image.sh --variant $(VARIANT) $(if $(IMAGE_TAG),--tag $(IMAGE_TAG)) \
 		$(if $(IMAGE_ARCHIVE),--archive $(IMAGE_ARCHIVE))
 
+lock: install ## Re-resolve the image's hash-pinned dependency locks (locks/) after a pyproject.toml change
+	bash hack/lock.sh
+
 clean: ## Remove the virtualenv and caches (not the binary cache)
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
