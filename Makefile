@@ -9,7 +9,7 @@ STAMP   := $(VENV)/.installed
 # Where hack/ caches built binaries (kube-apiserver, etcd, kwok, helm, kubectl).
 export WALRAS_CACHE ?= $(HOME)/.cache/walras
 
-.PHONY: help install tools test test-unit test-integration lint bench demo verify crds crds-sync image clean
+.PHONY: help install tools test test-unit test-integration lint bench demo verify crds crds-sync image lock clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-18s %s\n", $$1, $$2}'
