@@ -74,7 +74,7 @@ from walras.allocator.sow import (
 )
 
 # The admission's own accumulation of y (one formula; the rebuild must add exactly the same).
-from walras.allocator.sow.admission import _add_expected_usage as add_expected_usage
+from walras.allocator.sow.admission import add_expected_usage
 from walras.allocator.sow.ledger import frozen
 from walras.core import crd, model
 

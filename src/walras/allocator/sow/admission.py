@@ -64,7 +64,7 @@ def admit(ledger: Ledger, sow: StatementOfWork) -> tuple[Ledger, tuple[Admission
                 )
             )
         chosen = plan.best_plan(inst, menus, tables)
-        _add_expected_usage(usage, ledger, inst, chosen)
+        add_expected_usage(usage, ledger, inst, chosen)
         adm = Admission(inst, len(ledger.jobs) + len(new_jobs), tuple(menus), tuple(tables), chosen)
         probs = np.asarray(inst.probabilities, dtype=np.float64)
         samples = failure.add_job(samples, inst, chosen, probs, ledger.gpu_types, rng)
@@ -129,7 +129,7 @@ def _pairs(inst: Instance, t: int) -> int:
     return sum(n_starts * len({dem.duration_on(d) for d in inst.durations}) for dem in inst.demands)
 
 
-def _add_expected_usage(
+def add_expected_usage(
     usage: list[np.ndarray], ledger: Ledger, inst: Instance, chosen: LaunchPlan
 ) -> None:
     """``y_g(τ) += f·k`` over each support point's planned run."""
