@@ -1,7 +1,8 @@
 """The one module of the operator that writes to the Kubernetes API.
 
-Called by the round loop (``walras.operator.loop``) for its writes: create pod, bind it through the
-``pods/binding`` subresource, delete pod, merge-patch FungibleJob/ResourcePool status, post Events.
+Called by the round loop (``walras.operator.loop``) and the SoW shell (``walras.operator.sow``) for
+their writes: create pod, bind it through the ``pods/binding`` subresource, delete pod, merge-patch
+the status of Walras objects (FungibleJob, ResourcePool, StatementOfWork), post Events on them.
 Reads never come here: the watch handlers keep the indexes.
 
 Requests go through the ``kubernetes`` client's REST layer (its authentication, TLS and connection
@@ -40,10 +41,10 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 from urllib.parse import quote
 
-from walras.core import crd, model
+from walras.core import crd
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +74,16 @@ class Result:
     @property
     def ok(self) -> bool:
         return self.outcome in (Outcome.OK, Outcome.EXISTS)
+
+
+class Involved(Protocol):
+    """What an Event names: a namespaced object (FungibleJob, StatementOfWork, ...)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def namespace(self) -> str: ...
 
 
 class Api:
@@ -216,13 +227,17 @@ class Api:
 
     # ------------------------------------------------------------------ status
 
-    async def patch_job_status(
-        self, namespace: str, name: str, status: Mapping[str, Any]
+    async def patch_status(
+        self, plural: str, name: str, status: Mapping[str, Any], *, namespace: str = ""
     ) -> Result:
-        path = (
-            f"/apis/{crd.GROUP}/{crd.VERSION}/namespaces/{quote(namespace)}/"
-            f"{crd.JOB_PLURAL}/{quote(name)}/status"
-        )
+        """Merge-patch the ``status`` subresource of a Walras custom resource.
+
+        ``plural`` is the resource's plural (``fungiblejobs``, ``statementsofwork``, ...);
+        ``namespace`` empty for a cluster-scoped resource (``resourcepools``). Conflicts are
+        retried: a merge patch carries no resourceVersion, so a retry cannot undo another write.
+        """
+        scope = f"namespaces/{quote(namespace)}/" if namespace else ""
+        path = f"/apis/{crd.GROUP}/{crd.VERSION}/{scope}{plural}/{quote(name)}/status"
         return await self._run(
             self._request,
             "PATCH",
@@ -232,39 +247,37 @@ class Api:
             retry_conflict=True,
         )
 
+    async def patch_job_status(
+        self, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> Result:
+        return await self.patch_status(crd.JOB_PLURAL, name, status, namespace=namespace)
+
     async def patch_pool_status(self, name: str, status: Mapping[str, Any]) -> Result:
-        path = f"/apis/{crd.GROUP}/{crd.VERSION}/{crd.POOL_PLURAL}/{quote(name)}/status"
-        return await self._run(
-            self._request,
-            "PATCH",
-            path,
-            {"status": dict(status)},
-            content_type="application/merge-patch+json",
-            retry_conflict=True,
-        )
+        return await self.patch_status(crd.POOL_PLURAL, name, status)
 
     # ------------------------------------------------------------------ events
 
     async def post_event(
         self,
-        job: model.JobSpec | model.JobDefect,
+        obj: Involved,
         *,
+        kind: str = crd.JOB_KIND,
         uid: str,
         event_type: str,
         reason: str,
         message: str,
         now: str,
     ) -> Result:
-        """A core/v1 Event on the FungibleJob (the caller deduplicates)."""
+        """A core/v1 Event on the Walras object ``obj`` of ``kind`` (the caller deduplicates)."""
         body = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"generateName": f"{job.name[:200]}.", "namespace": job.namespace},
+            "metadata": {"generateName": f"{obj.name[:200]}.", "namespace": obj.namespace},
             "involvedObject": {
                 "apiVersion": crd.API_VERSION,
-                "kind": crd.JOB_KIND,
-                "namespace": job.namespace,
-                "name": job.name,
+                "kind": kind,
+                "namespace": obj.namespace,
+                "name": obj.name,
                 "uid": uid,
             },
             "type": event_type,
@@ -277,7 +290,7 @@ class Api:
             "reportingComponent": "walras.dev/operator",
             "reportingInstance": f"walras-operator-{self.instance}",
         }
-        path = f"/api/v1/namespaces/{quote(job.namespace)}/events"
+        path = f"/api/v1/namespaces/{quote(obj.namespace)}/events"
         return await self._run(self._request, "POST", path, body)
 
 

@@ -37,7 +37,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
-from urllib.parse import quote
 
 from walras.allocator.sow import Ledger, MechanismParams, Phase, instance_id
 from walras.core import crd, filters, model, realise, snapshot
@@ -183,18 +182,7 @@ class SowRunner:
             self._unavailable = message
 
     async def _patch_status(self, obj: shell.SowObject, body: Mapping[str, Any]) -> None:
-        path = f"/apis/{crd.GROUP}/{crd.VERSION}/namespaces/{quote(obj.namespace)}/" + (
-            f"{shell.PLURAL}/{quote(obj.name)}/status"
-        )
-        # Api has status patches for FungibleJobs and pools only; the same fenced request here.
-        result = await self.api._run(
-            self.api._request,
-            "PATCH",
-            path,
-            {"status": dict(body)},
-            content_type="application/merge-patch+json",
-            retry_conflict=True,
-        )
+        result = await self.api.patch_status(shell.PLURAL, obj.name, body, namespace=obj.namespace)
         if not result.ok and result.outcome != kubeapi.Outcome.FENCED:
             logger.warning("status of SoW %s: %s", obj.key, result.message)
 
@@ -490,30 +478,14 @@ class SowRunner:
     async def _event(
         self, obj: shell.SowObject, etype: str, reason: str, message: str, now: str
     ) -> None:
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{obj.name}.", "namespace": obj.namespace},
-            "involvedObject": {
-                "apiVersion": crd.API_VERSION,
-                "kind": shell.KIND,
-                "namespace": obj.namespace,
-                "name": obj.name,
-                "uid": obj.uid,
-            },
-            "type": etype,
-            "reason": reason,
-            "message": message[:1024],
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-            "source": {"component": "walras-operator"},
-            "reportingComponent": "walras.dev/operator",
-            "reportingInstance": f"walras-operator-{self.api.instance}",
-        }
-        # Api.post_event names FungibleJobs only; the same fenced request here.
-        await self.api._run(
-            self.api._request, "POST", f"/api/v1/namespaces/{quote(obj.namespace)}/events", body
+        await self.api.post_event(
+            obj,
+            kind=shell.KIND,
+            uid=obj.uid,
+            event_type=etype,
+            reason=reason,
+            message=message,
+            now=now,
         )
 
     def _schedule(self, target: int, now: float) -> None:
