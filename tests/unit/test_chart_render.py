@@ -175,6 +175,8 @@ AGENT_GRANTS: dict[tuple[str, str], set[str]] = {
     ("", "nodes"): {"get"},
     ("walras.dev", "fungiblejobs"): {"get", "list", "watch"},
     ("walras.dev", "resourcepools"): {"get", "list", "watch"},
+    # Tenant objects (names, weights, namespaces): agents build the central tenant model.
+    ("walras.dev", "tenants"): {"get", "list", "watch"},
     ("walras.dev", "nodeallocations"): {"get", "list", "watch", "create"},
     ("walras.dev", "nodeallocations/status"): {"patch"},
 }

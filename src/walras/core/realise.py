@@ -246,7 +246,7 @@ def realise(
             node_free=node_free,
             current=plan_current if plan_current.any() else None,
             hold=hold,
-            backfill=_backfill_mask(sol, frozen) if backfill else None,
+            backfill=_backfill_mask(sol, view, frozen) if backfill else None,
         )
         placements = {p.job: p for p in (*plan.placements, *frozen)}
         unplaced: Sequence[int] = plan.unplaced
@@ -461,14 +461,19 @@ def _enforce_filters(
 
 
 def _backfill_mask(
-    sol: policies.Solution, frozen: list[rounds.JobPlacement]
+    sol: policies.Solution, view: snapshot.ClusterView, frozen: list[rounds.JobPlacement]
 ) -> npt.NDArray[np.bool_]:
-    """Where each solved job could run (positive throughput on the group's GPU type); jobs an
-    incremental round keeps in place are left out."""
-    mask = np.array(
-        [[job.throughput.get(t, 0.0) > 0 for t in sol.group_type] for job in sol.jobs],
-        dtype=bool,
-    ).reshape(len(sol.jobs), len(sol.group_type))
+    """Where each solved job could run: positive throughput on the group's GPU type and some
+    node of the group passing the job's filters (kube-scheduler's, as ``_enforce_filters``
+    applies them); jobs an incremental round keeps in place are left out."""
+    capacity = Capacity(view)
+    mask = np.zeros((len(sol.jobs), len(sol.group_type)), dtype=bool)
+    for r, job in enumerate(sol.jobs):
+        for t in sorted(set(sol.group_type)):
+            if job.throughput.get(t, 0.0) <= 0:
+                continue
+            for k in capacity.type_fit(job, t).nodes.tolist():
+                mask[r, int(sol.node_group[k])] = True
     for fixed in frozen:
         mask[fixed.job] = False
     return mask
