@@ -1,19 +1,25 @@
 """``hadar`` and ``hadare``: online primal–dual scheduling, and job forking (paper 003).
 
 Unlike the fraction policies, Hadar decides each round's placements itself
-(``walras.allocator.hadar.plan_round``): per GPU type a price exponential in the GPUs taken, a
-job's payoff = its utility at the projected finish − the price of its GPUs, positive-payoff jobs
-admitted so that the total payoff is maximal, running jobs kept unless a move gains more than the
-restart. ``hadare`` adds HadarE's copies: a forkable job (``spec.forkable: true``) runs one gang per
-node with room, and its work is split across them. The solution carries those placements
-(``Solution.placements``), which ``walras.core.placements`` turns into pods.
+(``walras.allocator.hadar.plan_round``): per GPU type a price exponential in the GPUs taken, a job's
+payoff = its utility at the projected finish − the price of its GPUs, positive-payoff jobs admitted
+so that the total payoff is maximal. ``hadare`` adds HadarE's copies: a forkable job
+(``spec.forkable: true``) runs one gang per node with room, and its work is split across them. The
+solution carries those placements (``Solution.placements``), which ``walras.core.placements`` turns
+into pods.
 
-Configuration of both policies (chosen for batches such as Gavel's D5; see ``docs/simulate.md``):
+Configuration of ``hadar`` (chosen for batches such as Gavel's D5; see ``docs/simulate.md``):
 ``Hyperbolic`` utility (one time scale for all jobs: shortest projected completion first), the
 makespan horizon (``walras.allocator.hadar.horizon``: types from the fluid makespan LP, critical
-long jobs first), every round re-planned (``preempt``), idle GPUs backfilled. Measured on D5 with
-10 s restarts: makespan 265.4 h and average JCT 48.9 h, against 345.3 h and 62.3 h for Gavel's
-heterogeneity-aware max-min fairness.
+long jobs first), every round re-planned (``preempt``: a running job keeps its nodes when it is
+chosen again, else it is preempted), idle GPUs backfilled. Measured on D5 with 10 s restarts:
+makespan 265.4 h and average JCT 48.9 h, against 345.3 h and 62.3 h for Gavel's heterogeneity-aware
+max-min fairness.
+
+``hadare`` keeps the paper's configuration (effective-throughput utility, incremental rounds:
+running jobs keep their GPUs unless a move gains more than the restart; no horizon): on the small
+forking case of ``docs/forking.md`` it finished sooner that way (27.4 h against 28.7 h), and the
+horizon leaves forked jobs alone anyway (their copies fill every node).
 
 Inputs from the snapshot: ``throughput[j, t]`` = ``spec.throughput[t]`` (0 where the gang cannot
 run), ``replicas`` = gang size (one GPU per pod), ``remaining`` = ``totalWork − work done``
@@ -56,6 +62,8 @@ class Hadar:
 
     name = "hadar"
     fork = False
+    # Horizon, shortest-first utility, re-planned rounds and backfill (module docstring).
+    replan = True
 
     def __init__(self, options: PolicyOptions) -> None:
         self.round_seconds = options.round_seconds
@@ -128,15 +136,15 @@ class Hadar:
             ],
             round_seconds=self.round_seconds,
             restart_seconds=self.restart_seconds,
-            utility=hadar.Hyperbolic(),
+            utility=hadar.Hyperbolic() if self.replan else hadar.InverseSlowdown(),
         )
         plan = hadar.plan_round(
             inputs,
             fork_jobs=self.fork,
             dp_max_cells=DP_MAX_CELLS,
-            backfill=True,
-            preempt=True,
-            horizon=hadar.Horizon(),
+            backfill=self.replan,
+            preempt=self.replan,
+            horizon=hadar.Horizon() if self.replan else None,
         )
         targets = np.zeros((len(rows), len(types)))
         placements: dict[model.JobKey, tuple[tuple[str, int], ...]] = {}
@@ -182,3 +190,4 @@ class HadarE(Hadar):
 
     name = "hadare"
     fork = True
+    replan = False
