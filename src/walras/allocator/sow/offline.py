@@ -10,11 +10,20 @@ one (type ``g``, start ``s ≥ a_j``) to maximise total value, within capacity i
 
 Only starts with positive value are variables (a zero-value run never helps). ``relaxed=True``
 drops integrality (an upper bound, for instances too large for the MILP).
+
+HiGHS (1.12, in scipy 1.17) prints ``HighsMipSolverData::transformNewIntegerFeasibleSolution
+tmpSolver.run();`` with a bare ``printf`` when it repairs an incumbent, whatever ``disp`` or
+``output_flag`` say (ERGO-Code/HiGHS#2783), which breaks one-JSON-line-per-case output; the solve
+therefore runs with file descriptor 1 sent to ``/dev/null`` (:func:`_c_stdout_silenced`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+import ctypes
+import os
+import sys
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -85,18 +94,47 @@ def offline_optimum(
         (np.ones(len(cols)), (job_of, np.arange(len(cols)))), shape=(len(jobs), len(cols))
     )
     ub_cap = np.tile(np.array([capacities[g] for g in types], dtype=np.float64), horizon)
-    res = milp(
-        -np.asarray(values),
-        constraints=[
-            LinearConstraint(a_cap, -np.inf, ub_cap),
-            LinearConstraint(a_job, -np.inf, np.ones(len(jobs))),
-        ],
-        integrality=np.zeros(len(cols)) if relaxed else np.ones(len(cols)),
-        bounds=Bounds(0.0, 1.0),
-        options={"time_limit": time_limit},
-    )
+    with _c_stdout_silenced():
+        res = milp(
+            -np.asarray(values),
+            constraints=[
+                LinearConstraint(a_cap, -np.inf, ub_cap),
+                LinearConstraint(a_job, -np.inf, np.ones(len(jobs))),
+            ],
+            integrality=np.zeros(len(cols)) if relaxed else np.ones(len(cols)),
+            bounds=Bounds(0.0, 1.0),
+            options={"time_limit": time_limit, "disp": False},
+        )
     if res.x is None:
         raise InvalidProblem(f"offline optimum failed: {res.message}", field="realisation")
     x = np.asarray(res.x)
     chosen = tuple(cols[i] for i in np.flatnonzero(x > 0.5))
     return OfflineResult(float(-res.fun), chosen, relaxed)
+
+
+def _flush_c_stdio() -> None:
+    """Flush C's stdio buffers: a ``printf`` into a pipe sits there until the buffer fills."""
+    # OSError/AttributeError: no C library reachable this way (not Linux/macOS): nothing to flush.
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).fflush(None)
+
+
+@contextlib.contextmanager
+def _c_stdout_silenced() -> Iterator[None]:
+    """Send what is written to file descriptor 1 inside the block to ``/dev/null``.
+
+    Process-wide: another thread's stdout output during the block is lost too (the simulator
+    and the benchmarks solve on their main thread; the operator never calls this module).
+    """
+    sys.stdout.flush()
+    _flush_c_stdio()
+    saved = os.dup(1)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+        yield
+    finally:
+        _flush_c_stdio()
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(devnull)
