@@ -19,10 +19,17 @@ Checked, from the API objects only:
   progress was summed;
 - ``solo`` is never copied: in every round it is seen, it holds at most ``replicas`` pods and none
   carries the fork environment.
+
+A second test checks the other way a job's progress is known: copies that report their steps
+(``walras.dev/steps-done``, ``walras.core.progress``). A forked job on a 1-GPU V100 node and a
+1-GPU K80 node runs one copy on each; each copy's pod reports the steps it ran, 60 % and 40 % of
+``totalWork``. Neither alone reaches ``totalWork``, their sum does: the job completes, from the
+reported steps.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -42,7 +49,7 @@ from operator_helpers import (
     wait_for,
 )
 
-from walras.core import crd
+from walras.core import crd, progress
 from walras.testing import devcluster
 
 pytestmark = pytest.mark.slow
@@ -145,6 +152,69 @@ def test_forkable_job_runs_as_copies_and_completes_on_summed_work(
             assert len(pods) <= 1, [p["metadata"]["name"] for p in pods]
         assert all(alive(p) for p in list_pods(kube, namespace, "solo"))
         assert phase("solo") == "Running"
+        assert op.alive()
+    finally:
+        op.terminate()
+        devcluster.reset(kube)
+
+
+REPORTED_WORK = 3000.0
+
+
+def test_forked_copies_reported_steps_are_summed(
+    kube: Any, control_plane: devcluster.ControlPlane, tmp_path: Any
+) -> None:
+    install(kube)
+    namespace = devcluster.unique_name("t-forkp")
+    devcluster.create_namespace(kube, namespace)
+    create_nodes(kube, "v100", "v100", 1, 1)
+    create_nodes(kube, "k80", "k80", 1, 1)
+    create_pool(kube, pool_manifest("v100", "v100"))
+    create_pool(kube, pool_manifest("k80", "k80"))
+    # 15 steps/s on both copies: accounting alone would need 200 s, far beyond this test.
+    manifest = job_manifest("reported", {"v100": 10.0, "k80": 5.0}, total_work=REPORTED_WORK)
+    manifest["spec"]["forkable"] = True
+    op = start_operator(control_plane, tmp_path, policy="hadare", round_seconds=2.0)
+    try:
+        created = time.monotonic()
+        create_job(kube, namespace, manifest)
+
+        def copies() -> list[dict[str, Any]]:
+            pods = [
+                p
+                for p in list_pods(kube, namespace, "reported")
+                if alive(p) and p["spec"].get("nodeName")
+            ]
+            return pods if len(pods) == 2 else []
+
+        pods = wait_for(copies, 60, "two copies of the forked job to run")
+        # A first reading may not imply more than 10× the job's fastest rate since it was created
+        # (progress.ABSURD_FACTOR): 60 % of 3,000 steps at ≤ 100 steps/s needs 18 s.
+        fastest = 10.0
+        wait = 0.6 * REPORTED_WORK / (progress.ABSURD_FACTOR * fastest)
+        time.sleep(max(0.0, wait + 2.0 - (time.monotonic() - created)))
+        for pod, share in zip(pods, (0.6, 0.4), strict=True):
+            devcluster.request(
+                kube,
+                "PATCH",
+                f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}",
+                body={
+                    "metadata": {
+                        "annotations": {progress.ANN_STEPS_DONE: str(int(share * REPORTED_WORK))}
+                    }
+                },
+                content_type="application/merge-patch+json",
+            )
+
+        def phase() -> str:
+            return str((get_job(kube, namespace, "reported").get("status") or {}).get("phase"))
+
+        wait_for(lambda: phase() == "Succeeded", 60, "the forked job to complete")
+        done = get_job(kube, namespace, "reported")
+        allocated = condition(done, "Allocated")
+        assert allocated is not None and allocated["reason"] == "TotalWorkDone"
+        assert "(reported)" in allocated["message"], allocated
+        assert float(done["status"]["progress"]["stepsDone"]) == REPORTED_WORK
         assert op.alive()
     finally:
         op.terminate()
