@@ -371,6 +371,9 @@ def test_values_map_to_operator_flags(helm: str, policy: str) -> None:
         "--set", "solver.popShards=4",
         "--set", "solver.weighting=remaining",
         "--set-json", "solver.weightingExponent=-1",
+        "--set", "throughputs.measuredMinSamples=5",
+        "--set-json", "throughputs.mismatchFactor=1.5",
+        "--set", "throughputs.absurdFactor=20",
     )  # fmt: skip
     container = one(docs, "Deployment", "controller")["spec"]["template"]["spec"]["containers"][0]
     assert container["command"] == ["walras", "operator"]
@@ -383,6 +386,9 @@ def test_values_map_to_operator_flags(helm: str, policy: str) -> None:
         "pop-shards": "4",
         "weighting": "remaining",
         "weighting-exponent": "-1",
+        "measured-min-samples": "5",
+        "mismatch-factor": "1.5",
+        "absurd-factor": "20",
         "stale-after": "12",
         "log-format": "json",
         "metrics-port": "9100",

@@ -175,6 +175,30 @@ def operator_command(
             envvar="WALRAS_POP_SHARDS", min=1, help="POP: solve this many job shards (1 = exact)."
         ),
     ] = 1,
+    measured_min_samples: Annotated[
+        int,
+        typer.Option(
+            envvar="WALRAS_MEASURED_MIN_SAMPLES",
+            min=1,
+            help="Samples a measured throughput needs to replace the declared one.",
+        ),
+    ] = 3,
+    mismatch_factor: Annotated[
+        float,
+        typer.Option(
+            envvar="WALRAS_MISMATCH_FACTOR",
+            min=1.0,
+            help="Declared vs measured throughput off by more: ThroughputMismatch condition.",
+        ),
+    ] = 2.0,
+    absurd_factor: Annotated[
+        float,
+        typer.Option(
+            envvar="WALRAS_ABSURD_FACTOR",
+            min=1.0,
+            help="Progress faster than this × the job's fastest known rate is ignored.",
+        ),
+    ] = 10.0,
 ) -> None:
     """Run the Walras controller: FungibleJobs and ResourcePools to pod bindings and status."""
     from walras.operator import main
@@ -202,6 +226,9 @@ def operator_command(
         weighting=_weighting(weighting),
         weighting_exponent=weighting_exponent,
         pop_shards=pop_shards,
+        measured_min_samples=measured_min_samples,
+        mismatch_factor=mismatch_factor,
+        absurd_factor=absurd_factor,
     )
     main.configure_logging(options.log_format)
     asyncio.run(main.run(options))

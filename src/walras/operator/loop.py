@@ -67,6 +67,8 @@ class LoopConfig:
     weighting: str = "none"
     weighting_exponent: float = -0.5
     pop_shards: int = 1
+    # Progress and throughput estimation thresholds (walras.operator.throughputs; issue 16).
+    progress: throughputs.Settings = field(default_factory=throughputs.Settings)
 
 
 @dataclass(slots=True)
@@ -215,7 +217,7 @@ class RoundLoop:
         self.round_no = 0
         self.state = cycle.CycleState()
         # Reported progress and effective throughputs (issue 16; walras.operator.throughputs).
-        self.throughputs = throughputs.Throughputs()
+        self.throughputs = throughputs.Throughputs.configured(config.progress, config.round_seconds)
         self.pending: dict[model.JobKey, list[_PendingBind]] = {}
         # Pods we bound that the watch has not shown bound yet: pod -> (node, gpus, when).
         self.ledger: dict[model.JobKey, tuple[str, dict[str, float], float]] = {}

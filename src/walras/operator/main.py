@@ -26,7 +26,7 @@ from walras.core import cycle, policies, snapshot
 from walras.kube import client as kubeclient
 from walras.kube import nodeallocations
 from walras.kube import writes as kubeapi
-from walras.operator import handlers, loop
+from walras.operator import handlers, loop, throughputs
 
 logger = logging.getLogger("walras.operator")
 
@@ -58,6 +58,10 @@ class Options:
     weighting: str = "none"
     weighting_exponent: float = -0.5
     pop_shards: int = 1
+    # Progress reporting and throughput estimation (walras.operator.throughputs, issue 16).
+    measured_min_samples: int = 3
+    mismatch_factor: float = 2.0
+    absurd_factor: float = 10.0
 
 
 def configure_logging(log_format: str) -> None:
@@ -210,6 +214,11 @@ def build(options: Options, *, default_identity: str | None = None) -> Operator:
             weighting=options.weighting,
             weighting_exponent=options.weighting_exponent,
             pop_shards=options.pop_shards,
+            progress=throughputs.Settings(
+                min_samples=options.measured_min_samples,
+                mismatch_factor=options.mismatch_factor,
+                absurd_factor=options.absurd_factor,
+            ),
         ),
         is_leader=is_leader,
         distributed_reader=reader,

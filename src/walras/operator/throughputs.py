@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from walras.core import conditions as cond
@@ -51,6 +52,16 @@ def _readings(
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """The ``walras operator`` flags of issue 16 (``--measured-min-samples``,
+    ``--mismatch-factor``, ``--absurd-factor``); defaults are those of ``walras.core.progress``."""
+
+    min_samples: int = progress.MIN_SAMPLES
+    mismatch_factor: float = progress.MISMATCH_FACTOR
+    absurd_factor: float = progress.ABSURD_FACTOR
+
+
 class Throughputs:
     """Owned by the round loop: the tracker and this round's effective throughputs."""
 
@@ -72,6 +83,16 @@ class Throughputs:
         # the snapshot's copy, which completion reads; patches compare with the API's).
         self.original: dict[model.JobKey, Mapping[str, Any]] = {}
         self.written: dict[model.JobKey, dict[str, Any]] = {}
+
+    @classmethod
+    def configured(cls, settings: Settings, round_seconds: float) -> Throughputs:
+        """From the operator's flags (``round_seconds``: the length of a round)."""
+        del round_seconds
+        return cls(
+            min_samples=settings.min_samples,
+            factor=settings.absurd_factor,
+            mismatch_factor=settings.mismatch_factor,
+        )
 
     def prepare(self, snap: snapshot.Snapshot, now: float) -> snapshot.Snapshot:
         """The snapshot with effective throughputs and reported progress on its jobs."""
