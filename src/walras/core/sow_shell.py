@@ -50,7 +50,6 @@ import numpy as np
 from walras.allocator.errors import InvalidProblem
 from walras.allocator.sow import (
     Admission,
-    Distribution,
     FailureTable,
     JobState,
     LaunchPlan,
@@ -59,10 +58,7 @@ from walras.allocator.sow import (
     Phase,
     PlanEntry,
     PriceMenu,
-    Recurrence,
     StatementOfWork,
-    TypeDemand,
-    ValueFunction,
     admission_status,
     admit,
     end_round,
@@ -70,48 +66,20 @@ from walras.allocator.sow import (
     job_status,
     plan_summary,
     start_round,
-    validate,
 )
 
 # The admission's own accumulation of y (one formula; the rebuild must add exactly the same).
 from walras.allocator.sow.admission import add_expected_usage
 from walras.allocator.sow.ledger import frozen
-from walras.core import crd, model
+from walras.core import crd, model, sow_spec
+from walras.core.sow_spec import SowError as SowError  # re-exported: the operator raises it
+from walras.core.sow_spec import spec_field
 
 KIND = "StatementOfWork"
 PLURAL = "statementsofwork"
 ANN_ARRIVALS = "walras.dev/sow-arrivals"
 LABEL_SOW = "walras.dev/sow"
 LABEL_INSTANCE = "walras.dev/sow-instance"
-
-# Mechanism field (walras.allocator.sow) -> the SoW's spec path.
-_FIELDS = {
-    "name": "metadata.name",
-    "birth": "status.birth",
-    "concurrency": "spec.concurrency",
-    "throughput": "spec.throughput",
-    "demands.gpu_type": "spec.throughput",
-    "value_function": "spec.value",
-    "distribution": "spec.distribution",
-    "distribution.arrivals": "spec.distribution",
-    "distribution.durations": "spec.distribution",
-    "distribution.probabilities": "spec.distribution",
-    "recurrence.instances": "spec.recurrence.count",
-    "recurrence.period": "spec.recurrence.period",
-}
-
-
-class SowError(Exception):
-    """A SoW the operator cannot admit: ``field`` is its spec path."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field, self.message = field, message
-
-
-def spec_field(problem: InvalidProblem) -> str:
-    """The spec path of a mechanism error's field."""
-    return _FIELDS.get(problem.field or "", f"spec.{problem.field}" if problem.field else "spec")
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,41 +140,9 @@ class SowObject:
 
 
 def statement(obj: SowObject, birth: int) -> StatementOfWork:
-    """The mechanism's SoW (born at ``birth``); raises :class:`SowError` naming the field."""
-    spec = obj.spec
-    try:
-        k = int(spec["concurrency"])
-        per_type = spec.get("concurrencyPerType") or {}
-        demands = tuple(
-            TypeDemand(str(g), int(per_type.get(g, k)), float(speed))
-            for g, speed in sorted((spec.get("throughput") or {}).items())
-        )
-        value_spec = spec.get("value") or {}
-        if "points" in value_spec:
-            pts = sorted((float(p["after"]), float(p["amount"])) for p in value_spec["points"])
-            value = ValueFunction.linear(pts)
-        else:
-            value = ValueFunction.deadline(
-                float(value_spec["deadline"]), float(value_spec["amount"])
-            )
-        dist = Distribution.of(
-            [
-                (int(p["arrival"]), int(p["duration"]), float(p["probability"]))
-                for p in spec.get("distribution") or []
-            ]
-        )
-        rec_spec = spec.get("recurrence") or {}
-        recurrence = Recurrence(int(rec_spec.get("count", 1)), int(rec_spec.get("period", 0)))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise SowError("spec", f"malformed: {exc!r}") from None
-    sow = StatementOfWork(
-        obj.key, birth, demands, value, dist, recurrence, bool(spec.get("durationRevealed"))
-    )
-    try:
-        validate(sow)
-    except InvalidProblem as exc:
-        raise SowError(spec_field(exc), str(exc)) from None
-    return sow
+    """The mechanism's SoW (born at ``birth``): :func:`walras.core.sow_spec.statement`, the
+    conversion the simulator uses too; raises :class:`SowError` naming the field."""
+    return sow_spec.statement(obj.key, birth, obj.spec)
 
 
 def gang_template(obj: SowObject, index: int, gpu_type: str) -> model.JobSpec:
