@@ -17,9 +17,11 @@ at ``spec.totalWork``. The pod needs a ServiceAccount token (the template must s
 ``patch`` on pods (``docs/progress.md`` has the Role, the RoleBinding and a ``kubectl annotate``
 snippet for workloads that are not written in Python).
 
-Which pod: ``$WALRAS_POD_NAME``/``$WALRAS_POD_NAMESPACE`` if the template sets them (downward API,
-``fieldRef: metadata.name`` / ``metadata.namespace``); otherwise the pod's hostname (Kubernetes
-sets it to the pod name unless ``spec.hostname`` is set) and the ServiceAccount's namespace file.
+Which pod: ``$WALRAS_POD_NAME``/``$WALRAS_POD_NAMESPACE``, which Walras sets on every container
+of the pods it creates (downward API, ``fieldRef: metadata.name`` / ``metadata.namespace``;
+``walras.core.pod_env``; a template's own values win); without them, the pod's hostname
+(Kubernetes sets it to the pod name unless ``spec.hostname`` is set) and the ServiceAccount's
+namespace file.
 The ``kubernetes`` package is imported only when a report is sent.
 """
 

@@ -37,7 +37,7 @@ import numpy as np
 import numpy.typing as npt
 
 from walras.allocator import rounds
-from walras.core import crd, filters, history, model, policies, snapshot
+from walras.core import crd, filters, history, model, pod_env, policies, snapshot
 from walras.core.policies.eligibility import Capacity
 
 
@@ -138,7 +138,9 @@ def pod_manifest(
         limits[resource_name] = str(gpus)
         resources["limits"] = limits
         first["resources"] = resources
-        spec["containers"] = containers
+    # The pod's name and namespace for walras.workload.report_progress (walras.core.pod_env).
+    if containers:
+        spec["containers"] = pod_env.with_pod_identity(containers)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
