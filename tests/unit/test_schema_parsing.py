@@ -56,7 +56,7 @@ def test_example_jobs_parse(obj: dict[str, Any]) -> None:
         {"replicas": 4097},
         {"throughput": {"v100": -1.0}},
         {"throughput": {"v100": 2e12}},
-        {"throughput": {}},
+        {"throughput": {f"t{i}": 1.0 for i in range(65)}},  # maxProperties 64 ({} is valid)
         {"utility": {"kind": "cubic"}},
         {"utility": {"weight": 0}},
         {"utility": {"weight": "abc"}},

@@ -121,7 +121,12 @@ INVALID: list[tuple[str, Callable[[dict[str, Any]], None], tuple[Any, ...]]] = [
     ("FungibleJob", _set(("spec", "replicas"), 5000), ("spec", "replicas")),
     ("FungibleJob", _delete(("spec", "replicas")), ("spec",)),
     ("FungibleJob", _delete(("spec", "template")), ("spec",)),
-    ("FungibleJob", _set(("spec", "throughput"), {}), ("spec", "throughput")),
+    # At most 64 GPU types ({} is valid: nothing declared, issue 16).
+    (
+        "FungibleJob",
+        _set(("spec", "throughput"), {f"t{i}": 1.0 for i in range(65)}),
+        ("spec", "throughput"),
+    ),
     ("FungibleJob", _set(("spec", "throughput"), {"v100": -1.0}), ("spec", "throughput", "v100")),
     ("FungibleJob", _set(("spec", "throughput"), {"v100": True}), ("spec", "throughput", "v100")),
     ("FungibleJob", _set(("spec", "utility"), {"kind": "cubic"}), ("spec", "utility", "kind")),

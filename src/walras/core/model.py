@@ -513,7 +513,9 @@ def _parse_job(obj: Mapping[str, Any]) -> JobSpec:
             )
         gpu_limits[res_name] = int(count)
     throughput = dict(sorted(checked.throughput.items()))
-    if not any(a > 0 for a in throughput.values()):
+    # None declared is valid (measured, estimated or profiled: walras.core.estimation/profiling);
+    # declared and 0 everywhere says the job can run nowhere.
+    if throughput and not any(a > 0 for a in throughput.values()):
         raise _DefectError(
             "spec.throughput",
             "ZeroThroughput",

@@ -4,7 +4,7 @@ each (the CRD ``fungiblejobs.walras.dev``; ``walras.core.model.parse_job`` parse
 The template's shapes here are those the API server would reject in a Pod; the operator checks
 the rest (``walras.core.podtemplate``: Kubernetes' Pod validation re-stated) before planning.
 Semantic checks the schema cannot state (``targetPriority`` needs a target, ``alpha != 1``,
-throughput not 0 everywhere, whole GPUs per pod) are in ``walras.core.model``.
+a declared throughput not 0 everywhere, whole GPUs per pod) are in ``walras.core.model``.
 """
 
 from __future__ import annotations
@@ -134,9 +134,13 @@ class FungibleJobSpec(Model):
         )
     )
     throughput: dict[str, Annotated[float, Field(ge=0, le=limits.MAX_THROUGHPUT)]] = Field(
-        min_length=1,
+        default_factory=dict,
         max_length=64,
-        description="Work per second of the whole gang on each GPU type (gpuType -> work/s).",
+        description=(
+            "Work per second of the whole gang on each GPU type (gpuType -> work/s). Optional: "
+            "types left out are measured or estimated from reported progress, and a job that "
+            "declares none is first profiled on each GPU type (docs/progress.md)."
+        ),
     )
     utility: Utility | None = None
     tenant: Annotated[str, StringConstraints(max_length=253)] | None = Field(
