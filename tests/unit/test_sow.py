@@ -34,9 +34,9 @@ K, D, V = 2, 3, 6.0
 
 
 def small_instance(
-    seed: int, revealed: bool, samples: int | None = None
+    seed: int, revealed: bool, samples: int | None = None, cancel: bool = True
 ) -> tuple[MechanismParams, tuple[StatementOfWork, ...]]:
-    params = MechanismParams(K, D, V, seed=seed, samples=samples)
+    params = MechanismParams(K, D, V, seed=seed, samples=samples, cancel_unprofitable=cancel)
     # Odd seeds: every arrival at offset 0, so several durations share one plan key unless the
     # duration is revealed.
     spec = sow.WorkloadSpec(
@@ -100,8 +100,12 @@ def measure_gains(
     completion into a free eviction. So for ``k' > k`` the valid bound is
     ``2Δ + N(π')`` with ``N`` the expected late charge (sow_helpers.late_charge); the paper's 2Δ
     is asserted wherever ``N(π') = 0``.
+
+    This measures the paper's mechanism as written (``cancel_unprofitable=False``), which is what
+    ``sow_helpers``' oracles model; with the rule (the default) every report is within 2Δ:
+    ``test_sow_sim.test_no_signal_truthful_with_unprofitable_cancellation``.
     """
-    params, sows = small_instance(seed, revealed, samples)
+    params, sows = small_instance(seed, revealed, samples, cancel=False)
     earlier, true = sows[:-1], sows[-1]
     base = admit_all(params, cap, earlier)
     oracle = H.ExactOracle([j.admission for j in base.jobs], cap)
@@ -165,7 +169,7 @@ def test_concurrency_inflation_buys_insurance_without_duration_signal() -> None:
     the paper's bound says gain ≤ 0, the gain is ``p(1)/2 + p(0)/2 − p(0)/2 = p(1)/2`` ... minus
     the extra ``p(0)/2`` for the second GPU in the short outcome, plus the saved ``p(0)/2``.
     """
-    params = MechanismParams(2, 2, 1.0)
+    params = MechanismParams(2, 2, 1.0, cancel_unprofitable=False)  # the paper as written
     a = StatementOfWork.single("a", 0, 1, ValueFunction.deadline(2, 1.0), Distribution.fixed(1, 1))
     dist = Distribution.of([(0, 1, 0.5), (0, 2, 0.5)])
     truthful = StatementOfWork.single("b", 0, 1, ValueFunction.deadline(1, 1.0), dist)
@@ -189,6 +193,45 @@ def test_concurrency_inflation_buys_insurance_without_duration_signal() -> None:
     print(f"concurrency-inflation gain {gain:.4f} (= p(1)/2 = {p1 / 2:.4f}) vs paper allowance 0")
     assert gain == pytest.approx(p1 / 2) and gain > 0
     assert gain <= 2 * delta + H.late_charge(oracle, inst, adm_i, 1) + 1e-12
+
+
+def test_unprofitable_cancellation_removes_the_insurance() -> None:
+    """The same market with the rule on: the late outcome is cancelled for free anyway.
+
+    Before round 1 the truthful job's earliest completion is 2, worth 0 < ``p0 + p1``: it is
+    cancelled (charge 0), whatever k it reported. So by hand: truthful ``½(1 − p0) + ½·0``,
+    inflated ``½(1 − 2 p0) + ½·0``, and inflating costs ``p0/2``. The rounds show it too.
+    """
+    params = MechanismParams(2, 2, 1.0)
+    a = StatementOfWork.single("a", 0, 1, ValueFunction.deadline(2, 1.0), Distribution.fixed(1, 1))
+    dist = Distribution.of([(0, 1, 0.5), (0, 2, 0.5)])
+    base, _ = sow.admit(Ledger.empty(params, {"gpu": 2}), a)
+    utilities = {}
+    for k in (1, 2):
+        report = StatementOfWork.single("b", 0, k, ValueFunction.deadline(1, 1.0), dist)
+        ledger, (adm,) = sow.admit(base, report)
+        assert adm.plan.lookup((0,)).start == 0  # type: ignore[union-attr]  # key is planned
+        p0, p1 = adm.menus[0].unit(0), adm.menus[0].unit(1)
+        # The late outcome cannot pay (completion 2 is past the deadline): the rule must fire.
+        assert adm.instance.value(2) == 0.0 < p0 + p1
+        # The late outcome (2 rounds) played: b starts at 0, is cancelled before round 1.
+        ledger, r0 = sow.step(ledger, {"b#0": None})
+        assert r0.started == ("b#0",)
+        ledger, r1 = sow.step(ledger, {"a#0": None}, {"a#0"})
+        assert r1.unprofitable == ("b#0",) and r1.evicted == () and r1.cancelled == ()
+        late = ledger.job("b#0")
+        assert (late.phase, late.charge, late.finish, late.unprofitable) == (
+            Phase.CANCELLED,
+            0.0,
+            1,
+            True,
+        )
+        # A ran alone in round 1 (b's GPUs were freed): A completes and pays.
+        assert r1.completed == ("a#0",)
+        utilities[k] = 0.5 * (1.0 - k * p0)
+    gain = utilities[2] - utilities[1]
+    print(f"with the rule, inflating k gains {gain:.4f} (was p(1)/2 > 0 without it)")
+    assert gain < 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -561,13 +604,27 @@ def _play(ledger: Ledger, real: sow.Realisation, until: int) -> Ledger:
     return ledger
 
 
+def _paying_rounds(adm: sow.Admission, start: int, duration: int) -> int:
+    """Rounds a job runs before unprofitable cancellation: the first δ whose completion
+    ``v(s + δ − r) < P(s, k, δ)`` ends it after δ − 1 rounds (literal loop over δ, one type)."""
+    inst, k = adm.instance, adm.instance.demands[0].concurrency
+    for delta in range(1, duration + 1):
+        if inst.value(start + delta - inst.release) < adm.menus[0].bundle(start, k, delta):
+            return delta - 1
+    return duration
+
+
 def _sim_jobs(ledger: Ledger, real: sow.Realisation) -> list[H.SimJob]:
+    """The ledger's jobs for the literal oracle; with the rule on, a run that would be
+    cancelled as unprofitable lasts only its paying rounds (it holds GPUs until then)."""
     out = []
     for j in ledger.jobs:
         inst = j.admission.instance
         a, d = real[j.job]
         entry = j.admission.plan.lookup(inst.key(a, d))
         start = entry.start if entry is not None else None
+        if start is not None and ledger.params.cancel_unprofitable:
+            d = _paying_rounds(j.admission, start, d)
         out.append(H.SimJob(inst.demands[0].concurrency, a, start, d, inst.birth))
     return out
 
@@ -579,20 +636,29 @@ def test_rounds_match_literal_lifo(seed: int) -> None:
     spec = sow.WorkloadSpec(sows=8, births=1, max_delay=1, max_slack=2)
     sows = sow.generate(spec, params, seed)
     rng = np.random.default_rng(seed)
-    failures = 0
+    failures = unprofitable = 0
     for _ in range(20):
         real = sow.sample_realisation(sows, rng)
         out = sow.run_market(params, {"gpu": 2}, sows, real)
-        fates = H.literal_lifo(_sim_jobs(out.ledger, real), 2)
+        sim = _sim_jobs(out.ledger, real)
+        fates = H.literal_lifo(sim, 2)
+        # A shortened run that the literal replay completes is an unprofitable cancellation.
+        fates = [
+            "unprofitable" if f == "completed" and j.duration < real[job.job][1] else f
+            for f, j, job in zip(fates, sim, out.ledger.jobs, strict=True)
+        ]
         mine = {
             Phase.COMPLETED: "completed",
             Phase.EVICTED: "failed",
             Phase.CANCELLED: "failed",
             Phase.NOT_RUN: "not_run",
         }
-        assert [mine[j.phase] for j in out.ledger.jobs] == fates
+        got = [("unprofitable" if j.unprofitable else mine[j.phase]) for j in out.ledger.jobs]
+        assert got == fates
         failures += fates.count("failed")
+        unprofitable += fates.count("unprofitable")
     assert failures > 0, "no eviction happened: the comparison would be vacuous"
+    assert unprofitable > 0, "the cancellation rule never fired: that half would be vacuous"
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -677,7 +743,8 @@ def test_realised_load_never_exceeds_capacity(seed: int, cap: int, revealed: boo
     out = sow.run_market(params, {"gpu": cap}, sows, real)
     load = np.zeros(64)
     for j in out.ledger.jobs:
-        if j.start is not None and j.finish is not None and j.phase is not Phase.CANCELLED:
+        # Every job holds its GPUs from start to finish (an empty range if it never started).
+        if j.start is not None and j.finish is not None:
             load[j.start : j.finish] += j.admission.instance.demands[0].concurrency
         if j.phase is not Phase.COMPLETED:
             assert j.charge == 0.0

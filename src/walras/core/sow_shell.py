@@ -456,7 +456,7 @@ def expected_usage(ledger: Ledger, jobs: Sequence[JobState]) -> tuple[np.ndarray
     """``y_g(τ) = Σ f·k`` over every admitted plan's planned runs, added as admission adds it."""
     usage = [np.zeros(0) for _ in ledger.gpu_types]
     for j in jobs:
-        add_expected_usage(usage, ledger, j.admission.instance, j.admission.plan)
+        add_expected_usage(usage, ledger, j.admission)
     return tuple(frozen(u) for u in usage)
 
 

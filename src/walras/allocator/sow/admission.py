@@ -20,8 +20,8 @@ from __future__ import annotations
 import numpy as np
 
 from walras.allocator.errors import InvalidProblem
-from walras.allocator.sow import failure, plan, prices
-from walras.allocator.sow.ledger import Admission, JobState, LaunchPlan, Ledger, frozen
+from walras.allocator.sow import cancellation, failure, plan, prices
+from walras.allocator.sow.ledger import Admission, JobState, Ledger, frozen
 from walras.allocator.sow.model import Instance, StatementOfWork, instances, validate
 
 
@@ -45,8 +45,9 @@ def admit(ledger: Ledger, sow: StatementOfWork) -> tuple[Ledger, tuple[Admission
     samples = failure.empty_samples(caps, t, horizon, params.sample_count(pairs))
     for j in active:
         probs = failure.conditional_probabilities(j, t)
-        inst = j.admission.instance
-        samples = failure.add_job(samples, inst, j.admission.plan, probs, ledger.gpu_types, rng, j)
+        samples = failure.add_job(
+            samples, j.admission, probs, ledger.gpu_types, rng, j, params.cancel_unprofitable
+        )
     usage = [np.array(u) for u in ledger.usage]
     new_jobs: list[JobState] = []
     admissions: list[Admission] = []
@@ -63,11 +64,13 @@ def admit(ledger: Ledger, sow: StatementOfWork) -> tuple[Ledger, tuple[Admission
                     samples, dem.gpu_type, gi, dem.concurrency, t, n_starts, durs, params.threshold
                 )
             )
-        chosen = plan.best_plan(inst, menus, tables)
-        add_expected_usage(usage, ledger, inst, chosen)
+        chosen = plan.best_plan(inst, menus, tables, params.cancel_unprofitable)
         adm = Admission(inst, len(ledger.jobs) + len(new_jobs), tuple(menus), tuple(tables), chosen)
+        add_expected_usage(usage, ledger, adm)
         probs = np.asarray(inst.probabilities, dtype=np.float64)
-        samples = failure.add_job(samples, inst, chosen, probs, ledger.gpu_types, rng)
+        samples = failure.add_job(
+            samples, adm, probs, ledger.gpu_types, rng, cancel=params.cancel_unprofitable
+        )
         admissions.append(adm)
         new_jobs.append(JobState(adm))
     nxt = Ledger(
@@ -129,17 +132,25 @@ def _pairs(inst: Instance, t: int) -> int:
     return sum(n_starts * len({dem.duration_on(d) for d in inst.durations}) for dem in inst.demands)
 
 
-def add_expected_usage(
-    usage: list[np.ndarray], ledger: Ledger, inst: Instance, chosen: LaunchPlan
-) -> None:
-    """``y_g(τ) += f·k`` over each support point's planned run."""
+def add_expected_usage(usage: list[np.ndarray], ledger: Ledger, adm: Admission) -> None:
+    """``y_g(τ) += f·k`` over each support point's planned run.
+
+    With ``cancel_unprofitable`` a run stops where the rule would cancel it
+    (:func:`.cancellation.run_end`): the plan commits no usage beyond that round.
+    """
+    inst, chosen = adm.instance, adm.plan
+    cancel = ledger.params.cancel_unprofitable
     for a, d, f in zip(inst.arrivals, inst.durations, inst.probabilities, strict=True):
         entry = chosen.lookup(inst.key(a, d))
         if entry is None or entry.gpu_type is None or entry.start is None or f <= 0:
             continue
         gi = ledger.type_index(entry.gpu_type)
-        dem = next(x for x in inst.demands if x.gpu_type == entry.gpu_type)
-        end = entry.start + dem.duration_on(d)
+        di = [x.gpu_type for x in inst.demands].index(entry.gpu_type)
+        dem = inst.demands[di]
+        menu = adm.menus[di]
+        end = cancellation.run_end(
+            inst, menu, dem.concurrency, entry.start, dem.duration_on(d), cancel
+        )
         if usage[gi].size < end:
             usage[gi] = np.concatenate((usage[gi], np.zeros(end - usage[gi].size)))
         usage[gi][entry.start : end] += f * dem.concurrency

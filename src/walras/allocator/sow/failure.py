@@ -19,6 +19,10 @@ distribution conditioned on what has been observed by round ``t``:
 - running since ``s``: the observed arrival, and an on-type duration ``> t − s``
   (a running job whose report has no such duration is assumed to end after round ``t``).
 
+With ``cancel_unprofitable`` each earlier job's run ends where the rule would cancel it
+(:func:`.cancellation.run_end`, a function of its own report and menu), so ``U`` counts it only
+up to then.
+
 ``q̂(s, d)`` is the fraction of ``M`` samples in which the job fails; estimates below ``θ`` are
 set to 0 (Algorithm 2). With one type this is exactly the paper's rule; the per-type form is
 Walras's extension (an overload on any type cancels later-born jobs that have not started;
@@ -32,8 +36,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from walras.allocator.sow.ledger import FailureTable, JobState, LaunchPlan, Phase
-from walras.allocator.sow.model import Instance
+from walras.allocator.sow.cancellation import run_end
+from walras.allocator.sow.ledger import Admission, FailureTable, JobState, Phase
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,9 +92,14 @@ def conditional_probabilities(job: JobState, t: int) -> np.ndarray:
 
 
 def _point_schedule(
-    inst: Instance, plan: LaunchPlan, gpu_types: Sequence[str], job: JobState | None
+    adm: Admission, gpu_types: Sequence[str], job: JobState | None, cancel: bool
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per support point: runs?, type index, start, end (exclusive), concurrency."""
+    """Per support point: runs?, type index, start, end (exclusive), concurrency.
+
+    The end is where the job stops holding GPUs when nothing evicts it: its completion, or
+    with ``cancel`` the round the unprofitable-cancellation rule removes it.
+    """
+    inst, plan = adm.instance, adm.plan
     n = len(inst.probabilities)
     run = np.zeros(n, dtype=bool)
     g = np.zeros(n, dtype=np.int64)
@@ -104,25 +113,28 @@ def _point_schedule(
             gpu, start = job.gpu_type, job.start
         if gpu is None or start is None:
             continue
-        dem = next(x for x in inst.demands if x.gpu_type == gpu)
+        di = [x.gpu_type for x in inst.demands].index(gpu)
+        dem = inst.demands[di]
         run[i], g[i], s[i] = True, gpu_types.index(gpu), start
-        e[i], k[i] = start + dem.duration_on(d), dem.concurrency
+        e[i] = run_end(inst, adm.menus[di], dem.concurrency, start, dem.duration_on(d), cancel)
+        k[i] = dem.concurrency
     return run, g, s, e, k
 
 
 def add_job(
     samples: LoadSamples,
-    inst: Instance,
-    plan: LaunchPlan,
+    adm: Admission,
     probabilities: np.ndarray,
     gpu_types: Sequence[str],
     rng: np.random.Generator,
     job: JobState | None = None,
+    cancel: bool = True,
 ) -> LoadSamples:
     """Add one more (later-born) job to every sample, applying LIFO against the jobs before it.
 
     ``probabilities`` are the job's conditional outcome probabilities; ``job`` (if given) is its
-    ledger state, for a job already running.
+    ledger state, for a job already running; ``cancel``: its runs stop where the
+    unprofitable-cancellation rule would remove it (known from its report and posted menu).
     """
     m_count, _, h = samples.loads.shape
     u = rng.random(m_count)  # drawn even for an inactive job, so streams stay aligned
@@ -134,7 +146,7 @@ def add_job(
         return samples
     cdf = np.cumsum(probabilities) / total
     idx = np.minimum(np.searchsorted(cdf, u, side="right"), len(cdf) - 1)
-    run, g, s, e, k = _point_schedule(inst, plan, gpu_types, job)
+    run, g, s, e, k = _point_schedule(adm, gpu_types, job, cancel)
     run_m, g_m, k_m = run[idx], g[idx], k[idx]
     s_off = (s[idx] - samples.origin)[:, None]
     e_off = np.minimum(e[idx] - samples.origin, h)[:, None]

@@ -13,6 +13,8 @@ Phases of a job (one instance of a SoW):
 - ``completed``: finished at ``finish`` (charged its posted price ``P``);
 - ``evicted`` (was running) / ``cancelled`` (had not started): removed by LIFO eviction at
   round ``finish``, charged 0;
+- ``cancelled`` with ``start < finish`` (was running): no completion could pay any more under
+  its report (:mod:`.cancellation`), charged 0 (:attr:`JobState.unprofitable`);
 - ``not_run``: the plan said "don't run" for the realised arrival; charged 0.
 """
 
@@ -142,6 +144,17 @@ class JobState:
     @property
     def sequence(self) -> int:
         return self.admission.sequence
+
+    @property
+    def unprofitable(self) -> bool:
+        """Cancelled while running because no completion could pay (never a LIFO removal: LIFO
+        evicts running jobs and cancels only jobs that had not started)."""
+        return (
+            self.phase is Phase.CANCELLED
+            and self.start is not None
+            and self.finish is not None
+            and self.start < self.finish
+        )
 
     def concurrency_on(self, gpu_type: str) -> int:
         for d in self.admission.instance.demands:

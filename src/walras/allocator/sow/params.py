@@ -26,8 +26,9 @@ is vanishing only for very large ``C/K``. Walras's default is ``θ = ε'``: an e
 sampling accuracy is statistically indistinguishable from 0. Truthfulness (Theorem 3.2) holds for
 any ``θ``: a misreport gains at most ``2Δ`` with ``Δ = max_π |Û(π) − U(π)|`` (estimated vs
 true expected utility of a plan); since ``|q̂ − q| ≤ ε' + θ`` for all pairs w.p. ``≥ 1 − δ``,
-``Δ ≤ (ε' + θ)·E|v − P|`` then. (Caveat measured in ``tests/unit/test_sow.py``: without the
-duration signal, over-reporting ``k`` can also gain the expected charge of late completions.)
+``Δ ≤ (ε' + θ)·E|v − P|`` then. (With ``cancel_unprofitable=False`` and no duration signal,
+over-reporting ``k`` can also gain the expected charge of late completions: see
+:mod:`.cancellation` and ``tests/unit/test_sow_sim.py``.)
 """
 
 from __future__ import annotations
@@ -54,6 +55,9 @@ class MechanismParams:
         theta: ``θ``; estimates below it are zeroed. ``None`` = ``sample_accuracy``.
         seed: base seed of the estimator (each admission derives its own stream).
         p_min, mu: price constants; ``None`` = the defaults above.
+        cancel_unprofitable: cancel a running job for free once no completion can pay under
+            its report (:mod:`.cancellation`); plans value outcomes at ``(v − P)⁺``. Closes the
+            no-signal truthfulness gap; ``False`` is the paper's mechanism as written.
     """
 
     max_concurrency: int
@@ -68,6 +72,7 @@ class MechanismParams:
     seed: int = 0
     p_min: float | None = None
     mu: float | None = None
+    cancel_unprofitable: bool = True
 
     def __post_init__(self) -> None:
         checks = (

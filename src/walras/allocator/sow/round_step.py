@@ -6,7 +6,11 @@ halves apart: :func:`start_round` (steps 1-4, at the round boundary) and :func:`
 
 1. each job in ``arrivals`` (observed arriving in round ``t``, with the revealed duration if its
    SoW says so) looks up its plan: ``waiting`` for its start, or ``not_run``;
-2. jobs whose start is ``t`` are *scheduled to start*;
+2. with ``cancel_unprofitable`` (the default), a job running since ``s < t`` whose earliest
+   possible completion ``t + 1`` cannot pay under its report, ``v(t + 1 − r) < P(s, k, t + 1 −
+   s)``, is cancelled for free (:mod:`.cancellation`; phase ``cancelled`` with ``start <
+   finish``, listed in :attr:`RoundReport.unprofitable`); jobs whose start is ``t`` are
+   *scheduled to start*;
 3. the committed load of a type is the sum of ``k`` over jobs running on it or scheduled to start
    on it. While some type is over capacity, walk the active jobs from the most recently born:
    a job running or starting on an overloaded type is evicted (cancelled if it was only
@@ -29,6 +33,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 
 from walras.allocator.errors import InvalidProblem
+from walras.allocator.sow.cancellation import unprofitable
 from walras.allocator.sow.ledger import JobState, Ledger, Phase
 
 
@@ -44,6 +49,7 @@ class RoundReport:
     completed: tuple[str, ...]
     charges: tuple[tuple[str, float], ...]
     load: tuple[tuple[str, int], ...]
+    unprofitable: tuple[str, ...] = ()  # running jobs cancelled because no completion could pay
 
 
 def step(
@@ -68,6 +74,7 @@ def start_round(ledger: Ledger, arrivals: Mapping[str, int | None]) -> tuple[Led
         jobs[i] = _arrive(jobs[i], t, arrivals[job_id])
         if jobs[i].phase is Phase.NOT_RUN:
             not_run.append(job_id)
+    unprofitable = _cancel_unprofitable(jobs, t) if ledger.params.cancel_unprofitable else []
     starting = {i for i, j in enumerate(jobs) if j.phase is Phase.WAITING and j.start == t}
     load = {g: 0 for g in ledger.gpu_types}
     for i, j in enumerate(jobs):
@@ -110,8 +117,24 @@ def start_round(ledger: Ledger, arrivals: Mapping[str, int | None]) -> tuple[Led
         (),
         (),
         tuple(sorted(load.items())),
+        tuple(unprofitable),
     )
     return replace(ledger, jobs=tuple(jobs), round_open=True), report
+
+
+def _cancel_unprofitable(jobs: list[JobState], t: int) -> list[str]:
+    """Cancel (in place) running jobs that no completion from ``t + 1`` on can pay; their ids."""
+    out = []
+    for i, j in enumerate(jobs):
+        if j.phase is not Phase.RUNNING or j.start is None or j.gpu_type is None or j.start >= t:
+            continue
+        inst = j.admission.instance
+        di = [d.gpu_type for d in inst.demands].index(j.gpu_type)
+        k = inst.demands[di].concurrency
+        if unprofitable(inst, j.admission.menus[di], k, j.start, t):
+            jobs[i] = replace(j, phase=Phase.CANCELLED, finish=t)
+            out.append(j.job)
+    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,9 @@ The simulator and the benchmark know each job's realised ``(arrival, duration)``
 ledger does not: it is told each arrival in its round (with the duration if the SoW reveals it)
 and each completion at the end of the round it happens in, like the operator would.
 
-Welfare is ``Σ v`` over completed jobs, revenue ``Σ P`` over them (paper §2).
+Welfare is ``Σ v`` over completed jobs, revenue ``Σ P`` over them (paper §2). ``cancelled``
+counts LIFO cancellations; ``unprofitable`` the running jobs the mechanism cancelled because no
+completion could pay (:mod:`.cancellation`).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class MarketOutcome:
     cancelled: int
     not_run: int
     admit_seconds: tuple[float, ...]
+    unprofitable: int = 0  # cancelled while running: no completion could pay (not in cancelled)
 
 
 def sample_realisation(sows: Sequence[StatementOfWork], rng: np.random.Generator) -> Realisation:
@@ -104,9 +107,10 @@ def run_market(
         float(sum(j.charge for j in done_jobs)),
         len(done_jobs),
         sum(j.phase is Phase.EVICTED for j in ledger.jobs),
-        sum(j.phase is Phase.CANCELLED for j in ledger.jobs),
+        sum(j.phase is Phase.CANCELLED and not j.unprofitable for j in ledger.jobs),
         sum(j.phase is Phase.NOT_RUN for j in ledger.jobs),
         tuple(timings),
+        sum(j.unprofitable for j in ledger.jobs),
     )
 
 
