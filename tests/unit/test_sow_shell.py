@@ -241,3 +241,23 @@ def test_an_arrival_outside_the_report_is_not_run() -> None:
     for t in range(7):
         ledger = shell.advance(ledger, t, [odd] if t == 0 else [], [odd], {}).ledger
     assert ledger.jobs[0].phase is Phase.NOT_RUN and ledger.jobs[0].arrival == 5
+
+
+def test_running_instance_that_can_no_longer_pay_is_cancelled_and_survives_a_restart() -> None:
+    # No duration signal: 1 or 3 rounds (½ each) from its birth, worth 10 only if done within
+    # 1 round. The plan starts it at once (the 1-round outcome pays); its pods run 3 rounds here,
+    # so before its second round the earliest completion (elapsed 2) is worth 0 < its price:
+    # the mechanism cancels it, charge 0, and the persisted status reads back the same.
+    late = sow_obj("late", value={"deadline": 1, "amount": 10.0}, points=[(0, 1, 0.5), (0, 3, 0.5)])
+    ledger = Ledger.empty(PARAMS, CAPS)
+    first = shell.advance(ledger, 0, [late], [late], {})
+    assert first.admitted == ["ns/late"] and first.ledger.job("ns/late#0").phase is Phase.RUNNING
+    second = shell.advance(first.ledger, 1, [], [late], {})
+    assert second.unprofitable == ["ns/late#0"] and second.evicted == []
+    job = second.ledger.job("ns/late#0")
+    assert (job.phase, job.start, job.finish, job.charge) == (Phase.CANCELLED, 0, 1, 0.0)
+    assert job.unprofitable
+    status = json.loads(json.dumps(shell.status_of(late, second.ledger, CLOCK, round_no=1)))
+    assert status["instances"][0]["phase"] == "cancelled"
+    rebuilt, _, _ = shell.rebuild(PARAMS, CAPS, [replace(late, status=status)])
+    assert rebuilt.jobs == second.ledger.jobs and rebuilt.job("ns/late#0").unprofitable

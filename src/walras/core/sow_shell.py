@@ -9,8 +9,9 @@ maps wall time to them with a :class:`RoundClock`: round ``t`` is
    (they complete and are charged ``P(s, k, t + 1 − s)`` from their posted menu);
 2. rounds between are played with their arrivals (no SoW can be born in a round already past);
 3. at ``T`` (not yet open): SoWs seen since are admitted, born at ``T`` in the order
-   (creationTimestamp, namespace, name); then round ``T`` starts: arrivals, starts per plan,
-   LIFO eviction.
+   (creationTimestamp, namespace, name); then round ``T`` starts: arrivals, cancellation of
+   running instances no completion can pay any more (``Advance.unprofitable``), starts per
+   plan, LIFO eviction.
 
 An SoW seen while round ``T`` is already open is born at ``T + 1`` (admission happens before a
 round, :func:`walras.allocator.sow.admission.admit`).
@@ -212,6 +213,8 @@ class Advance:
     rejected: dict[str, SowError] = field(default_factory=dict)
     evicted: list[str] = field(default_factory=list)
     completed: list[str] = field(default_factory=list)
+    # Running instances cancelled because no completion could pay any more (charged 0).
+    unprofitable: list[str] = field(default_factory=list)
 
 
 def advance(
@@ -248,6 +251,7 @@ def advance(
         due = {job: signal for job, (a, signal) in arrivals(objs, ledger).items() if a <= t}
         ledger, report = start_round(ledger, due)
         out.evicted.extend(report.evicted + report.cancelled)
+        out.unprofitable.extend(report.unprofitable)
         if t < target:
             ledger = _end(ledger, finished, out)
     out.ledger = ledger

@@ -15,7 +15,9 @@ before the policy plans (:meth:`SowRunner.round`). Each call:
    foreign usage: the policy plans only what is left (capacity reduction per node, hence per
    GPU type), and the realiser moves FungibleJob pods off nodes a starting gang needs;
 5. merge-patches each SoW's status (birth, menus, failure tables, plans, instance phases,
-   charges), posts one Event per birth, rejection, eviction/cancellation and completion, and
+   charges), posts one Event per birth, rejection, eviction/cancellation, unprofitable
+   cancellation (reason ``Unprofitable``: a running instance no completion can pay any more,
+   charged 0, its pods deleted like an evicted one's) and completion, and
    schedules a wake-up at the next round boundary, so every mechanism round is played even
    when the operator's own rounds drift.
 
@@ -454,13 +456,20 @@ class SowRunner:
             problem = self.rejected.get(obj.uid)
             if problem is not None and obj.uid not in known:
                 posts.append((obj, "Warning", "InvalidSpec", f"{problem.field}: {problem.message}"))
-        for job_id in [*adv.evicted, *adv.completed]:
+        for job_id in [*adv.evicted, *adv.unprofitable, *adv.completed]:
             j = self.ledger.job(job_id)
             owner = by_key.get(j.admission.instance.sow)
             if owner is None:
                 continue
             i = j.admission.instance.index
-            if j.phase is Phase.COMPLETED:
+            if j.unprofitable:
+                text = (
+                    f"instance {i} cancelled in round {j.finish}: completing at "
+                    f"{(j.finish or 0) + 1} or later cannot pay its posted price under its "
+                    "value function; charged 0"
+                )
+                posts.append((owner, "Warning", "Unprofitable", text))
+            elif j.phase is Phase.COMPLETED:
                 text = f"instance {i} completed in round {j.finish}; charged {j.charge:.4g}"
                 posts.append((owner, "Normal", "Completed", text))
             else:
