@@ -1,10 +1,12 @@
 """``walras simulate --policy sow``: play statements of work (paper 002) on a simulated cluster.
 
-Two inputs: the word ``sow`` with ``--sow-workload N`` (N generated SoWs, seeded by ``--seed``),
-or a SoW workload YAML file (:func:`walras.sim.sow.load_workload`). Prints a table (or with
+Inputs: the word ``sow`` with ``--sow-workload N`` (N generated SoWs, seeded by ``--seed``), a
+SoW workload YAML file, or StatementOfWork manifests (one or more documents, a ``List`` as
+``kubectl get sow -o yaml`` prints it): :func:`walras.sim.sow.load_workload`, which reads each SoW
+as the operator does. Prints a table (or with
 ``--json`` one JSON object as the last stdout line: :meth:`walras.sim.sow.SowSimResult.summary`);
 ``--out DIR`` writes ``jobs.csv`` (one row per realisation and job) and ``summary.json``. Bad
-input exits with code 2 and one line naming the file, field or option.
+input exits with code 2 and one line naming the file, the SoW and its field, or the option.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 GENERATED = "sow"
@@ -51,12 +54,14 @@ def simulate_sow(
             workload = sim_sow.generated_workload(n, counts, seed)
         else:
             raise SimInputError(
-                f"{source}: no such file (give a SoW workload YAML, or `{GENERATED}` with "
-                "--sow-workload N)"
+                f"{source}: no such file (give a SoW workload YAML, StatementOfWork manifests, "
+                f"or `{GENERATED}` with --sow-workload N)"
             )
         result = sim_sow.run(workload, realisations=realisations, seed=seed, offline=offline)
     except SimInputError as exc:
-        Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        # escape: the message quotes the user's own text (a "[0]" in a field path is no markup).
+        message = f"[bold red]error:[/] {escape(str(exc))}"
+        Console(stderr=True).print(message, highlight=False, soft_wrap=True)
         raise typer.Exit(code=2) from None
     summary = result.summary()
     if out is not None:

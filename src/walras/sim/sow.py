@@ -17,6 +17,17 @@ One run = ``R`` independent realisations (seeded); per realisation, over all job
   guarantee is ``E[ALG] ≥ E[OPT] / O(ln KDV)`` when ``C' ≥ K log₂ μ`` (``supply_sufficient``),
   so ``ratio_x_log = E[ALG]/E[OPT] · ln(KDV)`` is reported beside it.
 
+Listed SoWs are StatementOfWork manifests (the objects ``kubectl apply`` sends; the CRD's
+``spec``) or workload-file entries ``{name, birth, <spec fields>}``, and both go through the
+operator's own conversion, :func:`walras.core.sow_spec.statement` (the CRD's pydantic model, then
+the mechanism's checks), so a manifest simulates as the operator will admit it. A manifest's
+mechanism name is the operator's, ``namespace/name`` (namespace ``default`` if it names none);
+its birth is ``status.birth`` when it has one (``kubectl get sow -o yaml``), else it is born with
+the latest-born of those (the operator admits a new SoW at its next round), else at 0; births
+then count from the earliest. Not simulated: the ``walras.dev/sow-arrivals`` annotation (arrivals
+are drawn from the distribution) and the pod template (the simulator runs no pods; a workload
+entry may leave it out).
+
 Example: one SoW, ``k = 1``, runs 2 rounds from round 0, worth 5 if done by round 3, on one GPU with
 ``K = 1, D = 2``: ``p_min = 1/(2KD) = 1/4`` and nothing else is committed, so it starts at 0,
 completes at 2 and pays ``2 · 1/4 = 0.5``: welfare 5, revenue 0.5, ratio 1.
@@ -41,13 +52,9 @@ import yaml
 
 from walras.allocator.errors import InvalidProblem
 from walras.allocator.sow import (
-    Distribution,
     MarketOutcome,
     MechanismParams,
-    Recurrence,
     StatementOfWork,
-    TypeDemand,
-    ValueFunction,
     WorkloadSpec,
     generate,
     log_kdv,
@@ -55,8 +62,10 @@ from walras.allocator.sow import (
     plan_summary,
     run_market,
     sample_realisation,
-    validate,
 )
+from walras.core import crd, sow_spec
+from walras.core.schema.statementofwork import MAX_NAME
+from walras.core.sow_shell import KIND, SowObject
 from walras.sim.errors import SimInputError
 
 OFFLINE_AUTO_MAX_JOBS = 300
@@ -90,17 +99,8 @@ _GENERATE_KEYS = {
     "instances": "instances",
     "period": "period",
 }
-_SOW_KEYS = {
-    "name",
-    "birth",
-    "concurrency",
-    "gpuType",
-    "demands",
-    "value",
-    "distribution",
-    "recurrence",
-    "durationRevealed",
-}
+DEFAULT_NAMESPACE = "default"
+"""Namespace of a manifest that names none (where ``kubectl apply`` puts it by default)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,8 +255,9 @@ def run(
         t0, c0 = time.perf_counter(), time.process_time()
         try:
             outcome = run_market(workload.params, caps, workload.sows, real)
-        except InvalidProblem as exc:
-            raise SimInputError(f"{workload.source}: {exc}") from None
+        except InvalidProblem as exc:  # beyond the mechanism's bounds K, D, V: name the field
+            field = sow_spec.spec_field(exc)
+            raise SimInputError(f"{workload.source}: {field}: {exc}") from None
         wall += time.perf_counter() - t0
         cpu += time.process_time() - c0
         best = None
@@ -279,24 +280,53 @@ def generated_workload(n_sows: int, capacities: Mapping[str, int], seed: int) ->
 
 
 def load_workload(path: pathlib.Path, capacities: Mapping[str, int], seed: int) -> SowWorkload:
-    """A SoW workload file (YAML): see ``docs/simulate.md`` ("Statements of work").
+    """SoWs from a YAML file: a workload file or StatementOfWork manifests (module docstring).
 
-    Top-level keys: ``mechanism`` (``maxConcurrency``, ``maxDuration``, ``maxValue``, ``minValue``,
-    ``epsilon``, ``sampleAccuracy``, ``sampleConfidence``, ``samples``, ``theta``, ``pMin``, ``mu``;
-    bounds default to the largest in the workload), ``cluster`` (``{type: GPUs}``, else
-    ``--cluster``), and either
-    ``generate`` (``sows``, ``births``, ``maxDelay``, ``maxSlack``, ``maxPoints``,
-    ``durationRevealed``, ``instances``, ``period``) or ``sows`` (a list of SoWs).
+    A workload file is one mapping with the keys ``mechanism`` (``maxConcurrency``,
+    ``maxDuration``, ``maxValue``, ``minValue``, ``epsilon``, ``sampleAccuracy``,
+    ``sampleConfidence``, ``samples``, ``theta``, ``pMin``, ``mu``; bounds default to the largest
+    in the workload), ``cluster`` (``{type: GPUs}``, else ``--cluster``), and either ``generate``
+    (``sows``, ``births``, ``maxDelay``, ``maxSlack``, ``maxPoints``, ``durationRevealed``,
+    ``instances``, ``period``) or ``sows``: a list whose entries are ``{name, birth, <the CRD's
+    spec fields>}`` or StatementOfWork manifests. Anything else is manifests: one or more YAML
+    documents, each a StatementOfWork, a ``List`` of them (``kubectl get sow -o yaml``) or a
+    YAML list of them.
     """
     where = str(path)
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        docs = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d is not None]
     except OSError as exc:
         raise SimInputError(f"{where}: cannot read: {exc.strerror or exc}") from None
     except yaml.YAMLError as exc:
         raise SimInputError(f"{where}: not YAML: {str(exc).splitlines()[0]}") from None
-    if not isinstance(doc, dict):
-        raise SimInputError(f"{where}: expected a mapping with `sows` or `generate`")
+    if not docs:
+        raise SimInputError(f"{where}: empty (expected a SoW workload or {KIND} manifests)")
+    first = docs[0]
+    if len(docs) == 1 and isinstance(first, dict) and "kind" not in first and "spec" not in first:
+        return _workload_file(first, capacities, seed, where)
+    entries: list[_Entry] = []
+    for i, doc in enumerate(docs):
+        entries.extend(_manifests(doc, f"{where}: document {i}" if len(docs) > 1 else where))
+    return _explicit(entries, {}, capacities, seed, where)
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    """One SoW as read: its mechanism name, its birth if the file gives one, its spec."""
+
+    name: str
+    birth: int | None
+    spec: object  # checked by sow_spec.statement
+    from_status: bool  # the birth is a manifest's status.birth (an operator's round number)
+
+
+NO_PODS = {"spec": {"containers": [{"name": "simulated", "image": "none"}]}}
+"""``spec.template`` of a workload-file SoW that gives none: the simulator runs no pods."""
+
+
+def _workload_file(
+    doc: Mapping[str, Any], capacities: Mapping[str, int], seed: int, where: str
+) -> SowWorkload:
     unknown = sorted(set(doc) - {"mechanism", "cluster", "generate", "sows"})
     if unknown:
         raise SimInputError(f"{where}: unknown key {unknown[0]!r}")
@@ -311,16 +341,97 @@ def load_workload(path: pathlib.Path, capacities: Mapping[str, int], seed: int) 
     items = doc["sows"]
     if not isinstance(items, list) or not items:
         raise SimInputError(f"{where}: sows: expected a non-empty list")
-    sows = tuple(_sow(item, f"{where}: sows[{i}]") for i, item in enumerate(items))
-    names = [s.name for s in sows]
+    entries: list[_Entry] = []
+    for i, item in enumerate(items):
+        at = f"{where}: sows[{i}]"
+        if isinstance(item, dict) and ("spec" in item or "kind" in item):
+            entries.extend(_manifests(item, at))
+        else:
+            entries.append(_flat(item, at))
+    return _explicit(entries, mech, capacities, seed, where)
+
+
+def _flat(item: Any, where: str) -> _Entry:
+    """``{name, birth, <spec fields>}``; the template may be left out."""
+    doc = _mapping(item, where)
+    name = doc.pop("name", None)
+    if not isinstance(name, str) or not name:
+        raise SimInputError(f"{where}: name: expected a non-empty string, got {name!r}")
+    birth = doc.pop("birth", 0)
+    if not isinstance(birth, int) or isinstance(birth, bool) or birth < 0:
+        raise SimInputError(f"{where}: SoW {name}: birth: expected an integer >= 0, got {birth!r}")
+    doc.setdefault("template", NO_PODS)
+    return _Entry(name, birth, doc, from_status=False)
+
+
+def _manifests(doc: Any, where: str) -> list[_Entry]:
+    """A StatementOfWork manifest, a ``List`` of them, or a YAML list of them."""
+    if isinstance(doc, list):
+        return [e for i, d in enumerate(doc) for e in _manifests(d, f"{where}[{i}]")]
+    obj = _mapping(doc, where)
+    kind = obj.get("kind", KIND if "spec" in obj else None)
+    if kind in ("List", f"{KIND}List"):
+        items = obj.get("items")
+        if not isinstance(items, list):
+            raise SimInputError(f"{where}: items: expected a list of {KIND} objects")
+        return [e for i, d in enumerate(items) for e in _manifests(d, f"{where}: items[{i}]")]
+    if kind != KIND:
+        raise SimInputError(
+            f"{where}: kind: expected {KIND} (or a List of them, or a workload with `sows` or "
+            f"`generate`), got {kind!r}"
+        )
+    api = obj.get("apiVersion", crd.API_VERSION)
+    if api != crd.API_VERSION:
+        raise SimInputError(f"{where}: apiVersion: expected {crd.API_VERSION}, got {api!r}")
+    meta = _mapping(obj.get("metadata", {}), f"{where}: metadata")
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        raise SimInputError(f"{where}: metadata.name: expected a non-empty string, got {name!r}")
+    if len(name) > MAX_NAME:
+        raise SimInputError(
+            f"{where}: SoW {name}: metadata.name: at most {MAX_NAME} characters, got {len(name)}"
+        )
+    if not meta.get("namespace"):
+        meta["namespace"] = DEFAULT_NAMESPACE
+    # The operator's own reading of the object: its key (namespace/name) and spec.
+    sow_obj = SowObject.of({**obj, "metadata": meta})
+    status = _mapping(obj.get("status") or {}, f"{where}: SoW {sow_obj.key}: status")
+    birth = status.get("birth")
+    if birth is not None and (not isinstance(birth, int) or isinstance(birth, bool) or birth < 0):
+        raise SimInputError(
+            f"{where}: SoW {sow_obj.key}: status.birth: expected an integer >= 0, got {birth!r}"
+        )
+    return [_Entry(sow_obj.key, birth, obj.get("spec"), from_status=birth is not None)]
+
+
+def _births(entries: Sequence[_Entry]) -> list[int]:
+    """Births counted from the earliest; a manifest without status.birth is born with the
+    latest-born manifest that has one (the operator admits it at its next round), else at 0."""
+    known = [e.birth for e in entries if e.from_status and e.birth is not None]
+    default = max(known) if known else 0
+    births = [default if e.birth is None else e.birth for e in entries]
+    first = min(births)
+    return [b - first for b in births]
+
+
+def _explicit(
+    entries: Sequence[_Entry],
+    mech: Mapping[str, Any],
+    capacities: Mapping[str, int],
+    seed: int,
+    where: str,
+) -> SowWorkload:
+    """Listed SoWs, each through the operator's conversion (:func:`.sow_spec.statement`)."""
+    names = [e.name for e in entries]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
-        raise SimInputError(f"{where}: sows: name {dup[0]!r} used twice")
-    for i, s in enumerate(sows):
+        raise SimInputError(f"{where}: SoW {dup[0]}: name used twice")
+    sows = []
+    for entry, birth in zip(entries, _births(entries), strict=True):
         try:
-            validate(s)  # before the bounds below divide by throughputs
-        except InvalidProblem as exc:
-            raise SimInputError(f"{where}: sows[{i}]: {exc}") from None
+            sows.append(sow_spec.statement(entry.name, birth, entry.spec))
+        except sow_spec.SowError as exc:
+            raise SimInputError(f"{where}: SoW {entry.name}: {exc.field}: {exc.message}") from None
     bounds = {
         "maxConcurrency": max(s.concurrency for s in sows),
         "maxDuration": max(
@@ -329,7 +440,24 @@ def load_workload(path: pathlib.Path, capacities: Mapping[str, int], seed: int) 
         "maxValue": max(s.value.max_value for s in sows),
     }
     params = _params({**bounds, **mech}, f"{where}: mechanism", seed)
-    return SowWorkload(where, params, _check_types(capacities, sows, where), sows)
+    for s in sows:
+        _check_bounds(s, params, where)
+    return SowWorkload(where, params, _check_types(capacities, sows, where), tuple(sows))
+
+
+def _check_bounds(sow: StatementOfWork, p: MechanismParams, where: str) -> None:
+    """The market's bounds ``K, D, V`` (the operator rejects a SoW beyond them at its birth)."""
+    longest = max(d.duration_on(x) for d in sow.demands for x in sow.distribution.durations)
+    for beyond, field, text in (
+        (sow.concurrency > p.max_concurrency, "spec.concurrency", f"{sow.concurrency} > K"),
+        (longest > p.max_duration, "spec.distribution", f"a duration of {longest} rounds > D"),
+        (sow.value.max_value > p.max_value, "spec.value", f"{sow.value.max_value:g} > V"),
+    ):
+        if beyond:
+            raise SimInputError(
+                f"{where}: SoW {sow.name}: {field}: {text} (mechanism: maxConcurrency "
+                f"{p.max_concurrency}, maxDuration {p.max_duration}, maxValue {p.max_value:g})"
+            )
 
 
 def _generated(
@@ -415,120 +543,11 @@ def _check_types(
     if not caps:
         raise SimInputError(f"{where}: cluster: no GPUs")
     have = {g for g, _ in caps}
-    for i, s in enumerate(sows):
+    for s in sows:
         for d in s.demands:
             if d.gpu_type not in have:
                 raise SimInputError(
-                    f"{where}: sows[{i}].gpuType: {d.gpu_type!r} is not in the cluster "
-                    f"({', '.join(sorted(have))})"
+                    f"{where}: SoW {s.name}: spec.throughput.{d.gpu_type}: not a GPU type of the "
+                    f"cluster ({', '.join(sorted(have))})"
                 )
     return caps
-
-
-def _sow(item: Any, where: str) -> StatementOfWork:
-    doc = _mapping(item, where)
-    unknown = sorted(set(doc) - _SOW_KEYS)
-    if unknown:
-        raise SimInputError(f"{where}: unknown key {unknown[0]!r}")
-    name = doc.get("name")
-    if not isinstance(name, str) or not name:
-        raise SimInputError(f"{where}.name: expected a non-empty string, got {name!r}")
-    birth = _int(doc.get("birth", 0), f"{where}.birth")
-    revealed = doc.get("durationRevealed", False)
-    if not isinstance(revealed, bool):
-        raise SimInputError(f"{where}.durationRevealed: expected true or false, got {revealed!r}")
-    return StatementOfWork(
-        name,
-        birth,
-        _demands(doc, where),
-        _value(doc.get("value"), f"{where}.value"),
-        _distribution(doc.get("distribution"), f"{where}.distribution"),
-        _recurrence(doc.get("recurrence", {}), f"{where}.recurrence"),
-        revealed,
-    )
-
-
-def _int(value: Any, where: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise SimInputError(f"{where}: expected an integer, got {value!r}")
-    return value
-
-
-def _number(value: Any, where: str) -> float:
-    if not _is_number(value):
-        raise SimInputError(f"{where}: expected a number, got {value!r}")
-    return float(value)
-
-
-def _demands(doc: Mapping[str, Any], where: str) -> tuple[TypeDemand, ...]:
-    if "demands" in doc:
-        if "concurrency" in doc or "gpuType" in doc:
-            raise SimInputError(f"{where}: give `demands` or `concurrency`/`gpuType`, not both")
-        items = doc["demands"]
-        if not isinstance(items, list) or not items:
-            raise SimInputError(f"{where}.demands: expected a non-empty list")
-        out = []
-        for i, item in enumerate(items):
-            d = _mapping(item, f"{where}.demands[{i}]")
-            gpu = d.get("gpuType")
-            if not isinstance(gpu, str) or not gpu:
-                raise SimInputError(f"{where}.demands[{i}].gpuType: expected a GPU type name")
-            k = _int(d.get("concurrency"), f"{where}.demands[{i}].concurrency")
-            thr = _number(d.get("throughput", 1.0), f"{where}.demands[{i}].throughput")
-            out.append(TypeDemand(gpu.lower(), k, thr))
-        return tuple(out)
-    gpu = doc.get("gpuType", "gpu")
-    if not isinstance(gpu, str) or not gpu:
-        raise SimInputError(f"{where}.gpuType: expected a GPU type name, got {gpu!r}")
-    return (TypeDemand(gpu.lower(), _int(doc.get("concurrency"), f"{where}.concurrency")),)
-
-
-def _value(value: Any, where: str) -> ValueFunction:
-    doc = _mapping(value, where)
-    if "points" in doc:
-        pts = doc["points"]
-        if set(doc) != {"points"} or not isinstance(pts, list) or not pts:
-            raise SimInputError(f"{where}: expected `points: [[elapsed, value], ...]`")
-        out = []
-        for i, p in enumerate(pts):
-            if not isinstance(p, list) or len(p) != 2:
-                raise SimInputError(f"{where}.points[{i}]: expected [elapsed, value]")
-            out.append(
-                (_number(p[0], f"{where}.points[{i}]"), _number(p[1], f"{where}.points[{i}]"))
-            )
-        return ValueFunction.linear(out)
-    if set(doc) != {"deadline", "value"}:
-        raise SimInputError(f"{where}: expected `deadline` and `value`, or `points`")
-    return ValueFunction.deadline(
-        _number(doc["deadline"], f"{where}.deadline"), _number(doc["value"], f"{where}.value")
-    )
-
-
-def _distribution(value: Any, where: str) -> Distribution:
-    if not isinstance(value, list) or not value:
-        raise SimInputError(f"{where}: expected a list of {{arrival, duration, probability}}")
-    pts = []
-    for i, item in enumerate(value):
-        d = _mapping(item, f"{where}[{i}]")
-        unknown = sorted(set(d) - {"arrival", "duration", "probability"})
-        if unknown:
-            raise SimInputError(f"{where}[{i}]: unknown key {unknown[0]!r}")
-        pts.append(
-            (
-                _int(d.get("arrival", 0), f"{where}[{i}].arrival"),
-                _int(d.get("duration"), f"{where}[{i}].duration"),
-                _number(d.get("probability", 1.0), f"{where}[{i}].probability"),
-            )
-        )
-    return Distribution.of(pts)
-
-
-def _recurrence(value: Any, where: str) -> Recurrence:
-    doc = _mapping(value, where)
-    unknown = sorted(set(doc) - {"instances", "period"})
-    if unknown:
-        raise SimInputError(f"{where}: unknown key {unknown[0]!r}")
-    return Recurrence(
-        _int(doc.get("instances", 1), f"{where}.instances"),
-        _int(doc.get("period", 0), f"{where}.period"),
-    )
