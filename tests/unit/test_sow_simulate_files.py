@@ -228,6 +228,21 @@ def test_cli_generated_workload_json() -> None:
     assert table.exit_code == 0 and "welfare ratio" in table.stdout
 
 
+def test_cli_simulates_the_manifest_users_apply() -> None:
+    # examples/sow-nightly.yaml as `kubectl apply -f` takes it: its Namespace is skipped (said on
+    # stderr), the SoW is read with the operator's name for it; 7 instances, one a day.
+    example = pathlib.Path(__file__).resolve().parents[2] / "examples" / "sow-nightly.yaml"
+    args = ["simulate", str(example), "--policy", "sow", "--cluster", "v100=8,p100=8", "--json"]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert "skipped (not a StatementOfWork): Namespace team-a" in res.output
+    s = json.loads(res.stdout.strip().splitlines()[-1])
+    assert (s["sows"], s["jobs"]) == (1, 7)
+    workload = sim_sow.load_workload(example, {"v100": 8, "p100": 8}, seed=0)
+    assert [w.name for w in workload.sows] == ["team-a/nightly-retrain"]
+    assert workload.skipped == ("Namespace team-a",)
+
+
 def test_cli_runs_the_documented_example() -> None:
     # docs/simulate.md's example file: every SoW admitted, no run beats the offline optimum.
     example = pathlib.Path(__file__).resolve().parents[2] / "examples" / "sow-simulate.yaml"
@@ -312,7 +327,12 @@ BAD_FILES = {
     "manifest-template": (_manifest(spec__template=None), "team/nightly", "spec.template"),
     "manifest-name": (_manifest(metadata__name=None), "", "metadata.name"),
     "manifest-long-name": (_manifest(metadata__name="n" * 57), "n" * 57, "metadata.name"),
-    "manifest-kind": (_manifest(kind="FungibleJob"), "", "kind: expected StatementOfWork"),
+    "manifest-kind": (_manifest(kind="FungibleJob"), "", "no StatementOfWork in it (found: Fun"),
+    "entry-kind": (
+        _sub("  - name: nightly\n", "  - kind: ResourcePool\n    name: nightly\n"),
+        "",
+        "sows[0]: kind: expected StatementOfWork",
+    ),
     "manifest-api": (_manifest(apiVersion="walras.dev/v2"), "", "apiVersion"),
     "manifest-status-birth": (_manifest(status={"birth": "soon"}), "team/nightly", "status.birth"),
     "manifest-spec": (_manifest(spec__concurrency="2"), "team/nightly", "spec.concurrency"),

@@ -57,6 +57,9 @@ def simulate_sow(
                 f"{source}: no such file (give a SoW workload YAML, StatementOfWork manifests, "
                 f"or `{GENERATED}` with --sow-workload N)"
             )
+        if workload.skipped:
+            names = ", ".join(workload.skipped)
+            Console(stderr=True).print(f"skipped (not a StatementOfWork): {escape(names)}")
         result = sim_sow.run(workload, realisations=realisations, seed=seed, offline=offline)
     except SimInputError as exc:
         # escape: the message quotes the user's own text (a "[0]" in a field path is no markup).

@@ -44,7 +44,7 @@ import pathlib
 import statistics
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -111,6 +111,7 @@ class SowWorkload:
     params: MechanismParams
     capacities: tuple[tuple[str, int], ...]
     sows: tuple[StatementOfWork, ...]
+    skipped: tuple[str, ...] = ()  # "Kind name" of other objects in a manifest file
 
     @property
     def n_jobs(self) -> int:
@@ -305,9 +306,14 @@ def load_workload(path: pathlib.Path, capacities: Mapping[str, int], seed: int) 
     if len(docs) == 1 and isinstance(first, dict) and "kind" not in first and "spec" not in first:
         return _workload_file(first, capacities, seed, where)
     entries: list[_Entry] = []
+    skipped: list[str] = []
     for i, doc in enumerate(docs):
-        entries.extend(_manifests(doc, f"{where}: document {i}" if len(docs) > 1 else where))
-    return _explicit(entries, {}, capacities, seed, where)
+        at = f"{where}: document {i}" if len(docs) > 1 else where
+        entries.extend(_manifests(doc, at, skipped))
+    if not entries:
+        raise SimInputError(f"{where}: no {KIND} in it (found: {', '.join(skipped)})")
+    workload = _explicit(entries, {}, capacities, seed, where)
+    return replace(workload, skipped=tuple(skipped))
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,17 +370,26 @@ def _flat(item: Any, where: str) -> _Entry:
     return _Entry(name, birth, doc, from_status=False)
 
 
-def _manifests(doc: Any, where: str) -> list[_Entry]:
-    """A StatementOfWork manifest, a ``List`` of them, or a YAML list of them."""
+def _manifests(doc: Any, where: str, skipped: list[str] | None = None) -> list[_Entry]:
+    """A StatementOfWork manifest, a ``List`` of them, or a YAML list of them. With ``skipped``
+    (a manifest file), objects of other kinds (the Namespace applied with a SoW) are listed
+    there and left out; without it (a workload file's ``sows`` entry) they are an error."""
     if isinstance(doc, list):
-        return [e for i, d in enumerate(doc) for e in _manifests(d, f"{where}[{i}]")]
+        return [e for i, d in enumerate(doc) for e in _manifests(d, f"{where}[{i}]", skipped)]
     obj = _mapping(doc, where)
     kind = obj.get("kind", KIND if "spec" in obj else None)
     if kind in ("List", f"{KIND}List"):
         items = obj.get("items")
         if not isinstance(items, list):
             raise SimInputError(f"{where}: items: expected a list of {KIND} objects")
-        return [e for i, d in enumerate(items) for e in _manifests(d, f"{where}: items[{i}]")]
+        return [
+            e for i, d in enumerate(items) for e in _manifests(d, f"{where}: items[{i}]", skipped)
+        ]
+    if skipped is not None and isinstance(kind, str) and kind != KIND:
+        meta = obj.get("metadata")
+        name = meta.get("name") if isinstance(meta, dict) else None
+        skipped.append(f"{kind} {name}" if name else kind)
+        return []
     if kind != KIND:
         raise SimInputError(
             f"{where}: kind: expected {KIND} (or a List of them, or a workload with `sows` or "
