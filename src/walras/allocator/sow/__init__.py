@@ -2,28 +2,40 @@
 
 ALGORITHMS.md §6. A customer declares a :class:`StatementOfWork` once; at its birth the platform
 posts unit prices ``p(τ) = p_min μ^{y(τ)/C'}`` and failure estimates ``q̂`` (Monte Carlo over
-earlier-born jobs only), chooses the launch plan maximising ``E[(1 − q̂)(v − P)]`` under the
-report, and commits to it. Each round, jobs start per plan and, when the committed load exceeds
-capacity, active jobs are evicted or cancelled in LIFO order of birth; only completed jobs pay.
+earlier-born jobs only), chooses the launch plan maximising ``E[(1 − q̂)(v − P)⁺]`` under the
+report, and commits to it. Each round, a running job that no completion can pay any more is
+cancelled for free (Walras's addition, :mod:`.cancellation`), jobs start per plan and, when the
+committed load exceeds capacity, active jobs are evicted or cancelled in LIFO order of birth;
+only completed jobs pay.
 
 Modules, one concern each:
 
 - :mod:`.model`: the SoW (concurrency per type, value function, distribution, recurrence);
 - :mod:`.params`: bounds ``K, D, V``, ``ε``, ``p_min``, ``μ``, Hoeffding sample count, ``θ``;
 - :mod:`.prices`: unit and bundle prices; :mod:`.failure`: ``q̂``; :mod:`.plan`: launch plans;
+- :mod:`.cancellation`: the unprofitable-cancellation rule and why it restores Theorem 3.2;
 - :mod:`.ledger`: the immutable state; :mod:`.admission`: ``admit``; :mod:`.round_step`: rounds;
 - :mod:`.simulate`: drive a ledger over a known realisation; :mod:`.workload`: generator;
   :mod:`.offline`: the offline optimum in hindsight (HiGHS MILP);
 - :mod:`.status`: JSON-ready admission/job views for CRD status and ``walras explain``.
 
-Guarantees as measured (``tests/unit/test_sow.py``, ``bench/bench_sow.py``): no misreport of
-``k``, value or distribution gains more than ``2Δ`` (Theorem 3.2 with ``Δ`` the estimation error
-of plan utilities), except one gap in the paper's argument: without the duration signal
-(``duration_revealed=False``) a plan may include outcomes that finish too late to be worth their
-price, and over-reporting ``k`` can turn those into free LIFO evictions ("insurance"; gain up to
-the expected late charge). With ``duration_revealed=True`` and a truthful value function no plan
-has such outcomes. Recurring SoWs are one job per instance (the paper's myopic agents):
-manipulation across instances of one SoW is outside the paper's guarantee.
+Guarantees as measured (``tests/unit/test_sow_sim.py``, ``tests/unit/test_sow.py``,
+``bench/bench_sow.py``): no misreport of ``k``, value or distribution gains more than ``2Δ``
+(Theorem 3.2 with ``Δ`` the estimation error of plan utilities), in both settings:
+
+- ``duration_revealed=True``: every planned outcome has ``v − P > 0``, the paper's argument
+  applies as written, and the cancellation rule never fires under truthful reports;
+- ``duration_revealed=False``: a start serves several durations, and the late ones may finish
+  too late to be worth their price. The paper's argument has a gap there: over-reporting ``k``
+  turns those into free LIFO evictions ("insurance"; measured with the rule off
+  (``MechanismParams.cancel_unprofitable=False``): gain 0.759 against ``2Δ`` = 0.030 on a
+  generated instance). The cancellation rule (default on) makes every executed outcome of a
+  truthful report pay, which closes the gap (proof in :mod:`.cancellation`; measured: no gain on
+  the same instances). Its welfare cost or gain against the offline optimum is in
+  ``bench_sow``'s ``-rule-off`` lines.
+
+Recurring SoWs are one job per instance (the paper's myopic agents): manipulation across
+instances of one SoW is outside the paper's guarantee.
 
 Pure: numpy and scipy only. Callers: the operator (CRD ``StatementOfWork``) and the simulator
 (policy ``sow``); both keep the :class:`Ledger` and pass it in and out.
