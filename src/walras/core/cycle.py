@@ -211,10 +211,6 @@ def plan(
             restarted=bool(jr.group) and not jr.kept,
             restart_s=restart_s,
         )
-        if speed is not None and jr.group:
-            # A forked job's rate follows its copies (HadarE) while its group may stay the same,
-            # and run_in keeps the old rate for an unchanged group.
-            hists[job.key].running_rate = speed
     solved = {j.key for j in sol.jobs}
     for job in active:
         if job.key not in solved:

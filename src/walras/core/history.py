@@ -123,6 +123,10 @@ class History:
         if restarted and group:
             self.productive_from = now + restart_s
         if group == self.running_group:
+            # Same group, maybe a new rate: a forked job's copies (HadarE) or a throughput that
+            # measurements replaced. Work up to ``now`` was accounted at the old rate by advance().
+            if group:
+                self.running_rate = rate
             return False
         self.running_group = group
         self.running_rate = rate if group else 0.0
