@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
@@ -48,8 +48,97 @@ from walras.sim import sow as sim_sow
 #
 # So the paper's ε = 2Δ holds in the duration-revealed setting for every report, and without the
 # signal for every report with k_r ≤ k; the rest of the no-signal setting is measured.
+#
+# With unprofitable cancellation (cancel_unprofitable, the default; walras.allocator.sow
+# .cancellation) a running job is cancelled for free once no completion can pay under its
+# report. Every term becomes f(1 − q)(v − P)⁺ for the true rule and ≤ that for any other rule, so
+# with Δ⁺ = max_π |Û⁺(π) − U⁺(π)| (the same plans, (v − P)⁺ in place of v − P) (a)-(c) hold for
+# every report in both settings: gain ≤ 2Δ⁺ (proof in the cancellation module's docstring). The
+# oracles below model it literally: each earlier outcome's run lasts its paying rounds, and the
+# reporter's outcome is worth 0 when its reported rule cancels it.
 
 K, D, V = 2, 3, 6.0
+
+
+def paying_rounds(inst: sow.Instance, menu: sow.PriceMenu, k: int, start: int, d: int) -> int:
+    """Rounds run before the rule cancels: the first δ with ``v(s + δ − r) < P(s, k, δ)`` ends
+    the run after δ − 1 rounds; ``d`` if every completion up to ``d`` pays (literal loop)."""
+    for delta in range(1, d + 1):
+        if inst.value(start + delta - inst.release) < menu.bundle(start, k, delta):
+            return delta - 1
+    return d
+
+
+class CancellingOracle(H.ExactOracle):
+    """Exact ``q`` against earlier jobs whose runs stop where the rule cancels them."""
+
+    def __init__(self, earlier: list[sow.Admission], capacity: int) -> None:
+        super().__init__(earlier, capacity)
+        self.earlier = [
+            [
+                (f, j if j.start is None else replace(j, duration=self._paying(adm, j)))
+                for f, j in H.outcomes(adm)
+            ]
+            for adm in earlier
+        ]
+
+    @staticmethod
+    def _paying(adm: sow.Admission, j: H.SimJob) -> int:
+        assert j.start is not None
+        return paying_rounds(adm.instance, adm.menus[0], j.k, j.start, j.duration)
+
+
+def utility_with_rule(
+    oracle: H.ExactOracle, true_inst: sow.Instance, adm: sow.Admission, k_true: int
+) -> float:
+    """The reporter's expected TRUE utility when the rule runs on its REPORT (value, k, menu):
+    a cancelled outcome is worth 0; otherwise as ``sow_helpers.true_utility``."""
+    k_r = adm.instance.demands[0].concurrency
+    total = 0.0
+    for a, d, f in zip(
+        true_inst.arrivals, true_inst.durations, true_inst.probabilities, strict=True
+    ):
+        entry = adm.plan.lookup(adm.instance.key(a, d))
+        if entry is None or entry.start is None:
+            continue
+        s = entry.start
+        if paying_rounds(adm.instance, adm.menus[0], k_r, s, d) < d:
+            continue
+        v = true_inst.value(s + d - true_inst.release) if k_r >= k_true else 0.0
+        total += f * (1.0 - oracle.failure(k_r, a, s, d)) * (v - adm.menus[0].bundle(s, k_r, d))
+    return total
+
+
+def plan_bounds_with_rule(
+    oracle: H.ExactOracle,
+    true_inst: sow.Instance,
+    k: int,
+    menu: sow.PriceMenu,
+    table: sow.FailureTable,
+) -> tuple[float, float]:
+    """``(Δ⁺, max_π U⁺(π))`` over plans for the true SoW at the true ``k``.
+
+    ``U⁺``/``Û⁺`` = ``Σ f (1 − q)(v − P)⁺`` with exact/posted ``q``; both separate over plan
+    keys, so the max over plans is the sum over keys of the max over {don't run (0)} ∪ starts.
+    """
+    last = table.first_start + len(table.q) - 1
+    groups: dict[tuple[int, ...], list[tuple[int, int, float]]] = {}
+    for a, d, f in zip(
+        true_inst.arrivals, true_inst.durations, true_inst.probabilities, strict=True
+    ):
+        groups.setdefault(true_inst.key(a, d), []).append((a, d, f))
+    delta = best = 0.0
+    for key, pts in groups.items():
+        err_key = best_key = 0.0
+        for s in range(key[0], last + 1):
+            exact = est = 0.0
+            for a, d, f in pts:
+                plus = max(0.0, true_inst.value(s + d - true_inst.release) - menu.bundle(s, k, d))
+                exact += f * (1.0 - oracle.failure(k, a, s, d)) * plus
+                est += f * (1.0 - table.at(s, d)) * plus
+            err_key, best_key = max(err_key, abs(est - exact)), max(best_key, exact)
+        delta, best = delta + err_key, best + best_key
+    return delta, best
 
 
 def report_space(true: StatementOfWork, params: MechanismParams) -> list[StatementOfWork]:
@@ -96,22 +185,31 @@ class Gains:
 def brute_force(
     params: MechanismParams, cap: int, earlier: tuple[StatementOfWork, ...], true: StatementOfWork
 ) -> Gains:
+    """Largest gains; with ``params.cancel_unprofitable`` through the rule-aware oracles (Δ⁺,
+    ``N = 0``), without it through ``sow_helpers`` (the paper's mechanism as written)."""
     ledger = Ledger.empty(params, {"gpu": cap})
     for s in earlier:
         ledger, _ = sow.admit(ledger, s)
-    oracle = H.ExactOracle([j.admission for j in ledger.jobs], cap)
+    rule = params.cancel_unprofitable
+    adms = [j.admission for j in ledger.jobs]
+    oracle = CancellingOracle(adms, cap) if rule else H.ExactOracle(adms, cap)
     _, (truthful,) = sow.admit(ledger, true)
     inst, k = truthful.instance, true.concurrency
     menu, table = truthful.menus[0], truthful.failure[0]
-    u_truth = H.true_utility(oracle, inst, truthful, k)
-    delta = H.estimation_slack(oracle, inst, k, menu, table)
-    last = table.first_start + len(table.q) - 1
-    headroom = H.optimal_utility(oracle, inst, k, menu, last) - u_truth
+    utility = utility_with_rule if rule else H.true_utility
+    u_truth = utility(oracle, inst, truthful, k)
+    if rule:
+        delta, best = plan_bounds_with_rule(oracle, inst, k, menu, table)
+    else:
+        delta = H.estimation_slack(oracle, inst, k, menu, table)
+        best = H.optimal_utility(oracle, inst, k, menu, table.first_start + len(table.q) - 1)
+    headroom = best - u_truth
     g = Gains(0, -math.inf, -math.inf, -math.inf, -math.inf, 2 * delta, headroom, u_truth)
     for report in report_space(true, params):
         _, (adm,) = sow.admit(ledger, report)
-        gain = H.true_utility(oracle, inst, adm, k) - u_truth
-        late = H.late_charge(oracle, inst, adm, k) if report.concurrency > k else 0.0
+        gain = utility(oracle, inst, adm, k) - u_truth
+        insured = report.concurrency > k and not rule
+        late = H.late_charge(oracle, inst, adm, k) if insured else 0.0
         g.reports += 1
         g.gain = max(g.gain, gain)
         if report.concurrency <= k:
@@ -122,9 +220,9 @@ def brute_force(
 
 
 def generated(
-    seed: int, revealed: bool, n_sows: int, samples: int | None
+    seed: int, revealed: bool, n_sows: int, samples: int | None, cancel: bool = True
 ) -> tuple[MechanismParams, tuple[StatementOfWork, ...]]:
-    params = MechanismParams(K, D, V, seed=seed, samples=samples)
+    params = MechanismParams(K, D, V, seed=seed, samples=samples, cancel_unprofitable=cancel)
     # Odd seeds: every arrival at offset 0, so several durations share one plan key unless the
     # duration is revealed.
     spec = sow.WorkloadSpec(
@@ -166,22 +264,27 @@ def test_truthful_within_paper_bound_when_duration_is_revealed() -> None:
     assert any(r.u_truth > 0 for r in rows)
 
 
-def test_no_signal_gain_measured_and_bounded() -> None:
-    """Without the duration signal: the paper's 2Δ for k_r ≤ k; k inflation measured (d)."""
-    rows = []
-    for seed, n_sows, samples, cap in NO_SIGNAL_CASES:
-        params, sows = generated(seed, False, n_sows, samples)
-        rows.append(brute_force(params, cap, sows[:-1], sows[-1]))
+def _insurance_instance(cancel: bool) -> Gains:
     # The smallest instance with insurance (test_sow's counterexample, here brute-forced): C = 2,
     # earlier job k = 1 at round 1; reporter k = 1 at round 0 for 1 or 2 rounds, worth 1 by 1.
-    params = MechanismParams(2, 2, 1.0)
+    params = MechanismParams(2, 2, 1.0, cancel_unprofitable=cancel)
     a = StatementOfWork.single("a", 0, 1, ValueFunction.deadline(2, 1.0), Distribution.fixed(1, 1))
     b = StatementOfWork.single(
         "b", 0, 1, ValueFunction.deadline(1, 1.0), Distribution.of([(0, 1, 0.5), (0, 2, 0.5)])
     )
-    insurance = brute_force(params, 2, (a,), b)
+    return brute_force(params, 2, (a,), b)
+
+
+def test_no_signal_gap_without_the_rule() -> None:
+    """The paper's mechanism as written (``cancel_unprofitable=False``), no duration signal: 2Δ
+    for k_r ≤ k; k inflation gains up to 2Δ + N (d), and beyond 2Δ on two instances."""
+    rows = []
+    for seed, n_sows, samples, cap in NO_SIGNAL_CASES:
+        params, sows = generated(seed, False, n_sows, samples, cancel=False)
+        rows.append(brute_force(params, cap, sows[:-1], sows[-1]))
+    insurance = _insurance_instance(cancel=False)
     rows.append(insurance)
-    print(_line("no duration signal (2Δ for k_r ≤ k; 2Δ + N for k_r > k)", rows))
+    print(_line("no duration signal, rule off (2Δ for k_r ≤ k; 2Δ + N for k_r > k)", rows))
     print(
         f"no duration signal: largest excess over the paper's 2Δ "
         f"{max(r.excess_over_2delta for r in rows):.6f} (insurance instance "
@@ -195,6 +298,55 @@ def test_no_signal_gain_measured_and_bounded() -> None:
     assert insurance.allowance == pytest.approx(0.0, abs=1e-12)
     assert insurance.excess_over_2delta > 0
     assert rows[-2].excess_over_2delta > 0
+
+
+def test_no_signal_truthful_with_unprofitable_cancellation() -> None:
+    """The same instances with the rule (the default): no report gains more than 2Δ⁺, including
+    seed 19 and the insurance instance, where the rule-off mechanism exceeds 2Δ."""
+    rows = []
+    for seed, n_sows, samples, cap in NO_SIGNAL_CASES:
+        params, sows = generated(seed, False, n_sows, samples)
+        rows.append(brute_force(params, cap, sows[:-1], sows[-1]))
+    insurance = _insurance_instance(cancel=True)
+    rows.append(insurance)
+    print(_line("no duration signal, rule on (bound 2Δ⁺ for every report)", rows))
+    print(
+        f"no duration signal, rule on: largest excess over 2Δ⁺ "
+        f"{max(r.excess_over_2delta for r in rows):.6f} (seed 19 {rows[-2].excess_over_2delta:.6f}"
+        f", insurance instance {insurance.excess_over_2delta:.6f})"
+    )
+    for r in rows:
+        assert r.excess_over_2delta <= 1e-9, r  # (a)-(c) with (v − P)⁺
+        assert r.gain <= r.headroom + 1e-9, r
+        assert r.headroom <= r.allowance + 1e-9, r
+    # On the insurance instance q̂ = q (Δ⁺ = 0): truthful is exactly optimal now.
+    assert insurance.allowance == pytest.approx(0.0, abs=1e-12)
+    assert insurance.gain <= 1e-12
+    assert any(r.u_truth > 0 for r in rows)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_rule_never_fires_under_truthful_reports_with_duration_revealed(seed: int) -> None:
+    # With the signal every plan key is one outcome, planned only if v − P > 0, so nothing is
+    # ever cancelled as unprofitable, and the market plays exactly as without the rule. Cheap
+    # flat prices and θ = 0.95 (as in test_sow's LIFO test) make plans collide, so LIFO runs.
+    on = MechanismParams(K, D, V, seed=seed, theta=0.95, mu=1.0, p_min=0.5)
+    off = replace(on, cancel_unprofitable=False)
+    spec = sow.WorkloadSpec(sows=8, births=3, max_delay=1, max_slack=1, duration_revealed=True)
+    sows = sow.generate(spec, on, seed)
+    rng = np.random.default_rng(seed)
+    for _ in range(5):
+        real = sow.sample_realisation(sows, rng)
+        a, b = (
+            sow.run_market(on, {"gpu": 2}, sows, real),
+            sow.run_market(off, {"gpu": 2}, sows, real),
+        )
+        assert a.unprofitable == 0
+        assert [(j.phase, j.start, j.finish, j.charge) for j in a.ledger.jobs] == [
+            (j.phase, j.start, j.finish, j.charge) for j in b.ledger.jobs
+        ]
+        assert [r.unprofitable for r in a.reports] == [()] * len(a.reports)
+        assert (a.welfare, a.revenue) == (b.welfare, b.revenue)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -338,19 +490,23 @@ def test_sim_accounting_and_offline_bound() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("revealed", [True, False], ids=["duration-revealed", "no-signal"])
-def test_truthfulness_sweep_over_generated_instances(revealed: bool) -> None:
+@pytest.mark.parametrize(
+    ("revealed", "cancel"),
+    [(True, True), (False, True), (False, False)],
+    ids=["duration-revealed", "no-signal", "no-signal-rule-off"],
+)
+def test_truthfulness_sweep_over_generated_instances(revealed: bool, cancel: bool) -> None:
     # 12 generated instances per setting (6 SoWs on C = 3, M = 8 samples: noisy q̂); the same
-    # bounds as above: (a)-(c) with the signal, (a), (b), (d) without.
+    # bounds as above: (a)-(c) with the signal or the rule, (a), (b), (d) without either.
     rows = []
     for seed in range(12, 24):
-        params, sows = generated(seed, revealed, 6, 8)
+        params, sows = generated(seed, revealed, 6, 8, cancel)
         rows.append(brute_force(params, 3, sows[:-1], sows[-1]))
-    print(_line(f"sweep, revealed={revealed}", rows))
+    print(_line(f"sweep, revealed={revealed}, rule={'on' if cancel else 'off'}", rows))
     print(f"largest excess over 2Δ: {max(r.excess_over_2delta for r in rows):.6f}")
     for r in rows:
         assert r.gain_k_not_inflated <= r.allowance + 1e-9, r
         assert r.excess_over_corrected <= 1e-9, r
-        if revealed:
+        if revealed or cancel:
             assert r.gain <= r.headroom + 1e-9 and r.headroom <= r.allowance + 1e-9, r
     assert any(r.u_truth > 0 for r in rows)
