@@ -325,28 +325,37 @@ def test_no_signal_truthful_with_unprofitable_cancellation() -> None:
     assert any(r.u_truth > 0 for r in rows)
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_rule_never_fires_under_truthful_reports_with_duration_revealed(seed: int) -> None:
+def test_rule_never_fires_under_truthful_reports_with_duration_revealed() -> None:
     # With the signal every plan key is one outcome, planned only if v − P > 0, so nothing is
     # ever cancelled as unprofitable, and the market plays exactly as without the rule. Cheap
     # flat prices and θ = 0.95 (as in test_sow's LIFO test) make plans collide, so LIFO runs.
-    on = MechanismParams(K, D, V, seed=seed, theta=0.95, mu=1.0, p_min=0.5)
-    off = replace(on, cancel_unprofitable=False)
-    spec = sow.WorkloadSpec(sows=8, births=3, max_delay=1, max_slack=1, duration_revealed=True)
-    sows = sow.generate(spec, on, seed)
-    rng = np.random.default_rng(seed)
-    for _ in range(5):
-        real = sow.sample_realisation(sows, rng)
-        a, b = (
-            sow.run_market(on, {"gpu": 2}, sows, real),
-            sow.run_market(off, {"gpu": 2}, sows, real),
-        )
-        assert a.unprofitable == 0
-        assert [(j.phase, j.start, j.finish, j.charge) for j in a.ledger.jobs] == [
-            (j.phase, j.start, j.finish, j.charge) for j in b.ledger.jobs
-        ]
-        assert [r.unprofitable for r in a.reports] == [()] * len(a.reports)
-        assert (a.welfare, a.revenue) == (b.welfare, b.revenue)
+    # The same workloads without the signal are the control: there the rule does fire.
+    removed = fired_without_signal = 0
+    for seed in range(6):
+        on = MechanismParams(K, D, V, seed=seed, theta=0.95, mu=1.0, p_min=0.5)
+        off = replace(on, cancel_unprofitable=False)
+        for revealed in (True, False):
+            spec = sow.WorkloadSpec(
+                sows=8, births=3, max_delay=1, max_slack=1, duration_revealed=revealed
+            )
+            sows = sow.generate(spec, on, seed)
+            rng = np.random.default_rng(seed)
+            for _ in range(4):
+                real = sow.sample_realisation(sows, rng)
+                a = sow.run_market(on, {"gpu": 2}, sows, real)
+                if not revealed:
+                    fired_without_signal += a.unprofitable
+                    continue
+                b = sow.run_market(off, {"gpu": 2}, sows, real)
+                assert a.unprofitable == 0
+                assert [r.unprofitable for r in a.reports] == [()] * len(a.reports)
+                assert [(j.phase, j.start, j.finish, j.charge) for j in a.ledger.jobs] == [
+                    (j.phase, j.start, j.finish, j.charge) for j in b.ledger.jobs
+                ]
+                assert (a.welfare, a.revenue) == (b.welfare, b.revenue)
+                removed += a.evicted + a.cancelled
+    assert removed > 0, "LIFO never removed a job: the markets did not collide"
+    assert fired_without_signal > 0, "the control never fired the rule: the check is vacuous"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -477,6 +486,7 @@ def test_sim_accounting_and_offline_bound() -> None:
         ("evicted", "evicted_rate"),
         ("cancelled", "cancelled_rate"),
         ("not_run", "not_run_rate"),
+        ("unprofitable", "unprofitable_rate"),
     ):
         assert s[key] == pytest.approx(sum(r["phase"] == phase for r in rows) / len(rows))
     assert s["welfare_mean"] == pytest.approx(sum(r["value"] for r in rows) / 4)

@@ -9,7 +9,9 @@ One run = ``R`` independent realisations (seeded); per realisation, over all job
 
 - ``welfare = Σ v(c − r)`` and ``revenue = Σ P`` over completed jobs (paper §2);
 - ``evicted_rate`` = evicted / jobs (removed while running), ``cancelled_rate`` = cancelled /
-  jobs (removed before starting), ``not_run_rate`` = jobs whose plan said "don't run";
+  jobs (removed before starting), ``not_run_rate`` = jobs whose plan said "don't run",
+  ``unprofitable_rate`` = jobs cancelled while running because no completion could pay any
+  more (:mod:`walras.allocator.sow.cancellation`);
 - on small workloads (``offline="auto"``: at most :data:`OFFLINE_AUTO_MAX_JOBS` jobs) the offline
   optimum in hindsight (HiGHS MILP over starts with the realised arrivals and durations,
   :func:`walras.allocator.sow.offline_optimum`) and the welfare ratio ALG / OPT. The mechanism's
@@ -163,6 +165,7 @@ class SowSimResult:
             "evicted_rate": _rate(sum(o.evicted for o in outs), jobs),
             "cancelled_rate": _rate(sum(o.cancelled for o in outs), jobs),
             "not_run_rate": _rate(sum(o.not_run for o in outs), jobs),
+            "unprofitable_rate": _rate(sum(o.unprofitable for o in outs), jobs),
             "log_kdv": log_kdv(w.params),
         }
         opt = [r.offline for r in self.runs if r.offline is not None]
@@ -221,7 +224,8 @@ class SowSimResult:
                         "release": inst.release,
                         "arrival": a,
                         "duration": d,
-                        "phase": j.phase.value,
+                        # Split from LIFO cancellations, as in the summary's rates.
+                        "phase": "unprofitable" if j.unprofitable else j.phase.value,
                         "gpu_type": j.gpu_type or "",
                         "start": "" if j.start is None else j.start,
                         "finish": "" if j.finish is None else j.finish,
