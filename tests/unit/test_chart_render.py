@@ -374,6 +374,8 @@ def test_values_map_to_operator_flags(helm: str, policy: str) -> None:
         "--set", "throughputs.measuredMinSamples=5",
         "--set-json", "throughputs.mismatchFactor=1.5",
         "--set", "throughputs.absurdFactor=20",
+        "--set", "throughputs.profilingSeconds=90",
+        "--set", "throughputs.profileDeclared=true",
     )  # fmt: skip
     container = one(docs, "Deployment", "controller")["spec"]["template"]["spec"]["containers"][0]
     assert container["command"] == ["walras", "operator"]
@@ -389,6 +391,8 @@ def test_values_map_to_operator_flags(helm: str, policy: str) -> None:
         "measured-min-samples": "5",
         "mismatch-factor": "1.5",
         "absurd-factor": "20",
+        "profiling-seconds": "90",
+        "profile-declared": "true",
         "stale-after": "12",
         "log-format": "json",
         "metrics-port": "9100",

@@ -199,6 +199,22 @@ def operator_command(
             help="Progress faster than this × the job's fastest known rate is ignored.",
         ),
     ] = 10.0,
+    profiling_seconds: Annotated[
+        float,
+        typer.Option(
+            envvar="WALRAS_PROFILING_SECONDS",
+            help="Profiling slice of a job with no known throughput, per GPU type (running "
+            "seconds); 0 = two rounds, negative = no profiling.",
+        ),
+    ] = 0.0,
+    profile_declared: Annotated[
+        bool,
+        typer.Option(
+            "--profile-declared/--no-profile-declared",
+            envvar="WALRAS_PROFILE_DECLARED",
+            help="Profile the GPU types a job declared in spec.throughput too.",
+        ),
+    ] = False,
 ) -> None:
     """Run the Walras controller: FungibleJobs and ResourcePools to pod bindings and status."""
     from walras.operator import main
@@ -229,6 +245,8 @@ def operator_command(
         measured_min_samples=measured_min_samples,
         mismatch_factor=mismatch_factor,
         absurd_factor=absurd_factor,
+        profiling_seconds=profiling_seconds,
+        profile_declared=profile_declared,
     )
     main.configure_logging(options.log_format)
     asyncio.run(main.run(options))

@@ -753,9 +753,9 @@ class RoundLoop:
 
         def add(job: model.JobSpec | model.JobDefect, core: dict[str, Any], force: bool) -> None:
             old = job.status
-            mismatch = self.throughputs.condition(job)
-            if mismatch is not None:
-                core = {**core, "conditions": [*core["conditions"], mismatch]}
+            extra_conditions = self.throughputs.conditions(job)  # mismatch, profiling
+            if extra_conditions:
+                core = {**core, "conditions": [*core["conditions"], *extra_conditions]}
             extra = self.throughputs.status_fields(job, core)
             if (
                 not (force or refresh)

@@ -62,6 +62,8 @@ class Options:
     measured_min_samples: int = 3
     mismatch_factor: float = 2.0
     absurd_factor: float = 10.0
+    profiling_seconds: float = 0.0
+    profile_declared: bool = False
 
 
 def configure_logging(log_format: str) -> None:
@@ -218,6 +220,8 @@ def build(options: Options, *, default_identity: str | None = None) -> Operator:
                 min_samples=options.measured_min_samples,
                 mismatch_factor=options.mismatch_factor,
                 absurd_factor=options.absurd_factor,
+                profiling_seconds=options.profiling_seconds,
+                profile_declared=options.profile_declared,
             ),
         ),
         is_leader=is_leader,

@@ -7,13 +7,15 @@ The round loop calls :meth:`Throughputs.prepare` on each snapshot before the pla
    ignored readings become Warning Events on the job naming the pod;
 2. ``walras.core.estimation.effective`` gives each job the throughputs the policy sees
    (measured > declared > estimated; types nobody knows stay out);
-3. the snapshot's jobs carry those throughputs and their progress in ``status.progress``, which
+3. a job with no information at all is profiled (``walras.core.profiling``): the policy sees it
+   on the GPU type of its current profiling slice alone, at a provisional value;
+4. the snapshot's jobs carry those throughputs and their progress in ``status.progress``, which
    ``walras.core.completion`` reads (a job completes when ``stepsDone >= totalWork``).
 
 After the plan, :meth:`Throughputs.status_fields` adds ``status.progress`` (steps done, measured
 steps/s per type with sample counts, estimated finish) and ``status.throughputs`` (per type: the
-value and its source) to the job's status patch, :meth:`Throughputs.condition` the
-``ThroughputMismatch`` condition, and the metric ``walras_job_throughput{source}`` is set.
+value and its source) to the job's status patch, :meth:`Throughputs.conditions` the
+``ThroughputMismatch`` and ``Profiling`` conditions, and the metric ``walras_job_throughput{source}`` is set.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from walras.core import conditions as cond
-from walras.core import estimation, model, progress, snapshot
+from walras.core import crd, estimation, model, profiling, progress, snapshot
 from walras.operator import metrics, status
 
 MISMATCH: str = "ThroughputMismatch"
@@ -60,6 +62,10 @@ class Settings:
     min_samples: int = progress.MIN_SAMPLES
     mismatch_factor: float = progress.MISMATCH_FACTOR
     absurd_factor: float = progress.ABSURD_FACTOR
+    # Profiling slices (walras.core.profiling): running seconds per GPU type; 0 = two rounds,
+    # negative = no profiling. ``profile_declared``: profile the types a job declared too.
+    profiling_seconds: float = 0.0
+    profile_declared: bool = False
 
 
 class Throughputs:
@@ -71,8 +77,12 @@ class Throughputs:
         min_samples: int = progress.MIN_SAMPLES,
         factor: float = progress.ABSURD_FACTOR,
         mismatch_factor: float = progress.MISMATCH_FACTOR,
+        profiler: profiling.Profiler | None = None,
     ) -> None:
         self.tracker = progress.Tracker(factor)
+        # Off unless configured (walras operator configures it: Throughputs.configured).
+        self.profiler = profiler if profiler is not None else profiling.Profiler(-1.0)
+        self.profiles: dict[model.JobKey, tuple[profiling.Plan, bool]] = {}
         self.min_samples = min_samples
         self.mismatch_factor = mismatch_factor
         self.effective: dict[model.JobKey, estimation.Effective] = {}
@@ -87,16 +97,21 @@ class Throughputs:
     @classmethod
     def configured(cls, settings: Settings, round_seconds: float) -> Throughputs:
         """From the operator's flags (``round_seconds``: the length of a round)."""
-        del round_seconds
+        seconds = settings.profiling_seconds
         return cls(
             min_samples=settings.min_samples,
             factor=settings.absurd_factor,
             mismatch_factor=settings.mismatch_factor,
+            profiler=profiling.Profiler(
+                2 * round_seconds if seconds == 0 else seconds,
+                declared_too=settings.profile_declared,
+            ),
         )
 
     def prepare(self, snap: snapshot.Snapshot, now: float) -> snapshot.Snapshot:
         """The snapshot with effective throughputs and reported progress on its jobs."""
         self.rejections = []
+        self.profiles = {}
         self.declared = {j.key: j.throughput for j in snap.jobs}
         self.active = {j.key for j in snap.jobs if not j.finished}
         self.original = {j.key: j.status for j in snap.jobs}
@@ -130,6 +145,7 @@ class Throughputs:
             ):
                 self.rejections.append((job, bad))
         self.tracker.forget(j.uid for j in snap.jobs)
+        self.profiler.forget(j.uid for j in snap.jobs if not j.finished)
         self.written = {k: v for k, v in self.written.items() if k in self.active}
         reported = {j.uid: self.tracker.progress(j.uid) for j in snap.jobs}
         self.effective = estimation.effective(
@@ -142,6 +158,7 @@ class Throughputs:
             mismatch_factor=self.mismatch_factor,
         )
         jobs = []
+        nodes = {n.name: n for n in snap.nodes}
         for job in snap.jobs:
             if job.finished:
                 jobs.append(job)
@@ -160,11 +177,66 @@ class Throughputs:
                     for t, v in eff.throughput.items()
                 },
             }
-            if thr == job.throughput and not fields:
+            pods = pods_by_job.get(job.key, [])
+            thr, status = self._profile(snap, job, pods, nodes, now, thr, status)
+            if thr == job.throughput and not fields and status is job.status:
                 jobs.append(job)  # nothing reported or estimated: the job as the watch gave it
                 continue
             jobs.append(dataclasses.replace(job, throughput=thr, status=status))
         return dataclasses.replace(snap, jobs=tuple(jobs))
+
+    def _profile(
+        self,
+        snap: snapshot.Snapshot,
+        job: model.JobSpec,
+        pods: list[model.PodInfo],
+        nodes: Mapping[str, model.NodeInfo],
+        now: float,
+        thr: dict[str, float],
+        status: Mapping[str, Any],
+    ) -> tuple[dict[str, float], Mapping[str, Any]]:
+        """The job's throughputs and status for the plan under its profiling (if any)."""
+        measured = self.tracker.progress(job.uid).measured
+        reported = any(m.samples > 0 for m in measured.values())
+        sources = self.effective[job.key].source
+        if not self.profiler.wants(job, sources, reported):
+            self.profiles.pop(job.key, None)
+            return thr, status  # the common case: not profiled, nothing more to look at
+        running = set()
+        for pod in pods:
+            node = (
+                nodes.get(pod.node)
+                if pod.phase == crd.PHASE_RUNNING and not pod.terminating
+                else None
+            )
+            pool = snapshot.node_pool(node, snap.pools) if node is not None else None
+            if pool is not None:
+                running.add(pool.gpu_type)
+        plan = self.profiler.observe(
+            job,
+            sources=sources,
+            measured=reported,
+            pools=snap.pools,
+            nodes=snap.nodes,
+            running=running,
+            now=now,
+        )
+        if plan is None:
+            self.profiles.pop(job.key, None)
+            return thr, status
+        self.profiles[job.key] = (plan, reported)
+        override = plan.throughput(job.throughput, reported)
+        if not override:
+            return thr, status
+        # Profiling: the current type alone; a silent job: known values win over provisional.
+        thr = override if plan.current is not None else {**override, **thr}
+        done = status.get("progress")
+        if not (isinstance(done, Mapping) and "stepsDone" in done):
+            # Accounted work at a provisional rate means nothing: completion by totalWork only
+            # from reported steps (walras.core.completion reads this snapshot's status).
+            old = done if isinstance(done, Mapping) else {}
+            status = {**status, "progress": {**old, "stepsDone": 0}}
+        return thr, status
 
     def status_fields(
         self, job: model.JobSpec | model.JobDefect, core: Mapping[str, Any]
@@ -230,6 +302,19 @@ class Throughputs:
             return False
         self.written[job.key] = dict(fields)
         return True
+
+    def conditions(self, job: model.JobSpec | model.JobDefect) -> list[dict[str, Any]]:
+        """The job's ``ThroughputMismatch`` and ``Profiling`` conditions, where they apply."""
+        out = []
+        mismatch = self.condition(job)
+        if mismatch is not None:
+            out.append(mismatch)
+        profile = self.profiles.get(job.key)
+        if profile is not None and not isinstance(job, model.JobDefect):
+            plan, reported = profile
+            state, reason, text = profiling.message(plan, self.profiler.seconds, reported)
+            out.append(cond.condition(profiling.CONDITION, state, reason, text, job.generation))
+        return out
 
     def condition(self, job: model.JobSpec | model.JobDefect) -> dict[str, Any] | None:
         """``ThroughputMismatch=True`` naming the types whose declared value is off."""
