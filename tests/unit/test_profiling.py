@@ -23,7 +23,9 @@ from walras.operator import loop, throughputs
 # ---- selection -----------------------------------------------------------------------------
 
 
-def node(name: str, gpu_type: str, *, ready: bool = True, taint: bool = False) -> dict[str, Any]:
+def node(
+    name: str, gpu_type: str, *, ready: bool = True, taint: bool = False, gpus: int = 8
+) -> dict[str, Any]:
     spec: dict[str, Any] = {}
     if taint:
         spec["taints"] = [{"key": "reserved", "value": "x", "effect": "NoSchedule"}]
@@ -31,7 +33,7 @@ def node(name: str, gpu_type: str, *, ready: bool = True, taint: bool = False) -
         "metadata": {"name": name, "labels": {"walras.dev/gpu-type": gpu_type}},
         "spec": spec,
         "status": {
-            "allocatable": {GPU: "8", "cpu": "32", "memory": "64Gi", "pods": "110"},
+            "allocatable": {GPU: str(gpus), "cpu": "32", "memory": "64Gi", "pods": "110"},
             "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
         },
     }
@@ -87,6 +89,22 @@ def test_candidates_are_usable_types_in_name_order() -> None:
     # Declared types are left out, unless declared_too; a declared 0 always.
     assert profiling.candidates(y, snap.pools, snap.nodes) == ("c",)
     assert profiling.candidates(y, snap.pools, snap.nodes, declared_too=True) == ("c", "e")
+
+
+def test_candidates_hold_the_whole_gang() -> None:
+    # A gang of 3 pods of 2 GPUs: type f's two 2-GPU nodes hold 2 pods (never the gang); type g's
+    # 5-GPU node holds 2 and its 2-GPU node 1: 3 pods, the gang fits.
+    gang = job_obj("gang", {})
+    gang["spec"]["replicas"] = 3
+    gang["spec"]["template"]["spec"]["containers"][0]["resources"] = {"limits": {GPU: "2"}}
+    nodes = [
+        node("f0", "f", gpus=2),
+        node("f1", "f", gpus=2),
+        node("g0", "g", gpus=5),
+        node("g1", "g", gpus=2),
+    ]
+    snap = frozen([gang], nodes)
+    assert profiling.candidates(snap.jobs[0], snap.pools, snap.nodes) == ("g",)
 
 
 @pytest.mark.parametrize(

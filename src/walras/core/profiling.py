@@ -7,10 +7,12 @@ never be eligible anywhere. Before estimation takes over, the shell runs it for 
 (``walras.core.progress``) measures its steps/s there; those measurements then feed
 ``walras.core.estimation`` as usual (thin ones as the job's own estimates).
 
-**Candidates** (:func:`candidates`): the pools' GPU types, in name order, on which some ready,
-schedulable node of the pool passes the job's static filters (taints, nodeSelector, affinity:
-``walras.core.filters.job_placement``), leaving out types declared 0 ("cannot run there") and,
-unless ``declared_too`` (``--profile-declared``), types the job declared.
+**Candidates** (:func:`candidates`): the pools' GPU types, in name order, whose ready,
+schedulable nodes that pass the job's static filters (taints, nodeSelector, affinity:
+``walras.core.filters.job_placement``) hold its whole gang when free (``Σ_nodes
+⌊GPUs / GPUs per pod⌋ >= replicas``), leaving out types declared 0 ("cannot run there") and,
+unless ``declared_too`` (``--profile-declared``), types the job declared. A type that could never
+host the gang would hold the profiling forever.
 
 **Who is profiled** (:func:`needs`): a job whose throughputs have no measured or estimated source
 and no measured sample, and that declared nothing (or ``declared_too``). Once started, a job's
@@ -66,19 +68,21 @@ def candidates(
     declared_too: bool = False,
 ) -> tuple[str, ...]:
     """The GPU types to profile ``job`` on, in name order (see the module docstring)."""
-    usable: set[str] = set()
+    pods: dict[str, int] = {}  # per type: how many of the job's pods its usable nodes hold
     for node in nodes:
         if not (node.ready and node.schedulable):
             continue
         pool = snapshots.node_pool(node, pools)
-        if pool is None or pool.gpu_type in usable:
+        if pool is None or not filters.job_placement(job, node).ok:
             continue
-        if filters.job_placement(job, node).ok:
-            usable.add(pool.gpu_type)
+        per_node = int(node.resource(pool.resource_name) // job.gpus_per_pod(pool.resource_name))
+        pods[pool.gpu_type] = pods.get(pool.gpu_type, 0) + per_node
     return tuple(
         t
-        for t in sorted(usable)
-        if job.throughput.get(t, 1.0) > 0 and (declared_too or t not in job.throughput)
+        for t in sorted(pods)
+        if pods[t] >= job.replicas  # the whole gang fits on the type's nodes when they are free
+        and job.throughput.get(t, 1.0) > 0
+        and (declared_too or t not in job.throughput)
     )
 
 
