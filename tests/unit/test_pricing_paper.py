@@ -23,6 +23,12 @@ def test_log_utility_shape() -> None:
     assert result.converged
     assert result.iterations <= 20
     assert_feasible(problem, result.allocation)
+    # The paper describes the optimum. A gap of 1e-3 per job admits allocations of another
+    # shape (the elastic-job polish certifies one with 13.6 % of jobs on two types); solve to
+    # 1e-4 so that the allocation is close to the optimum.
+    result = pricing.solve(problem, eps=1e-4)
+    assert result.converged
+    assert_feasible(problem, result.allocation)
     X = result.allocation
     # Column scaling leaves a sliver of idle time everywhere; count what is visible at 1e-3.
     two = float(((X > 1e-3).sum(axis=1) == 2).mean())

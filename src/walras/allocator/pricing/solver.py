@@ -46,7 +46,7 @@ from scipy.optimize import minimize
 from threadpoolctl import ThreadpoolController
 
 from walras.allocator.errors import InvalidProblem
-from walras.allocator.pricing import subproblem
+from walras.allocator.pricing import polish, subproblem
 from walras.allocator.pricing.backend import Backend, get_backend
 from walras.allocator.pricing.problem import (
     KINDS,
@@ -59,9 +59,16 @@ from walras.allocator.pricing.utilities import UTILITIES, Params
 
 COARSE_MIN_JOBS = 200_000
 COARSE_SAMPLE = 50_000
+# Nested stride samples for the start prices: each solve starts from the next smaller one's.
+COARSE_SAMPLES = (COARSE_SAMPLE, 5_000)
+COARSE_EPS_FACTOR = 0.1
 # Up to this many jobs per type, each iteration also recovers from a running average of the
 # responses (the plain recovery loses O(m) jobs' worth of utility, which matters when n/m is small).
 AVERAGE_MAX_JOBS_PER_TYPE = 5_000
+# The elastic-job polish runs when the scaled responses' gap is within this factor of eps (at
+# n = 1e6 the first evaluation after the sampled start is at ~4 eps; the polish takes it below
+# 0.1 eps). Far from p* many jobs leave their edges and the polish is wasted work.
+POLISH_WITHIN = 20.0
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -315,6 +322,8 @@ class _Run:
     t_rec: float = 0.0
     average: FloatArray | None = None  # running average of the responses (small problems)
     best_alloc: FloatArray | None = None  # the best feasible allocation (small problems)
+    best_polished: polish.Polished | None = None  # elastic jobs of the best primal, if polished
+    polishes: int = 0  # Newton steps of the polish, summed over iterations
 
     @property
     def gap(self) -> float:
@@ -332,9 +341,22 @@ class _Run:
         t1 = time.perf_counter()
         scale = _scales(self.prep.R, r)
         primal = _utility(self.prep, _recovered_t(self.prep, self.it, scale))
-        alloc = None
+        alloc, polished = None, None
         if self.prep.n <= AVERAGE_MAX_JOBS_PER_TYPE * self.prep.m:
             primal, alloc = self._averaged(primal, scale)
+        elif self.eps_n < min(
+            g, self.best_dual
+        ) - primal <= POLISH_WITHIN * self.eps_n and polish.applicable(self.prep):
+            # The scaled responses nearly certify the gap: polish the elastic jobs (one more
+            # candidate, its utility computed exactly; the dual bound stays g).
+            polished = polish.polish(self.prep, self.it, p, r)
+            if polished is not None:
+                self.polishes += polished.steps
+                value = _utility(self.prep, polished.throughput)
+                if value > primal:
+                    primal = value
+                else:
+                    polished = None
         self.t_sub += t1 - t0
         self.t_rec += time.perf_counter() - t1
         self.history.append((g, primal))
@@ -344,6 +366,7 @@ class _Run:
             self.best_primal, self.best_primal_p = primal, p.copy()
             self.best_primal_k = len(self.history) - 1
             self.best_alloc = alloc
+            self.best_polished = polished
         grad = self.prep.R - r
         self.last_r = r
         return g, grad
@@ -511,9 +534,15 @@ def _new_iterate(b: Backend, n: int) -> _Iterate:
     )
 
 
-def _coarse_prices(prep: _Prepared, eps: float, max_iter: int) -> tuple[FloatArray, int]:
-    """Prices of a stride sample of ``COARSE_SAMPLE`` jobs with capacity scaled to match."""
-    stride = math.ceil(prep.n / COARSE_SAMPLE)
+def _coarse_prices(
+    prep: _Prepared, eps: float, max_iter: int, sizes: tuple[int, ...] = COARSE_SAMPLES
+) -> tuple[FloatArray, int]:
+    """Prices of a stride sample of ``sizes[0]`` jobs with capacity scaled to match.
+
+    Its start prices come from a smaller sample (``sizes[1:]``), the smallest from eq. (17).
+    Returns the prices and the iterations spent on all samples.
+    """
+    stride = math.ceil(prep.n / sizes[0])
     idx = np.arange(0, prep.n, stride)
     sub = _prepare(
         prep.b,
@@ -526,9 +555,16 @@ def _coarse_prices(prep: _Prepared, eps: float, max_iter: int) -> tuple[FloatArr
         prep.R * (len(idx) / prep.n),
         None,
     )
-    run = _Run(sub, _new_iterate(prep.b, sub.n), eps * sub.n, max_iter)
-    _iterate(run, _start_prices(sub))
-    return _known(run.best_dual_p), len(run.history)
+    inner = 0
+    if len(sizes) > 1 and sub.n > 2 * sizes[1]:
+        p, inner = _coarse_prices(sub, eps, max_iter, sizes[1:])
+    else:
+        p = _start_prices(sub)
+    # The sample's gap bounds how far its g(p) is above its optimum; the full problem's first
+    # evaluation needs p close to p*, not a good allocation of the sample: a tenth of eps.
+    run = _Run(sub, _new_iterate(prep.b, sub.n), COARSE_EPS_FACTOR * eps * sub.n, max_iter)
+    _iterate(run, p)
+    return _known(run.best_dual_p), inner + len(run.history)
 
 
 def solve(
@@ -578,6 +614,7 @@ def solve(
         "allocation": t_end - t_iter,
         "total": t_end - t_start,
         "coarse_iterations": float(coarse_iters),
+        "polish_steps": float(run.polishes),
     }
     return PricingResult(**{**result, "timings": timings})
 
@@ -595,9 +632,20 @@ def _finish(run: _Run) -> dict[str, Any]:
             _, r = _evaluate(prep, _known(run.best_primal_p), run.it)
         else:
             r = _known(run.last_r)
-        scale = _scales(prep.R, r)
+        pol = run.best_polished
+        scale = _scales(prep.R, r) if pol is None else pol.scale
         X = _dense(b, run.it, prep.n, prep.m, scale)
-        t = np.asarray(b.to_numpy(_recovered_t(prep, run.it, scale)), dtype=np.float64)
+        if pol is None:
+            t = np.asarray(b.to_numpy(_recovered_t(prep, run.it, scale)), dtype=np.float64)
+        else:
+            # The polished jobs' rows are rewritten: some moved to other types.
+            X[pol.rows] = 0.0
+            flat = X.reshape(-1)
+            base = pol.rows * prep.m
+            flat[base + pol.hi] = pol.share_hi
+            has_lo = pol.lo >= 0
+            flat[base[has_lo] + pol.lo[has_lo]] = pol.share_lo[has_lo]
+            t = pol.throughput
     if prep.job_order is not None:
         X_out, t_out = np.empty_like(X), np.empty_like(t)
         X_out[prep.job_order], t_out[prep.job_order] = X, t

@@ -102,6 +102,27 @@ def prepare(
     )
 
 
+def subset(b: Backend, g: Group, idx: np.ndarray[Any, Any]) -> Group:
+    """The jobs ``idx`` (group-relative, numpy) of ``g`` as a group of their own (numpy only).
+
+    Used to re-solve a few jobs' subproblems (``polish.py``); ``odd`` keeps each job's original
+    parity, so that ties break as in the whole group.
+    """
+    return Group(
+        util=g.util,
+        start=0,
+        stop=len(idx),
+        As=g.As[:, idx],
+        Ts=g.Ts[:, idx],
+        Ds=None if g.Ds is None else g.Ds[:, idx],
+        d=None if g.d is None else g.d[idx],
+        par=g.par.take(idx),
+        ties={k: v[idx] for k, v in g.ties.items()},
+        odd=g.odd[idx],
+        unit=g.unit,
+    )
+
+
 def _odd(b: Backend, start: int, n: int) -> Any:
     """Mask of the jobs start, …, start + n − 1 whose index is odd."""
     odd = np.zeros(n, dtype=bool)

@@ -1,11 +1,11 @@
 """Utilities u(t) of a job's throughput t, all behind one four-method interface.
 
-| kind     | u(t)                    | best t on [lo, hi] for u(t) − α t            |
-|----------|-------------------------|----------------------------------------------|
-| linear   | w t                     | hi if α < w else lo                          |
-| log      | w log t                 | clip(w / α, lo, hi)                          |
-| alpha    | w t^(1−β) / (1−β)       | clip((w / α)^(1/β), lo, hi)                  |
-| target   | w min(t − T, 0)         | clip(T, lo, hi) if α < w else lo             |
+| kind     | u(t)                    | best t on [lo, hi] for u(t) − α t    | dt/dα inside |
+|----------|-------------------------|--------------------------------------|--------------|
+| linear   | w t                     | hi if α < w else lo                  | —            |
+| log      | w log t                 | clip(w / α, lo, hi)                  | −t / α       |
+| alpha    | w t^(1−β) / (1−β)       | clip((w / α)^(1/β), lo, hi)          | −t / (β α)   |
+| target   | w min(t − T, 0)         | clip(T, lo, hi) if α < w else lo     | —            |
 
 Every method is vectorised over jobs (``par`` holds the per-job weight w, target T and exponent β
 of one group of jobs that share a kind) and written once for numpy and torch through
@@ -45,11 +45,18 @@ class Params:
             self.common_weight,
         )
 
+    def take(self, idx: Any) -> Params:
+        """The parameters of the jobs ``idx`` (an index array)."""
+        return Params(self.weight[idx], self.target[idx], self.alpha[idx], self.common_weight)
+
 
 class Utility:
     """The shared interface. Subclasses implement value, derivative and best_t."""
 
     kind: ClassVar[str] = ""
+    # True when best_t is differentiable in the slope inside (lo, hi): ``slope_derivative``
+    # exists and the elastic-job polish (``polish.py``) applies.
+    smooth: ClassVar[bool] = False
 
     def value(self, b: Backend, t: Any, par: Params) -> Any:
         """u(t) per job."""
@@ -61,6 +68,10 @@ class Utility:
 
     def best_t(self, b: Backend, slope: Any, lo: Any, hi: Any, par: Params) -> Any:
         """argmax over t in [lo, hi] of u(t) − slope·t, per job."""
+        raise NotImplementedError
+
+    def slope_derivative(self, b: Backend, t: Any, slope: Any, par: Params) -> Any:
+        """d best_t / d slope at an interior optimum t = best_t(slope) (smooth kinds only)."""
         raise NotImplementedError
 
     def total(self, b: Backend, t: Any, par: Params) -> float:
@@ -92,6 +103,7 @@ class Linear(Utility):
 
 class Log(Utility):
     kind = "log"
+    smooth = True
 
     def value(self, b: Backend, t: Any, par: Params) -> Any:
         return par.weight * b.xp.log(t)
@@ -102,6 +114,10 @@ class Log(Utility):
     def best_t(self, b: Backend, slope: Any, lo: Any, hi: Any, par: Params) -> Any:
         # slope = 0 gives w/0 = inf, clipped to hi (a free resource is used fully).
         return b.xp.fmin(b.xp.fmax(par.weight / slope, lo), hi)
+
+    def slope_derivative(self, b: Backend, t: Any, slope: Any, par: Params) -> Any:
+        # t = w / α  ⇒  dt/dα = −w / α² = −t / α.
+        return -t / slope
 
     def total(self, b: Backend, t: Any, par: Params) -> float:
         # log is the most expensive operation of an iteration (~15 ns per element in numpy on
@@ -122,6 +138,7 @@ class Log(Utility):
 
 class AlphaFair(Utility):
     kind = "alpha"
+    smooth = True
 
     def value(self, b: Backend, t: Any, par: Params) -> Any:
         e = 1.0 - par.alpha
@@ -132,6 +149,10 @@ class AlphaFair(Utility):
 
     def best_t(self, b: Backend, slope: Any, lo: Any, hi: Any, par: Params) -> Any:
         return b.xp.fmin(b.xp.fmax((par.weight / slope) ** (1.0 / par.alpha), lo), hi)
+
+    def slope_derivative(self, b: Backend, t: Any, slope: Any, par: Params) -> Any:
+        # t = (w / α)^(1/β)  ⇒  dt/dα = −t / (β α).
+        return -t / (par.alpha * slope)
 
 
 class TargetPriority(Utility):

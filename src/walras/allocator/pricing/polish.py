@@ -1,0 +1,298 @@
+"""A feasible allocation near the optimum from ONE evaluation of the dual: polish the elastic jobs.
+
+After the responses x̃(p) at prices p, column scaling (``solver._scales``) loses utility of the
+order of p·|r(p) − R|: every job on an over-demanded type is cut, every job that could use a
+type with spare capacity leaves it unused. When p comes from a 50 000-job sample of a 10⁶-job
+problem, |r − R| / R is 0.4–4 % (sampling noise) and the scaled allocation is 4e-3 per job below
+the optimum although g(p) is within 1e-5 of it.
+
+Most jobs do not react to a small price change: their best throughput sits at a vertex of their
+cost hull (a whole type, no idle time). Only the *elastic* jobs, whose optimum lies inside a hull
+edge [lo, hi] (0 < x_hi < 1: two types, or one type and idle time), move. Keeping every job on
+its edge, a job's share of ``hi`` is
+
+    θ_i(p) = clip((t_i(α_i) − a_lo) / (a_hi − a_lo), 0, 1),   α_i = (π_hi − π_lo) / (a_hi − a_lo),
+
+with π = d_i ⊙ p and t_i(α) = argmax u_i(t) − α t (``Utility.best_t``; lo = −1 is the origin,
+a = π = 0). The polish solves r_fixed + r_elastic(p') = R for p' by Newton's method on the
+m × m Jacobian (assembled with one ``bincount``, from dt/dα = ``Utility.slope_derivative``):
+
+    ∂θ_i/∂p_hi = −k_i d_hi / span,  ∂θ_i/∂p_lo = k_i d_lo / span,  k_i = −dt/dα / span ≥ 0,
+
+and usage d_hi θ on hi, d_lo (1 − θ) on lo. Types whose price is 0 with spare capacity, and
+types no elastic job uses, keep their price. The elastic jobs take θ(p'), all jobs keep their
+types, and the result is scaled column by column to fit (a few ppm now). It is only a candidate
+primal: its utility U is computed exactly on the full instance and the duality gap g(p) − U
+(g still from the full evaluation at p) decides whether the solve stops. Nothing here weakens
+the certificate.
+
+On the paper's n = 10⁶ log instance with sample prices: 35 % of the jobs are elastic, Newton
+needs 3–5 steps on them, and the gap falls from 4.0e-3 to under 1e-4 per job: one full
+evaluation suffices.
+
+Worked example (log, w = 1, unit demand): a job on edge (lo = type 0, a = 1) – (hi = type 1,
+a = 3) at p = (0.5, 1.25) has α = (1.25 − 0.5) / 2 = 0.375, t = 1/α = 8/3, θ = (8/3 − 1)/2 = 5/6.
+
+Called by ``solver._Run.step`` (numpy backend, kinds with ``slope_derivative``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from walras.allocator.pricing import subproblem
+
+if TYPE_CHECKING:  # the solver imports this module; only its types are needed here
+    from walras.allocator.pricing.solver import _Iterate, _Prepared
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+NEWTON_STEPS = 12
+# Relative residual |r_j − R_j| / R_j at which Newton stops: the scaling after it then costs
+# at most ~1e-7 of a job's utility, far below any gap worth certifying.
+TOLERANCE = 1e-7
+
+
+@dataclass(frozen=True)
+class Polished:
+    """The polished candidate: elastic jobs ``rows`` (solver order) on their edge types.
+
+    ``share_lo``/``share_hi`` are the final (scaled) time shares on ``lo``/``hi`` (lo = −1:
+    idle), ``throughput`` the whole problem's throughput (solver order), ``scale`` the column
+    scaling applied to every job, ``prices`` where Newton stopped (near market clearing:
+    a good next price vector), ``steps`` the Newton steps taken.
+    """
+
+    rows: IntArray
+    lo: IntArray
+    hi: IntArray
+    share_lo: FloatArray
+    share_hi: FloatArray
+    scale: FloatArray
+    throughput: FloatArray
+    prices: FloatArray
+    steps: int
+
+
+@dataclass
+class _Elastic:
+    """Price-independent data of one group's elastic jobs.
+
+    ``pair`` = (hi + 1)(m + 1) + (lo + 1) indexes an (m + 1) × (m + 1) table (index 0: the
+    origin), so that per-type sums and the Jacobian each take one ``bincount``.
+    """
+
+    rows: IntArray  # solver order
+    b: Any  # the numpy backend
+    group: Any  # the ``subproblem.Group`` the jobs belong to
+    util: Any
+    par: Any
+    lo: IntArray  # −1: the origin
+    hi: IntArray
+    pair: IntArray
+    count: FloatArray  # jobs per pair, (m + 1)²
+    a_lo: FloatArray
+    span: FloatArray
+    inv_span: FloatArray
+    d_lo: FloatArray
+    d_hi: FloatArray
+    unit: bool  # every demand is 1: π = p
+
+    def theta(self, q: FloatArray) -> tuple[FloatArray, FloatArray]:
+        """(θ, k) at prices q (k = 0 where θ is clipped to 0 or 1)."""
+        P = np.append(0.0, q)  # index 0: the origin's zero price
+        if self.unit:  # one gather from the (m + 1)² table of price differences
+            alpha = np.take((P[:, None] - P[None, :]).reshape(-1), self.pair)
+        else:
+            alpha = self.d_hi * np.take(P, self.hi + 1) - self.d_lo * np.take(P, self.lo + 1)
+        alpha *= self.inv_span
+        b = self.b
+        t = self.util.best_t(b, alpha, self.a_lo, self.a_lo + self.span, self.par)
+        theta = (t - self.a_lo) * self.inv_span
+        inner = (theta > 0.0) & (theta < 1.0)
+        np.clip(theta, 0.0, 1.0, out=theta)
+        dt = self.util.slope_derivative(b, t, alpha, self.par)
+        k = np.where(inner, dt * self.inv_span, 0.0)  # = −k_i (dt/dα ≤ 0)
+        return theta, k
+
+    def use(self, theta: FloatArray, m: int) -> FloatArray:
+        """Σ over the elastic jobs of d ⊙ x per type at shares θ on hi, 1 − θ on lo."""
+        size = m + 1
+        if self.unit:
+            W = np.bincount(self.pair, theta, size * size).reshape(size, size)
+            use = W.sum(axis=1) + self.count.reshape(size, size).sum(axis=0) - W.sum(axis=0)
+        else:
+            use = np.bincount(self.hi + 1, self.d_hi * theta, size) + np.bincount(
+                self.lo + 1, self.d_lo * (1.0 - theta), size
+            )
+        return np.asarray(use[1:], dtype=np.float64)
+
+    def use_of(self, idx: IntArray, theta: FloatArray, m: int) -> FloatArray:
+        """The usage (m,) of the elastic jobs ``idx`` at shares ``theta`` (theirs)."""
+        size = m + 1
+        use = np.bincount(self.hi[idx] + 1, self.d_hi[idx] * theta, size) + np.bincount(
+            self.lo[idx] + 1, self.d_lo[idx] * (1.0 - theta), size
+        )
+        return np.asarray(use[1:], dtype=np.float64)
+
+    def jacobian(self, neg_k: FloatArray, m: int) -> FloatArray:
+        """∂ usage / ∂ p (m × m) of the elastic jobs (neg_k = −k_i, 0 where θ is clipped)."""
+        size = m + 1
+        c = neg_k * self.inv_span  # −k_i / span ≤ 0
+
+        def table(w: FloatArray) -> FloatArray:
+            return np.asarray(np.bincount(self.pair, w, size * size), dtype=np.float64).reshape(
+                size, size
+            )
+
+        if self.unit:
+            hh = ll = hl = table(c)
+        else:
+            hh, ll, hl = (
+                table(c * self.d_hi * self.d_hi),
+                table(c * self.d_lo * self.d_lo),
+                table(c * self.d_hi * self.d_lo),
+            )
+        # Job (hi, lo): J[hi, hi] −= k d_hi²/span, J[lo, lo] −= k d_lo²/span, and
+        # J[hi, lo] = J[lo, hi] += k d_hi d_lo/span (c carries the sign −k/span).
+        J = np.diag(hh.sum(axis=1) + ll.sum(axis=0)) - hl - hl.T
+        return np.asarray(J[1:, 1:], dtype=np.float64)
+
+
+def applicable(prep: _Prepared) -> bool:
+    """Whether every group's utility has a slope derivative (log, α-fair) on numpy."""
+    return prep.b.name == "numpy" and all(g.util.smooth for g in prep.groups)
+
+
+def polish(prep: _Prepared, it: _Iterate, p: FloatArray, r: FloatArray) -> Polished | None:
+    """Newton on the elastic jobs' prices from the responses ``it`` at p (use r); see above."""
+    m = prep.m
+    found = [_elastic(prep, g, it) for g in prep.groups]
+    groups = [e for e in found if e is not None]
+    if not groups:
+        return None
+    R = prep.R
+
+    def use_at(thetas: list[tuple[FloatArray, FloatArray]]) -> FloatArray:
+        return fixed + sum((e.use(th[0], m) for e, th in zip(groups, thetas, strict=True)), 0.0)
+
+    fixed = r - sum((e.use(it.x_hi[e.rows], m) for e in groups), 0.0)
+    q = p.copy()
+    thetas = [e.theta(q) for e in groups]
+    steps = 0
+    while steps < NEWTON_STEPS:
+        res = R - use_at(thetas)
+        free = (q <= 0.0) & (res >= 0.0)  # a free type with spare capacity stays free
+        if np.all(free | (np.abs(res) <= TOLERANCE * R)):
+            break
+        J = np.zeros((m, m))
+        for e, th in zip(groups, thetas, strict=True):
+            J += e.jacobian(th[1], m)
+        active = ~free & (np.diag(J) < 0.0)
+        if not active.any():
+            break
+        step = np.zeros(m)
+        step[active] = np.linalg.lstsq(J[np.ix_(active, active)], res[active], rcond=None)[0]
+        # A trust region: a price at most halves or doubles per step. Far from p* the few
+        # interior jobs give a Jacobian that would send prices anywhere.
+        q = np.clip(q + step, 0.5 * q, np.where(q > 0.0, 2.0 * q, np.inf))
+        thetas = [e.theta(q) for e in groups]
+        steps += 1
+    use = use_at(thetas)
+    # A job whose share hit an end of its edge would rather, at q, be on a neighbouring edge
+    # (or a vertex further on): it gets its full best response at q (the whole cost hull).
+    # Without this the allocation keeps too many jobs on one type (13 % instead of 17 % on two
+    # types at n = 1e5) although its gap is certified.
+    lo, hi, x_lo, x_hi, y_lo, y_hi = [], [], [], [], [], []
+    for e, (theta, _) in zip(groups, thetas, strict=True):
+        lo_e, hi_e = e.lo.copy(), e.hi.copy()
+        xh = theta.copy()
+        xl = np.where(e.lo >= 0, 1.0 - theta, 0.0)
+        yl, yh = xl * e.a_lo, xh * (e.a_lo + e.span)
+        moved = np.flatnonzero((theta <= 0.0) | (theta >= 1.0))
+        if moved.size:
+            sub = subproblem.subset(prep.b, e.group, e.rows[moved] - e.group.start)
+            resp = subproblem.respond(prep.b, sub, q, 0, moved.size)
+            use += resp.use - e.use_of(moved, theta[moved], m)
+            lo_e[moved] = resp.type_lo
+            hi_e[moved] = resp.type_hi
+            xl[moved], xh[moved] = resp.x_lo, resp.x_hi
+            yl[moved], yh[moved] = resp.y_lo, resp.y_hi
+        lo.append(lo_e)
+        hi.append(hi_e)
+        x_lo.append(xl)
+        x_hi.append(xh)
+        y_lo.append(yl)
+        y_hi.append(yh)
+    with np.errstate(divide="ignore"):
+        scale = np.where(use > R, R / np.maximum(use, 1e-300), 1.0)
+    s_ext = np.append(scale, 0.0)  # index −1 (idle) reads the appended 0
+    t = s_ext[it.type_lo] * it.y_lo + s_ext[it.type_hi] * it.y_hi
+    rows = np.concatenate([e.rows for e in groups])
+    lo_all, hi_all = np.concatenate(lo), np.concatenate(hi)
+    sl, sh = s_ext[lo_all], s_ext[hi_all]
+    t[rows] = sl * np.concatenate(y_lo) + sh * np.concatenate(y_hi)
+    return Polished(
+        rows=rows,
+        lo=lo_all,
+        hi=hi_all,
+        share_lo=sl * np.concatenate(x_lo),
+        share_hi=sh * np.concatenate(x_hi),
+        scale=scale,
+        throughput=t,
+        prices=q,
+        steps=steps,
+    )
+
+
+def _elastic(prep: _Prepared, g: Any, it: _Iterate) -> _Elastic | None:
+    x_hi = it.x_hi[g.start : g.stop]
+    local = np.flatnonzero((x_hi > 0.0) & (x_hi < 1.0))
+    if local.size == 0:
+        return None
+    rows = local + g.start
+    lo = it.type_lo[rows].astype(np.int64)
+    hi = it.type_hi[rows].astype(np.int64)
+    m = prep.m
+    size = m + 1
+    # Exact throughputs from the (masked) problem data, not y / x: the utility reported for
+    # the allocation must be that allocation's.
+    A = prep.A.reshape(-1)
+    has_lo = lo >= 0
+    a_hi = A[rows * m + hi]
+    a_lo = np.where(has_lo, A[rows * m + np.maximum(lo, 0)], 0.0)
+    unit = bool(g.unit)
+    if unit:
+        d_hi = np.ones(rows.size)
+        d_lo = has_lo.astype(np.float64)
+    elif prep.D.ndim == 1:
+        d_hi = prep.D[rows]
+        d_lo = np.where(has_lo, d_hi, 0.0)
+    else:
+        D = prep.D.reshape(-1)
+        d_hi = D[rows * m + hi]
+        d_lo = np.where(has_lo, D[rows * m + np.maximum(lo, 0)], 0.0)
+    pair = (hi + 1) * size + (lo + 1)
+    span = a_hi - a_lo
+    return _Elastic(
+        rows=rows,
+        b=prep.b,
+        group=g,
+        util=g.util,
+        par=g.par.take(local),
+        lo=lo,
+        hi=hi,
+        pair=pair,
+        count=np.bincount(pair, minlength=size * size).astype(np.float64),
+        a_lo=a_lo,
+        span=span,
+        inv_span=1.0 / span,
+        d_lo=d_lo,
+        d_hi=d_hi,
+        unit=unit,
+    )
