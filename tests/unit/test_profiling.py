@@ -284,6 +284,7 @@ def test_a_job_with_no_throughput_is_profiled_on_each_type_then_uses_its_measure
     status = cluster_after.statuses["x"]
     cond = profiling_condition(status)
     assert (cond["status"], cond["reason"]) == ("False", profiling.DONE)
+    assert status["profiling"] == {"types": ["a", "b"], "index": 2}  # what a restart reads
     # Two intervals of 10 s on each type (fewer than --measured-min-samples 3): the job's own
     # estimates, equal to the rates its pods ran at.
     assert status["throughputs"] == {
@@ -302,3 +303,23 @@ def test_a_silent_workload_gets_no_progress_and_never_completes_by_provisional_w
     cond = profiling_condition(status)
     assert (cond["status"], cond["reason"]) == ("False", profiling.NO_PROGRESS)
     assert cluster.pods  # still runs: provisional on every type
+
+
+def test_a_restarted_operator_continues_the_plan_from_the_status() -> None:
+    # status.profiling says: types a, c, b, now at c (index 1). c's pool is gone: skipped to b.
+    raw = job_obj("x", {})
+    raw["status"] = {"profiling": {"types": ["a", "c", "b"], "index": 1}}
+    snap = frozen([raw], [node("a0", "a"), node("b0", "b")])
+    keeper = throughputs.Throughputs(profiler=profiling.Profiler(SLICE))
+    (x,) = keeper.prepare(snap, 0.0).jobs
+    assert x.throughput == {"b": profiling.PROVISIONAL}
+    fields = keeper.status_fields(x, {})
+    assert fields["profiling"] == {"types": ["a", "c", "b"], "index": 2}
+    # Garbage in status.profiling is no plan: the job starts one of its own (candidates a, b).
+    raw["status"] = {"profiling": {"types": "a", "index": True}}
+    (x,) = (
+        throughputs.Throughputs(profiler=profiling.Profiler(SLICE))
+        .prepare(frozen([raw], [node("a0", "a"), node("b0", "b")]), 0.0)
+        .jobs
+    )
+    assert x.throughput == {"a": profiling.PROVISIONAL}

@@ -37,9 +37,9 @@ type stays unknown: it keeps running, seen as equally fast (``PROVISIONAL``) on 
 type, and carries the ``ProfilingNoProgress`` reason; its accounted work at a provisional rate
 means nothing, so it completes only by its pods succeeding or by reported steps.
 
-State is kept in memory: a restarted operator re-profiles a job still being profiled, and a
-silent one once more (a job that measured something restores its measurements from its status and
-is not profiled again).
+The plan (its types and the index of the current one) is kept in ``status.profiling``: a
+restarted operator continues it, starting the current slice's clock again. A type whose pool is
+gone is skipped.
 """
 
 from __future__ import annotations
@@ -134,6 +134,23 @@ class Plan:
             self.index += 1
             self.ran, self.seen_at = 0.0, None
 
+    def status(self) -> dict[str, object]:
+        """``status.profiling`` (the running time of the current slice is not kept: a restarted
+        operator starts that slice's clock again)."""
+        return {"types": list(self.types), "index": self.index}
+
+    @classmethod
+    def from_status(cls, raw: object) -> Plan | None:
+        """The plan ``status.profiling`` holds (None: none, or not a plan)."""
+        if not isinstance(raw, Mapping):
+            return None
+        types, index = raw.get("types"), raw.get("index")
+        if not isinstance(types, list) or not all(isinstance(t, str) for t in types):
+            return None
+        if isinstance(index, bool) or not isinstance(index, int):
+            return None
+        return cls(tuple(types), min(max(index, 0), len(types)))
+
     def throughput(self, declared: Mapping[str, float], reported: bool) -> dict[str, float]:
         """What the policy sees: the current type alone while profiling; every candidate at the
         provisional value for a job that reported nothing; {} once measurements took over."""
@@ -164,8 +181,9 @@ class Profiler:
         """Whether :meth:`observe` has anything to do for the job (a plan, or one to start)."""
         if job.uid in self.plans:
             return True
-        return self.enabled and needs(
-            job.throughput, sources, measured, declared_too=self.declared_too
+        return self.enabled and (
+            "profiling" in job.status
+            or needs(job.throughput, sources, measured, declared_too=self.declared_too)
         )
 
     def observe(
@@ -182,6 +200,11 @@ class Profiler:
         """The job's plan after this observation (None: not profiled). ``running``: the GPU
         types its pods run on now."""
         plan = self.plans.get(job.uid)
+        if plan is None and self.enabled:
+            # A plan an earlier operator process wrote: continue it (its current slice anew).
+            plan = Plan.from_status(job.status.get("profiling"))
+            if plan is not None:
+                self.plans[job.uid] = plan
         if plan is None:
             if not self.enabled or not needs(
                 job.throughput, sources, measured, declared_too=self.declared_too
@@ -191,6 +214,9 @@ class Profiler:
             if not types:
                 return None
             plan = self.plans[job.uid] = Plan(types)
+        pool_types = {p.gpu_type for p in pools}
+        while plan.current is not None and plan.current not in pool_types:
+            plan.index += 1  # its pool is gone: the job could not run there any more
         plan.advance(running, now, self.seconds)
         return plan
 

@@ -14,8 +14,9 @@ The round loop calls :meth:`Throughputs.prepare` on each snapshot before the pla
 
 After the plan, :meth:`Throughputs.status_fields` adds ``status.progress`` (steps done, measured
 steps/s per type with sample counts, estimated finish) and ``status.throughputs`` (per type: the
-value and its source) to the job's status patch, :meth:`Throughputs.conditions` the
-``ThroughputMismatch`` and ``Profiling`` conditions, and the metric ``walras_job_throughput{source}`` is set.
+value and its source) and ``status.profiling`` to the job's status patch,
+:meth:`Throughputs.conditions` the ``ThroughputMismatch`` and ``Profiling`` conditions, and the
+metric ``walras_job_throughput{source}`` is set.
 """
 
 from __future__ import annotations
@@ -286,6 +287,9 @@ class Throughputs:
             }
             for t, value in sorted(eff.throughput.items())
         }
+        profile = self.profiles.get(job.key)
+        if profile is not None:
+            out["profiling"] = profile[0].status()
         old_types = self.original.get(job.key, job.status).get("throughputs")
         if isinstance(old_types, Mapping):
             # A type no longer known (an estimate withdrawn) is removed from the merge patch.

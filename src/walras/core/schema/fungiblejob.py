@@ -238,6 +238,17 @@ class ThroughputInUse(Model):
     samples: Int64 | None = None
 
 
+class ProfilingPlan(Model):
+    """``status.profiling``: the job's profiling slices (walras.core.profiling)."""
+
+    types: list[Annotated[str, StringConstraints(max_length=253)]] | None = Field(
+        None, max_length=64, description="GPU types to profile, in order."
+    )
+    index: Int32 | None = Field(
+        None, ge=0, description="The type being profiled (= len(types): every slice is done)."
+    )
+
+
 class FungibleJobStatus(Model):
     """``status`` of a FungibleJob (written by the operator)."""
 
@@ -298,6 +309,9 @@ class FungibleJobStatus(Model):
     )
     measured_throughput: float | None = Field(
         None, description="Measured steps per second on gpuType (absent: not measured yet)."
+    )
+    profiling: ProfilingPlan | None = Field(
+        None, description="Profiling slices of a job with no known throughput (docs/progress.md)."
     )
 
 
