@@ -11,16 +11,26 @@ Metrics:
 - utilisation: GPU-seconds the gangs hold their GPUs (restart plus computing, at most ``L`` per
   round) over ``GPUs × TTD``.
 
-Workloads: :func:`small_cluster` (the HadarE case: 5 nodes of mixed GPU types, a dozen long
-forkable jobs) and :func:`gavel_like` (a D5-shaped batch for the planning-time benchmark).
+Workloads: :func:`small_cluster` (a dozen long forkable jobs on 5 nodes × 4 GPUs) and
+:func:`gavel_like` (a D5-shaped batch for the planning-time benchmark).
+
+The HadarE acceptance case runs the PRODUCT policies instead (``walras simulate --semantics
+walras``, the operator's scheduling core): :func:`paper_mix` writes the FungibleJob manifests of
+the paper's mixes M-1 … M-12 on its 5-node, one-GPU-per-node cluster (:data:`PAPER_CLUSTER`), and
+:func:`simulate_manifests` runs them the way the CLI does.
 """
 
 from __future__ import annotations
 
+import pathlib
+import tempfile
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import yaml
 
 from walras.allocator.hadar import HadarPlan, Utility, make_inputs, plan_round
 
@@ -161,3 +171,94 @@ def gavel_like(n_jobs: int = 480, seed: int = 0) -> Workload:
         node_free=np.full(15, 4, dtype=np.int64),
         forkable=np.zeros(n_jobs, dtype=bool),
     )
+
+
+PAPER_CLUSTER = "v100=1,p100=2,k80=2"
+"""Paper 003 §VI's AWS cluster in Gavel's GPU types: five nodes of ONE GPU each, one V100, two
+K80 and two T4. Gavel's throughput table has no T4; the P100 stands in for it (the nearest type
+in the table: a 16 GB data-centre card between the K80 and the V100 in training speed)."""
+
+PAPER_GPUS_PER_NODE = "1"
+
+
+def gavel_single_gpu_types() -> dict[str, dict[str, float]]:
+    """Gavel's job types at scale factor 1: ``{job type: {gpu type: steps/s}}`` (sorted)."""
+    from walras.sim.throughputs import load_throughputs
+
+    values = load_throughputs().values
+    jobs = sorted(job for job, scale in values["v100"] if scale == 1)
+    return {job: {t: float(values[t][(job, 1)]) for t in ("v100", "p100", "k80")} for job in jobs}
+
+
+def paper_mix(n_jobs: int, seed: int = 0) -> list[dict[str, Any]]:
+    """FungibleJob manifests of mix M-``n_jobs`` (paper 003 §VI: mixes of 1 to 12 jobs).
+
+    The mixes are nested like the paper's (M-k is the first k jobs of one seeded sequence of 12):
+    each job is a Gavel job type drawn uniformly from the single-GPU types, with Gavel's
+    throughputs, and needs 2–8 hours on one V100 (uniform), long against 6-minute rounds. All are
+    forkable, single-GPU and arrive at t = 0.
+    """
+    table = gavel_single_gpu_types()
+    names = list(table)
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(names), 12)
+    hours = rng.uniform(2.0, 8.0, 12)
+    docs: list[dict[str, Any]] = []
+    for i in range(n_jobs):
+        job = names[int(picks[i])]
+        thr = table[job]
+        docs.append(
+            {
+                "apiVersion": "walras.dev/v1alpha1",
+                "kind": "FungibleJob",
+                "metadata": {
+                    "name": f"m{n_jobs}-job-{i:02d}",
+                    "namespace": "research",
+                    "annotations": {"walras.dev/job-type": job},
+                },
+                "spec": {
+                    "forkable": True,
+                    "replicas": 1,
+                    "totalWork": round(float(hours[i]) * 3600.0 * thr["v100"], 1),
+                    "throughput": {t: round(v, 4) for t, v in sorted(thr.items())},
+                    "template": {
+                        "spec": {
+                            "containers": [{"name": "train", "image": "registry.example/train:1"}]
+                        }
+                    },
+                },
+            }
+        )
+    return docs
+
+
+def simulate_manifests(
+    docs: Sequence[Mapping[str, Any]] | pathlib.Path,
+    policy: str,
+    *,
+    cluster: str = PAPER_CLUSTER,
+    gpus_per_node: str = PAPER_GPUS_PER_NODE,
+    restart_seconds: float = 10.0,
+    round_seconds: float = 360.0,
+) -> dict[str, Any]:
+    """``walras simulate FILE --semantics walras --policy POLICY --json``, by the CLI's own path
+    (:func:`walras.sim.manifests.load_manifests`, then :func:`walras.sim.engine.run` with the
+    registered policy); returns the summary dict."""
+    import types as _types
+
+    from walras.sim import engine, manifests
+    from walras.sim.cluster import build_cluster, parse_cluster, parse_gpus_per_node
+    from walras.sim.config import SimConfig
+
+    counts = parse_cluster(cluster)
+    built = build_cluster(counts, parse_gpus_per_node(gpus_per_node, [t for t in counts]))
+    config = SimConfig(round_s=round_seconds, restart_s=restart_seconds, semantics="walras")
+    policy_ns: Any = _types.SimpleNamespace(name=policy)
+    if isinstance(docs, pathlib.Path):
+        workload = manifests.load_manifests(docs, built)
+        return engine.run(workload, built, policy_ns, config).summary()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = pathlib.Path(tmp) / "mix.yaml"
+        path.write_text(yaml.safe_dump_all(list(docs), sort_keys=False))
+        workload = manifests.load_manifests(path, built)
+        return engine.run(workload, built, policy_ns, config).summary()

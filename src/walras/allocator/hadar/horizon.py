@@ -21,8 +21,11 @@ there is worth; its solution ``x`` puts each job on the types where it is compar
 its other throughputs are set to 0 before Hadar runs. A running job whose current types are all
 in its support may use only those (it moves when the LP drops its type, not between types the LP
 finds equally good). The LP is re-solved every round on the
-remaining work, so the support follows the queue. Jobs the LP does not cover (forked-mode jobs,
-whose copies fill every node by design, and gangs that fit no single type) are left unchanged.
+remaining work, so the support follows the queue. Gangs that fit no single type are left
+unchanged. HadarE's forked-mode jobs (``forked``) are covered without their one-type-at-a-time row:
+their copies run on several types at once, so only the capacity rows bind them; the support then
+says on which types such a job is admitted (the planner still lets its copies fill idle nodes of
+any usable type), and they are never made critical.
 
 **Urgency.** A job whose remaining time on its fastest eligible type, ``D_j = rem_j / max X_j^r``,
 leaves it less slack than ``w = window · H`` against the horizon ``H = T* · (1 + margin)``
@@ -107,12 +110,22 @@ class HorizonResult:
     critical: BoolArray
 
 
-def apply_horizon(inputs: HadarInputs, options: Horizon, skip: BoolArray) -> HorizonResult:
-    """Eligibility and urgency for the round (module docstring); ``skip (J,)``: leave unchanged."""
+def apply_horizon(
+    inputs: HadarInputs,
+    options: Horizon,
+    skip: BoolArray,
+    *,
+    forked: BoolArray | None = None,
+) -> HorizonResult:
+    """Eligibility and urgency for the round (module docstring); ``skip (J,)``: leave unchanged;
+    ``forked (J,)``: jobs in HadarE's forked mode, covered by the LP without the one-type-at-a-
+    time row (their copies run on several types at once) and never made critical (their copies
+    fill every node they may use anyway)."""
     thr = inputs.throughput
     cap = capacity(inputs)
     rem = inputs.remaining
     fits = (thr > 0) & (inputs.replicas[:, None] <= cap[None, :])
+    par = np.zeros(inputs.n_jobs, dtype=bool) if forked is None else forked & ~skip
     covered = (rem > 0) & fits.any(axis=1) & ~skip
     eligible = thr > 0
     critical = np.zeros(inputs.n_jobs, dtype=bool)
@@ -130,6 +143,7 @@ def apply_horizon(inputs: HadarInputs, options: Horizon, skip: BoolArray) -> Hor
         fits[jobs],
         running_on=on,
         restart_seconds=inputs.restart_seconds,
+        parallel=par[jobs],
     )
     eligible = eligible.copy()
     support = x > SUPPORT_TOL
@@ -144,7 +158,7 @@ def apply_horizon(inputs: HadarInputs, options: Horizon, skip: BoolArray) -> Hor
     horizon = t_star * (1.0 + options.margin)
     window = options.window * horizon
     slack = horizon - duration
-    hot = slack < window
+    hot = (slack < window) & ~par[jobs]
     weight = inputs.weight.copy()
     if hot.any():
         crit = jobs[hot]
@@ -169,6 +183,7 @@ def fluid_makespan(
     *,
     running_on: BoolArray | None = None,
     restart_seconds: float = 0.0,
+    parallel: BoolArray | None = None,
 ) -> tuple[FloatArray, float]:
     """Solve the fluid makespan LP; returns ``(x (n, T), T*)`` (seconds).
 
@@ -178,7 +193,7 @@ def fluid_makespan(
     restart counted for a type the job does not run on now (``running_on (n, T)``; a job that
     runs nowhere pays it everywhere). Faster types are preferred where capacity allows, and a
     job stays on its type when moving gains nothing, so the support does not flip between
-    rounds.
+    rounds. Jobs flagged ``parallel (n,)`` (forked copies) have no one-type-at-a-time row.
     """
     n, T = throughput.shape
     dur = np.where(allowed, remaining[:, None] / np.where(allowed, throughput, 1.0), 0.0)
@@ -189,10 +204,14 @@ def fluid_makespan(
     rows = [np.repeat(np.arange(T)[None, :], n, axis=0).ravel(), np.arange(T)]
     cols = [var.ravel(), np.full(T, nv - 1)]
     vals = [gpu_seconds.ravel(), -np.ones(T)]
-    # One type at a time: Σ_r x_jr d_jr - T ≤ 0.
+    # One type at a time: Σ_r x_jr d_jr - T ≤ 0 (vacuous, 0 ≤ T, for a parallel job).
+    if parallel is not None:
+        dur_row = np.where(np.asarray(parallel, dtype=bool)[:, None], 0.0, dur)
+    else:
+        dur_row = dur
     rows += [T + np.repeat(np.arange(n), T), T + np.arange(n)]
     cols += [var.ravel(), np.full(n, nv - 1)]
-    vals += [dur.ravel(), -np.ones(n)]
+    vals += [dur_row.ravel(), -np.ones(n)]
     a_ub = sp.csr_matrix(
         (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(T + n, nv)
     )

@@ -6,7 +6,9 @@ Pipeline (each step only sees the GPUs the previous ones left free):
    fluid makespan LP of the remaining work, restricts each job to the GPU types of its LP support
    and raises the utility weight of the jobs that must run now for the queue to drain by the
    horizon. The payoff keeps the paper's form (utility at the projected finish − price); only
-   the per-job utility constants and the usable types change from round to round.
+   the per-job utility constants and the usable types change from round to round. HadarE's
+   forked-mode jobs are covered by the forking form of the LP (no one-type-at-a-time row); their
+   copies (step 4) still fill idle nodes of every type the job can use.
 1. **Keep or move running jobs** (incremental Hadar). A job is *running* if it holds a whole
    gang now (not forked). All running jobs first hold their GPUs. Then, in job order, each one
    releases its own GPUs and compares, at the current prices, keeping them (no restart) with its
@@ -95,8 +97,11 @@ def plan_round(
     """
     biggest = int(inputs.node_free.max()) if inputs.n_nodes else 0
     forking = inputs.forkable & (inputs.replicas <= biggest) & fork_jobs
+    given = inputs
     if horizon is not None:
-        inputs = apply_horizon(inputs, horizon, forking).inputs
+        # Forked-mode jobs are covered with the forking LP (no one-type-at-a-time row).
+        none = np.zeros(inputs.n_jobs, dtype=bool)
+        inputs = apply_horizon(inputs, horizon, none, forked=forking).inputs
     cap = capacity(inputs)
     u_min, u_max = default_bounds(inputs)
     market = Market(cap, u_min, u_max)
@@ -145,7 +150,10 @@ def plan_round(
 
     last: set[int] = set()
     if fork_jobs:
-        last = fork(inputs, np.flatnonzero(forked_mode), gangs, free, market)
+        # Copies fill idle nodes at every usable type, not only the horizon's: a node no job's
+        # LP support covers would otherwise idle (the LP plans fractions, not whole nodes).
+        last = fork(given, np.flatnonzero(forked_mode), gangs, free, market)
+        inputs = given
 
     plans = [
         _job_plan(inputs, j, gangs[j], bool(forked_mode[j]), j in last, j in filled)
