@@ -10,10 +10,17 @@ Cases:
   rule, then the DP over the jobs still waiting).
 - ``plan-480x60-replan``: the first round as the ``hadar`` policy plans it (Hyperbolic utility,
   makespan horizon, every job re-planned, backfill, the greedy queue rule above 500,000 cells).
-- ``ttd-small-cluster``: HadarE vs Hadar on the small cluster of
-  ``tests/unit/hadar_helpers.small_cluster`` (5 nodes × 4 GPUs of mixed types, 12 long forkable
-  single-GPU jobs), run to completion in the fixed-round loop of the same module: TTD (makespan)
-  of each, their ratio, and utilisation.
+- ``hadare-paper-mixes``: HadarE's acceptance case (``docs/forking.md``): paper 003 §VI's five
+  nodes of one GPU each (1 V100, 2 P100 standing in for the T4s, 2 K80) and its workload mixes
+  M-1 … M-12 of long forkable Gavel jobs (``tests/unit/hadar_helpers.paper_mix``), each run by
+  ``walras simulate --semantics walras`` with the PRODUCT policies ``hadar`` and ``hadare``: per
+  mix the TTD of each, the ratio hadar/hadare, both utilisations and the fluid lower bound of the
+  TTD with forking (``fluid_makespan``, every job parallel); the mean ratio over the mixes.
+- ``ttd-small-cluster``: ``examples/hadare-small.yaml`` (a dozen long forkable jobs on 5 nodes × 4
+  GPUs: 1 V100, 1 P100, 3 K80 nodes), the same product path.
+- ``ttd-small-cluster-allocator``: the allocator alone with paper defaults on
+  ``tests/unit/hadar_helpers.small_cluster`` in the helper's fixed-round loop (not the product
+  policies; kept for comparison with earlier runs).
 
 ``time_s`` is wall time and ``cpu_s`` process CPU time (less sensitive on a shared machine).
 """
@@ -25,14 +32,24 @@ import pathlib
 import resource
 import sys
 import time
+from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
-from tests.unit.hadar_helpers import Workload, gavel_like, run, small_cluster
+from tests.unit.hadar_helpers import (
+    PAPER_CLUSTER,
+    Workload,
+    gavel_like,
+    paper_mix,
+    run,
+    simulate_manifests,
+    small_cluster,
+)
 
 from walras.allocator.hadar import HadarInputs, Horizon, Hyperbolic, make_inputs, plan_round
+from walras.allocator.hadar.horizon import fluid_makespan
 from walras.core.policies.hadar import DP_MAX_CELLS
 
 
@@ -135,6 +152,82 @@ def plan_cases() -> list[dict[str, object]]:
     return out
 
 
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+TYPES = ("v100", "p100", "k80")
+
+
+def _forking_bound(docs: list[dict[str, Any]], gpus: dict[str, int]) -> float:
+    """Fluid lower bound (s) on the TTD when every job may run on every type at once."""
+    thr = np.array([[float(d["spec"]["throughput"][t]) for t in TYPES] for d in docs])
+    rem = np.array([float(d["spec"]["totalWork"]) for d in docs])
+    n = len(docs)
+    cap = np.array([float(gpus[t]) for t in TYPES])
+    allowed = thr > 0
+    ones = np.ones(n, dtype=np.int64)
+    _, t_star = fluid_makespan(thr, ones, rem, cap, allowed, parallel=np.ones(n, dtype=bool))
+    return t_star
+
+
+def paper_mixes_case() -> dict[str, object]:
+    t0, c0 = time.perf_counter(), time.process_time()
+    gpus = {t: int(c) for t, c in (p.split("=") for p in PAPER_CLUSTER.split(","))}
+    mixes: list[dict[str, object]] = []
+    for k in range(1, 13):
+        docs = paper_mix(k)
+        hadar = simulate_manifests(docs, "hadar")
+        hadare = simulate_manifests(docs, "hadare")
+        mixes.append(
+            {
+                "mix": f"M-{k}",
+                "ttd_hadar_h": round(hadar["makespan_s"] / 3600.0, 3),
+                "ttd_hadare_h": round(hadare["makespan_s"] / 3600.0, 3),
+                "ratio": round(hadar["makespan_s"] / hadare["makespan_s"], 3),
+                "util_hadar": round(hadar["utilization"], 3),
+                "util_hadare": round(hadare["utilization"], 3),
+                "bound_h": round(_forking_bound(docs, gpus) / 3600.0, 3),
+                "restarts_hadar": hadar["restarts"],
+                "restarts_hadare": hadare["restarts"],
+            }
+        )
+    ratios = [float(str(m["ratio"])) for m in mixes]
+    return {
+        "bench": "hadar",
+        "case": "hadare-paper-mixes",
+        "time_s": round(time.perf_counter() - t0, 4),
+        "cpu_s": round(time.process_time() - c0, 4),
+        "cluster": PAPER_CLUSTER,
+        "gpus_per_node": 1,
+        "mean_ratio": round(float(np.mean(ratios)), 3),
+        "min_ratio": round(min(ratios), 3),
+        "mean_util_hadar": round(float(np.mean([m["util_hadar"] for m in mixes])), 3),
+        "mean_util_hadare": round(float(np.mean([m["util_hadare"] for m in mixes])), 3),
+        "mixes": mixes,
+    }
+
+
+def small_product_case() -> dict[str, object]:
+    t0, c0 = time.perf_counter(), time.process_time()
+    path = ROOT / "examples" / "hadare-small.yaml"
+    opts: dict[str, Any] = {"cluster": "v100=4,p100=4,k80=12", "gpus_per_node": "4"}
+    hadar = simulate_manifests(path, "hadar", **opts)
+    hadare = simulate_manifests(path, "hadare", **opts)
+    return {
+        "bench": "hadar",
+        "case": "ttd-small-cluster",
+        "time_s": round(time.perf_counter() - t0, 4),
+        "cpu_s": round(time.process_time() - c0, 4),
+        "gpus": 20,
+        "jobs": 12,
+        "ttd_hadar_h": round(hadar["makespan_s"] / 3600.0, 3),
+        "ttd_hadare_h": round(hadare["makespan_s"] / 3600.0, 3),
+        "ttd_ratio": round(hadar["makespan_s"] / hadare["makespan_s"], 3),
+        "util_hadar": round(hadar["utilization"], 3),
+        "util_hadare": round(hadare["utilization"], 3),
+        "restarts_hadar": hadar["restarts"],
+        "restarts_hadare": hadare["restarts"],
+    }
+
+
 def ttd_case() -> dict[str, object]:
     work = small_cluster()
     t0, c0 = time.perf_counter(), time.process_time()
@@ -142,7 +235,7 @@ def ttd_case() -> dict[str, object]:
     hadare = run(work, fork_jobs=True)
     return {
         "bench": "hadar",
-        "case": "ttd-small-cluster",
+        "case": "ttd-small-cluster-allocator",
         "time_s": round(time.perf_counter() - t0, 4),
         "cpu_s": round(time.process_time() - c0, 4),
         "nodes": len(work.node_type),
@@ -160,10 +253,20 @@ def ttd_case() -> dict[str, object]:
     }
 
 
-def main() -> None:
-    for line in [*plan_cases(), ttd_case()]:
-        print(json.dumps(line), flush=True)
+def main(argv: list[str]) -> None:
+    """``python bench/bench_hadar.py [case ...]``: every case, or only the named TTD cases."""
+    cases = {
+        "hadare-paper-mixes": paper_mixes_case,
+        "ttd-small-cluster": small_product_case,
+        "ttd-small-cluster-allocator": ttd_case,
+    }
+    if not argv:
+        for line in plan_cases():
+            print(json.dumps(line), flush=True)
+    for name, case in cases.items():
+        if not argv or name in argv:
+            print(json.dumps(case()), flush=True)
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])
