@@ -36,6 +36,11 @@ class Backend(StrEnum):
     torch = "torch"
 
 
+class PsdsfMode(StrEnum):
+    tdm = "tdm"
+    rdm = "rdm"
+
+
 class LogFormat(StrEnum):
     text = "text"
     json = "json"
@@ -175,6 +180,13 @@ def operator_command(
             envvar="WALRAS_POP_SHARDS", min=1, help="POP: solve this many job shards (1 = exact)."
         ),
     ] = 1,
+    psdsf_mode: Annotated[
+        PsdsfMode,
+        typer.Option(
+            envvar="WALRAS_PSDSF_MODE",
+            help="psdsf: 'tdm' (nodes time-shared) or 'rdm' (resources divisible inside a node).",
+        ),
+    ] = PsdsfMode.tdm,
     measured_min_samples: Annotated[
         int,
         typer.Option(
@@ -242,6 +254,7 @@ def operator_command(
         weighting=_weighting(weighting),
         weighting_exponent=weighting_exponent,
         pop_shards=pop_shards,
+        psdsf_mode=psdsf_mode.value,
         measured_min_samples=measured_min_samples,
         mismatch_factor=mismatch_factor,
         absurd_factor=absurd_factor,

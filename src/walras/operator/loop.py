@@ -67,6 +67,8 @@ class LoopConfig:
     weighting: str = "none"
     weighting_exponent: float = -0.5
     pop_shards: int = 1
+    # PS-DSF's mode, "tdm" or "rdm" (walras.core.policies.psdsf).
+    psdsf_mode: str = "tdm"
     # Progress and throughput estimation thresholds (walras.operator.throughputs; issue 16).
     progress: throughputs.Settings = field(default_factory=throughputs.Settings)
 
@@ -212,6 +214,7 @@ class RoundLoop:
                 weighting=config.weighting,
                 weighting_exponent=config.weighting_exponent,
                 pop_shards=config.pop_shards,
+                psdsf_mode=config.psdsf_mode,
             ),
         )
         self.round_no = 0

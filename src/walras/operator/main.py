@@ -58,6 +58,7 @@ class Options:
     weighting: str = "none"
     weighting_exponent: float = -0.5
     pop_shards: int = 1
+    psdsf_mode: str = "tdm"
     # Progress reporting and throughput estimation (walras.operator.throughputs, issue 16).
     measured_min_samples: int = 3
     mismatch_factor: float = 2.0
@@ -216,6 +217,7 @@ def build(options: Options, *, default_identity: str | None = None) -> Operator:
             weighting=options.weighting,
             weighting_exponent=options.weighting_exponent,
             pop_shards=options.pop_shards,
+            psdsf_mode=options.psdsf_mode,
             progress=throughputs.Settings(
                 min_samples=options.measured_min_samples,
                 mismatch_factor=options.mismatch_factor,

@@ -119,6 +119,8 @@ class PolicyOptions:
     restart_seconds: float = 10.0
     # POP (paper 001): solve this many shards of the jobs independently (1 = exact).
     pop_shards: int = 1
+    # PS-DSF (paper 004): "tdm" (nodes time-shared, the default) or "rdm" (resources divisible).
+    psdsf_mode: str = "tdm"
 
 
 class Policy(Protocol):

@@ -19,6 +19,7 @@ tasks read from the node agents' converged NodeAllocations instead of solved her
 from __future__ import annotations
 
 import time
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -50,6 +51,9 @@ class PSDSF:
 
     def __init__(self, options: PolicyOptions) -> None:
         self.reader: DistributedReader | None = options.distributed_reader
+        if options.psdsf_mode not in ("tdm", "rdm"):
+            raise ValueError(f"psdsf_mode must be 'tdm' or 'rdm', got {options.psdsf_mode!r}")
+        self.mode: Literal["tdm", "rdm"] = "rdm" if options.psdsf_mode == "rdm" else "tdm"
 
     def warm_up(self) -> None:
         from walras.allocator import fairness
@@ -121,7 +125,7 @@ class PSDSF:
                 )
             tasks = align_tasks(tm, *self.reader())
         else:
-            result = fairness.solve(problem, mode="tdm")
+            result = fairness.solve(problem, mode=self.mode)
             tasks = np.asarray(result.tasks, dtype=np.float64)
             iterations, converged = int(result.sweeps), bool(result.converged)
         gamma = fairness.monopoly_tasks(problem)
