@@ -164,6 +164,7 @@ def sim_case(n_sows: int, realisations: int) -> dict[str, object]:
         "evicted_rate",
         "cancelled_rate",
         "not_run_rate",
+        "unprofitable_rate",
         "supply_sufficient",
     )
     return {
