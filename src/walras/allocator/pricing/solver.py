@@ -33,20 +33,20 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
-from scipy.optimize import minimize
 from threadpoolctl import ThreadpoolController
 
 from walras.allocator.errors import InvalidProblem
-from walras.allocator.pricing import polish, subproblem
+from walras.allocator.pricing import bfgs, polish, subproblem
 from walras.allocator.pricing.backend import Backend, get_backend
 from walras.allocator.pricing.problem import (
     KINDS,
@@ -87,8 +87,9 @@ def one_blas_thread() -> AbstractContextManager[object]:
     threadpoolctl finds the loaded libraries (numpy's and scipy's wheels each bundle an OpenBLAS)
     and sets and restores their thread counts. Its controller is made once: listing the loaded
     libraries costs ~2 ms, a limit on a known controller ~20 µs, and ``best_response`` is called
-    per round. Both BLAS libraries are loaded by then (scipy.optimize is imported above). The
-    setting is process-wide for OpenBLAS's pthreads layer.
+    per round. scipy.optimize is imported on first use (``_minimize``), which rebuilds the
+    controller so that it sees scipy's BLAS too. The setting is process-wide for OpenBLAS's
+    pthreads layer.
     """
     global _blas
     if _blas is None:
@@ -457,8 +458,8 @@ class _DoneError(Exception):
     """Raised inside the L-BFGS-B objective once the gap or the budget is reached."""
 
 
-def _iterate(run: _Run, p0: FloatArray) -> None:
-    """L-BFGS-B on g/n over p ≥ 0, then projected subgradient steps if it stopped early."""
+def _objective(run: _Run) -> Callable[[FloatArray], tuple[float, FloatArray]]:
+    """g/n and its gradient at p, for the optimisers; raises ``_DoneError`` once ``run.done``."""
     n = run.prep.n
 
     def fun(p: FloatArray) -> tuple[float, FloatArray]:
@@ -469,21 +470,60 @@ def _iterate(run: _Run, p0: FloatArray) -> None:
             raise _DoneError
         return g / n, grad / n
 
+    return fun
+
+
+def _minimize() -> Any:
+    """scipy's ``minimize``, imported on first use (~0.45 s of CPU, more than a 10⁶-job solve).
+
+    If this import loads scipy, the BLAS controller is rebuilt so that ``one_blas_thread``
+    also sees scipy's own OpenBLAS.
+    """
+    global _blas
+    if "scipy.optimize" not in sys.modules:
+        _blas = None
+    from scipy.optimize import minimize
+
+    return minimize
+
+
+def _iterate(run: _Run, p0: FloatArray) -> None:
+    """L-BFGS-B on g/n over p ≥ 0, then projected subgradient steps if it stopped early.
+
+    p0 is evaluated first: when its certificate already holds (one evaluation after a sampled
+    or warm start) scipy is never imported.
+    """
+    fun = _objective(run)
     try:
-        minimize(
-            fun,
-            p0,
-            jac=True,
-            method="L-BFGS-B",
-            bounds=[(0.0, None)] * run.prep.m,
-            options={
-                "maxcor": 10,
-                "maxiter": run.max_iter,
-                "maxfun": run.max_iter,
-                "ftol": 0.0,
-                "gtol": 0.0,
-            },
-        )
+        first: tuple[float, FloatArray] | None = fun(p0)
+    except _DoneError:
+        return
+    start = np.array(p0, dtype=np.float64)
+
+    def cached(p: FloatArray) -> tuple[float, FloatArray]:
+        nonlocal first
+        if first is not None and np.array_equal(p, start):  # L-BFGS-B starts at p0 again
+            value, first = first, None
+            return value
+        return fun(p)
+
+    minimize = _minimize()
+    try:
+        with one_blas_thread():
+            minimize(
+                cached,
+                start,
+                jac=True,
+                method="L-BFGS-B",
+                bounds=[(0.0, None)] * run.prep.m,
+                options={
+                    "maxcor": 10,
+                    "maxiter": run.max_iter,
+                    "maxfun": run.max_iter,
+                    "ftol": 0.0,
+                    "gtol": 0.0,
+                },
+            )
     except _DoneError:
         return
     # Fallback: projected subgradient from the best prices, Polyak step with the best lower
@@ -536,11 +576,11 @@ def _new_iterate(b: Backend, n: int) -> _Iterate:
 
 def _coarse_prices(
     prep: _Prepared, eps: float, max_iter: int, sizes: tuple[int, ...] = COARSE_SAMPLES
-) -> tuple[FloatArray, int]:
+) -> tuple[FloatArray, int, bfgs.State | None]:
     """Prices of a stride sample of ``sizes[0]`` jobs with capacity scaled to match.
 
     Its start prices come from a smaller sample (``sizes[1:]``), the smallest from eq. (17).
-    Returns the prices and the iterations spent on all samples.
+    Returns the prices, the iterations spent on all samples and the BFGS state (if used).
     """
     stride = math.ceil(prep.n / sizes[0])
     idx = np.arange(0, prep.n, stride)
@@ -555,16 +595,25 @@ def _coarse_prices(
         prep.R * (len(idx) / prep.n),
         None,
     )
-    inner = 0
+    inner, state = 0, None
     if len(sizes) > 1 and sub.n > 2 * sizes[1]:
-        p, inner = _coarse_prices(sub, eps, max_iter, sizes[1:])
+        p, inner, state = _coarse_prices(sub, eps, max_iter, sizes[1:])
     else:
         p = _start_prices(sub)
     # The sample's gap bounds how far its g(p) is above its optimum; the full problem's first
-    # evaluation needs p close to p*, not a good allocation of the sample: a tenth of eps.
-    run = _Run(sub, _new_iterate(prep.b, sub.n), COARSE_EPS_FACTOR * eps * sub.n, max_iter)
-    _iterate(run, p)
-    return _known(run.best_dual_p), inner + len(run.history)
+    # evaluation needs p close to p*, not a good allocation of the sample: a tenth of eps for
+    # the largest sample. A smaller one only starts the next (its sampling noise is larger).
+    factor = COARSE_EPS_FACTOR if sizes == COARSE_SAMPLES else 1.0
+    run = _Run(sub, _new_iterate(prep.b, sub.n), factor * eps * sub.n, max_iter)
+    if not polish.applicable(sub):
+        _iterate(run, p)
+        return _known(run.best_dual_p), inner + len(run.history), None
+    # Smooth g (log, α-fair): projected BFGS without importing scipy.optimize, starting with
+    # the smaller sample's curvature (g/n of either sample estimates the same function).
+    state = bfgs.State(p, None if state is None else state.H)
+    with suppress(_DoneError):
+        bfgs.minimize_nonneg(_objective(run), state, max_iter)
+    return _known(run.best_dual_p), inner + len(run.history), state
 
 
 def solve(
@@ -596,7 +645,7 @@ def solve(
         if warm is not None:
             p0 = warm
         elif prep.n >= COARSE_MIN_JOBS:
-            p0, coarse_iters = _coarse_prices(prep, eps, max_iter)
+            p0, coarse_iters, _ = _coarse_prices(prep, eps, max_iter)
         else:
             p0 = _start_prices(prep)
         t_start_prices = time.perf_counter()
