@@ -148,15 +148,26 @@ def render(console: Console, sow: Obj) -> None:
     ):
         inst.add_column(column)
     for v in status.get("instances") or []:
+        cells = ["-" if v.get(k) is None else str(v.get(k)) for k in INSTANCE_FIELDS]
+        cells[1] = instance_phase(v)
         inst.add_row(
-            *(
-                "-" if v.get(k) is None else str(v.get(k))
-                for k in ("index", "phase", "arrival", "start", "gpuType", "finish")
-            ),
+            *cells,
             f"{float(v.get('charge') or 0):.4g}",
             f"{float(v.get('value') or 0):.4g}",
         )
     console.print(inst)
+
+
+INSTANCE_FIELDS = ("index", "phase", "arrival", "start", "gpuType", "finish")
+
+
+def instance_phase(instance: Obj) -> str:
+    """The instance's phase; a cancellation after it started (start < finish) can only be the
+    mechanism's "no completion can pay any more" rule, since LIFO cancels only jobs not started."""
+    phase = str(instance.get("phase") or "-")
+    start, finish = instance.get("start"), instance.get("finish")
+    started = start is not None and finish is not None and float(start) < float(finish)
+    return f"{phase} (unprofitable)" if phase.lower() == "cancelled" and started else phase
 
 
 def command(target: str, kubeconfig: str | None) -> None:

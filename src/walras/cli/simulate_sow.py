@@ -96,7 +96,7 @@ def _print(s: dict[str, Any]) -> None:
     table.add_row("supply sufficient (C' ≥ K log₂ μ)", "yes" if s["supply_sufficient"] else "no")
     table.add_row("welfare (mean)", f"{s['welfare_mean']:.3f}")
     table.add_row("revenue (mean)", f"{s['revenue_mean']:.3f}")
-    for key in ("completed", "evicted", "cancelled", "not_run"):
+    for key in ("completed", "evicted", "cancelled", "unprofitable", "not_run"):
         table.add_row(f"{key.replace('_', ' ')} rate", f"{s[key + '_rate']:.3f}")
     if s["offline_welfare_mean"] is None:
         table.add_row("offline optimum", "not solved (--offline on to force)")
