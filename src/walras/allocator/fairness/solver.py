@@ -52,6 +52,7 @@ from walras.allocator.fairness.problem import (
     monopoly_tasks,
     screen,
 )
+from walras.allocator.fairness.rdm_crossover import rdm_crossover
 from walras.allocator.fairness.waterfill import rdm_fill, tdm_fill
 
 Mode = Literal["tdm", "rdm"]
@@ -63,6 +64,11 @@ MARKET_ACCEPT = 1e-9
 CROSSOVER_ACCEPT = 1e-9
 # Try the exact finish only once sweeps move time shares by less than this (support nearly set).
 CROSSOVER_WHEN = 1e-2
+# RDM: the first exact finish after this many sweeps, then every so often (a failed try costs
+# about one sweep plus a progressive fill per node; the structure settles in 10–30 sweeps).
+RDM_CROSSOVER_FIRST = 8
+RDM_CROSSOVER_EVERY = 4
+RDM_CROSSOVER_WHEN = 0.1
 
 
 @dataclass(frozen=True, eq=False)
@@ -224,7 +230,7 @@ def solve(
 
     sweeps = 0
     converged = False
-    next_try = 2
+    next_try = 2 if mode == "tdm" else RDM_CROSSOVER_FIRST
     while sweeps < max_sweeps:
         sweeps += 1
         change = 0.0
@@ -243,6 +249,14 @@ def solve(
         if change <= tol:
             converged = True
             break
+        if mode == "rdm" and sweeps >= next_try and change < RDM_CROSSOVER_WHEN:
+            next_try = sweeps + max(RDM_CROSSOVER_EVERY, sweeps // 3)
+            exact = _try_rdm_crossover(problem, gamma, active, blocks, cols)
+            if exact is not None:
+                cols = exact
+                totals = np.bincount(flat_idx, weights=np.concatenate(cols), minlength=N)
+                converged = True
+                break
         if mode == "tdm" and sweeps >= next_try and change < CROSSOVER_WHEN:
             # Sweeps converge only linearly; once the support has settled, finish exactly.
             next_try = sweeps + max(5, sweeps // 4)
@@ -315,6 +329,21 @@ def _try_crossover(
     tasks = _dense(blocks, cols, N, K)
     exact = tdm_crossover(problem, gamma, active, tasks)
     if exact is None or certificate(problem, exact, "tdm") > CROSSOVER_ACCEPT:
+        return None
+    return [np.ascontiguousarray(exact[blocks.idx[i], i]) for i in range(K)]
+
+
+def _try_rdm_crossover(
+    problem: FairnessProblem,
+    gamma: FloatArray,
+    active: BoolArray,
+    blocks: _NodeBlocks,
+    cols: list[FloatArray],
+) -> list[FloatArray] | None:
+    """Columns of the exact RDM allocation on the sweeps' bottleneck structure, if certified."""
+    N, K, _ = problem.shape
+    exact = rdm_crossover(problem, gamma, active, _dense(blocks, cols, N, K))
+    if exact is None or certificate(problem, exact, "rdm", gamma=gamma) > CROSSOVER_ACCEPT:
         return None
     return [np.ascontiguousarray(exact[blocks.idx[i], i]) for i in range(K)]
 

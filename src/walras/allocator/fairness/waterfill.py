@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from walras.allocator.fairness.problem import FloatArray
+from walras.allocator.fairness.problem import FloatArray, IntArray
 
 
 def _breakpoints(
@@ -131,7 +131,21 @@ def tdm_fill(
 def _rdm_fill_uncapped(
     gamma: FloatArray, phi: FloatArray, b: FloatArray, demand: FloatArray, capacity: FloatArray
 ) -> tuple[FloatArray, float]:
-    """:func:`rdm_fill` without caps: the hot path, all resources at once per round.
+    """:func:`rdm_fill` without caps (the hot path): :func:`rdm_fill_levels` without the levels."""
+    x, levels, _ = rdm_fill_levels(gamma, phi, b, demand, capacity)
+    finite = levels[np.isfinite(levels)]
+    return x, float(finite.max()) if len(finite) else 0.0
+
+
+def rdm_fill_levels(
+    gamma: FloatArray, phi: FloatArray, b: FloatArray, demand: FloatArray, capacity: FloatArray
+) -> tuple[FloatArray, FloatArray, IntArray]:
+    """Uncapped RDM progressive filling, with the bottleneck structure it found.
+
+    Returns ``(x, levels, frozen_by)``: ``levels[r]`` is the level at which resource ``r``
+    saturated (``inf`` if it did not), ``frozen_by[n]`` the resource that froze tenant ``n`` (the
+    first saturated one it demands; ``-1`` if none did). Every tenant then has VDS
+    ``levels[frozen_by[n]]`` if it got tasks here, and at least that if not.
 
     With the unfrozen tenants' start levels ``lo`` sorted, resource ``r``'s use at ``lo_k`` is
     ``lo_k·W_{k,r} − S_{k,r}`` (``W`` and ``S`` cumulative sums of ``d_r·rate`` and
@@ -139,11 +153,12 @@ def _rdm_fill_uncapped(
     """
     U = len(gamma)
     x = np.zeros(U)
+    levels = np.full(len(capacity), np.inf)
+    frozen_by: IntArray = np.full(U, -1, dtype=np.int64)
     rate = phi * gamma
     lo = b / rate
     active = np.arange(U)
     room = capacity.astype(np.float64, copy=True)
-    level = 0.0
     while len(active):
         order = active[np.argsort(lo[active])]
         lo_s = lo[order]
@@ -160,14 +175,17 @@ def _rdm_fill_uncapped(
         star = float(sat.min())
         if not np.isfinite(star):
             break  # nothing left can saturate a resource: only reachable with zero demand
-        level = star
         xa = np.maximum(star * rate[active] - b[active], 0.0)
-        hit = (demand[active][:, sat <= star * (1.0 + 1e-12)] > 0).any(axis=1)
+        now = (sat <= star * (1.0 + 1e-12)) & ~np.isfinite(levels)
+        levels[now] = star
+        demands_now = demand[active][:, now] > 0
+        hit = demands_now.any(axis=1)
+        frozen_by[active[hit]] = np.flatnonzero(now)[np.argmax(demands_now[hit], axis=1)]
         x[active[hit]] = xa[hit]
         room = room - demand[active[hit]].T @ xa[hit]
         np.maximum(room, 0.0, out=room)
         active = active[~hit]
-    return x, level
+    return x, levels, frozen_by
 
 
 def rdm_fill(

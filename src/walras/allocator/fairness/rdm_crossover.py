@@ -1,0 +1,352 @@
+"""Exact finish for RDM: fix the bottleneck structure the sweeps found, solve the rest as an LP.
+
+Gauss–Seidel sweeps find each node's bottleneck structure (which resources saturate, which
+tenants each freezes) long before the numbers settle: at K = N = 1,000 they crawl (certificate
+5.8e-3 after 22 sweeps) because many nodes are alike, so most tenants are tied on many nodes and
+the sweeps keep trading time between them. Once the structure is known, Theorem 1 is linear.
+
+With ``L_{i,r}`` the level at which resource ``r`` saturates on node ``i`` and
+``ℓ_{n,i} = min_{r saturated, d_{n,r} > 0} L_{i,r}`` (reached by resource ``r(n,i)``), an
+uncapped allocation is RDM PS-DSF if
+
+- every eligible pair has ``s_{n,i} = x_n/(φ_n γ_{n,i}) ≥ ℓ_{n,i}``, with equality where
+  ``x_{n,i} > 0`` (then ``r(n,i)`` is a bottleneck: no tenant served on ``i`` that demands it
+  has a larger VDS, since each has VDS ``ℓ_{m,i} ≤ L_{i,r}``);
+- every level ``L_{i,r}`` that is some pair's ``r(n,i)`` belongs to a saturated resource.
+
+Steps:
+
+1. **Structure.** Run the progressive fill (``waterfill.rdm_fill_levels``) on every node against
+   the current tasks elsewhere: it gives ``L̃_{i,r}`` and ``r(n,i)``. A pair is *tight* (may be
+   served) when its VDS is within ``tight`` (relative) of ``ℓ̃_{n,i}``.
+2. **Levels.** On a tight pair ``log x_n − log L_{i,r(n,i)} = log(φ_n γ_{n,i})``. A minimum
+   spanning forest of the tight pairs (weighted by their gap, so a near tie that is not a tie is
+   the edge left out) fixes every ``log x_n`` and ``log L`` up to one shift per tree; a tight
+   pair off the forest whose equation then fails by more than ``CYCLE_RTOL`` is not tight after
+   all (if its VDS comes out below the level, the structure is wrong and ``None`` is returned).
+3. **Split.** Each tree's shift is a scale ``κ_T`` (``x_n = κ_T x̂_n``, ``L = κ_T L̂``). One LP
+   (HiGHS, zero objective) finds ``x_{n,i} ≥ 0`` on the tight pairs and ``κ ≥ 0`` with
+   ``Σ_i x_{n,i} = κ_T x̂_n``, every bottleneck resource exactly full, every other resource
+   within capacity, and, between trees, ``s ≥ ℓ`` on untight pairs and ``L_{i,r(n,i)} ≤ L_{i,r'}``
+   for the other saturated resources a tight pair demands (the same checks inside a tree are
+   numbers, checked before the LP). Usually there is one tree, so the LP has ``N + K·M`` rows.
+
+The guess is never trusted: the caller keeps it only if Theorem 1's certificate confirms it,
+and otherwise sweeps on. Caps are not modelled: with a binding cap this returns ``None``.
+
+Worked example: two identical nodes ``c = (4,)``, two tenants ``d = (1,), (2,)``, ``φ = 1``:
+``γ = (4, 2)`` on both. All four pairs are tight at one level ``L`` (``x = (4L, 2L)``), one
+tree; both nodes full gives ``4L + 2·2L = 8``, so ``L = 1`` and ``x = (4, 2)``, split so that
+each node holds 4 units of the resource.
+
+Called by ``fairness.solver`` under RDM.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.linalg as sla
+import scipy.sparse as sp
+from scipy.optimize import linprog
+from scipy.sparse.csgraph import breadth_first_order, connected_components, minimum_spanning_tree
+
+from walras.allocator.fairness.problem import BoolArray, FairnessProblem, FloatArray
+from walras.allocator.fairness.waterfill import rdm_fill_levels
+
+# A pair whose VDS is within this (relative) of its level may be served.
+TIGHT_RTOL = 1e-3
+# Tight pairs off the spanning forest must satisfy their level equation to this (log units).
+CYCLE_RTOL = 1e-9
+# HiGHS feasibility tolerance (the certificate then checks the answer).
+LP_TOL = 1e-10
+# A tenant within this relative distance of its cap counts as capped (caps are not modelled).
+CAP_RTOL = 1e-7
+# Least-norm corrections tried before giving up (each may add a full resource or drop a pair).
+PROJECT_ROUNDS = 6
+# The LP (step 3's fallback when the projection fails) only up to this many tight pairs.
+LP_MAX_PAIRS = 20_000
+
+
+def _structure(
+    problem: FairnessProblem, gamma: FloatArray, active: BoolArray, tasks: FloatArray
+) -> tuple[FloatArray, FloatArray, np.ndarray]:
+    """``(L̃ (K, M), ℓ̃ (N, K), r (N, K))`` from one progressive fill per node at ``tasks``."""
+    N, K, M = problem.shape
+    totals = tasks.sum(axis=1)
+    levels = np.full((K, M), np.inf)
+    ell = np.full((N, K), np.inf)
+    rsel = np.full((N, K), -1, dtype=np.int64)
+    tput = problem.throughput
+    for i in range(K):
+        idx = np.flatnonzero((gamma[:, i] > 0) & active)
+        if len(idx) == 0:
+            continue
+        demand = problem.demand[idx]
+        if tput is not None:
+            demand = demand / tput[idx, i][:, None]
+        b = np.maximum(totals[idx] - tasks[idx, i], 0.0)
+        _, lv, frozen = rdm_fill_levels(
+            gamma[idx, i], problem.phi[idx], b, demand, problem.capacity[i]
+        )
+        levels[i] = lv
+        # ℓ: the lowest saturated level among the resources each tenant demands.
+        per = np.where(demand > 0, lv[None, :], np.inf)
+        r = np.argmin(per, axis=1)
+        ell[idx, i] = per[np.arange(len(idx)), r]
+        rsel[idx, i] = np.where(frozen >= 0, r, -1)
+    return levels, ell, rsel
+
+
+def rdm_crossover(
+    problem: FairnessProblem,
+    gamma: FloatArray,
+    active: BoolArray,
+    tasks: FloatArray,
+    *,
+    tight: float = TIGHT_RTOL,
+) -> FloatArray | None:
+    """Exact RDM allocation near ``tasks``; ``None`` if the structure guess does not hold."""
+    N, K, M = problem.shape
+    totals = tasks.sum(axis=1)
+    caps = problem.caps
+    if (np.isfinite(caps) & (totals >= caps * (1.0 - CAP_RTOL)) & active).any():
+        return None
+    levels, ell, rsel = _structure(problem, gamma, active, tasks)
+    eligible = (gamma > 0) & active[:, None]
+    if (eligible & (rsel < 0)).any() or not (totals[active] > 0).all():
+        return None  # some pair has no saturated resource to be frozen by
+    with np.errstate(divide="ignore", invalid="ignore"):
+        vds = np.where(eligible, totals[:, None] / (problem.phi[:, None] * gamma), np.inf)
+        gap = np.where(eligible, vds / ell - 1.0, np.inf)
+    n_t, i_t = np.nonzero(np.abs(gap) <= tight)
+    r_t = rsel[n_t, i_t]
+    # Graph: tenants 0..N-1, levels N + i·M + r. Edge weight: |gap| (tiny offset keeps 0 gaps).
+    V = N + K * M
+    lvl_t = N + i_t * M + r_t
+    w = np.abs(gap[n_t, i_t]) + 1e-300
+    G = sp.coo_matrix((w, (n_t, lvl_t)), shape=(V, V)).tocsr()
+    forest = minimum_spanning_tree(G + G.T).tocsr()
+    used = np.zeros(V, dtype=bool)
+    used[n_t] = True
+    used[lvl_t] = True
+    n_comp, comp = connected_components(forest, directed=False)
+    # log x̂ and log L̂ along each tree from its root (a tenant when it has one).
+    rhs_t = np.log(problem.phi[n_t] * gamma[n_t, i_t])
+    fsym = (forest + forest.T).tocsr()
+    on_tree = forest.tocoo()
+    tree_edges = set(zip(on_tree.row.tolist(), on_tree.col.tolist(), strict=True))
+    rhs_of = {
+        (a, b): v
+        for a, b, v in zip(n_t.tolist(), lvl_t.tolist(), rhs_t.tolist(), strict=True)
+        if (a, b) in tree_edges or (b, a) in tree_edges
+    }
+    val = np.full(V, np.nan)
+    flat_levels = levels.ravel()
+    for root in np.flatnonzero(used).tolist():
+        if not np.isnan(val[root]):
+            continue
+        order, pred = breadth_first_order(fsym, root, directed=False)
+        val[root] = np.log(totals[root]) if root < N else np.log(flat_levels[root - N])
+        for v in order[1:].tolist():
+            u = int(pred[v])
+            # Tenant–level edge: log x_n − log L = log(φγ).
+            val[v] = val[u] + rhs_of[v, u] if v < N else val[u] - rhs_of[u, v]
+    resid = val[n_t] - val[lvl_t] - rhs_t
+    if (resid < -CYCLE_RTOL).any():
+        return None  # a tight pair's VDS below its level: the structure is wrong
+    keep = resid <= CYCLE_RTOL
+    n_t, i_t, r_t, lvl_t = n_t[keep], i_t[keep], r_t[keep], lvl_t[keep]
+    if not np.isin(np.flatnonzero(active), n_t).all():
+        return None  # an open tenant with no pair it can be served on
+    xhat = np.exp(val[:N])
+    Lhat = np.exp(val[N:]).reshape(K, M)
+    # Every pair's chosen level must be a variable (someone's tight edge) to be checked.
+    n_e, i_e = np.nonzero(eligible)
+    lvl_e = N + i_e * M + rsel[n_e, i_e]
+    if not used[lvl_e].all():
+        return None
+    ce_n, ce_l = comp[n_e], comp[lvl_e]
+    ratio = problem.phi[n_e] * gamma[n_e, i_e] * Lhat.ravel()[lvl_e - N] / xhat[n_e]
+    same = ce_n == ce_l
+    if (ratio[same] > 1.0 + CYCLE_RTOL).any():
+        return None  # an untight pair below its level inside one tree
+    # Between trees: κ_A ≥ ratio · κ_B, keep the largest ratio per (A, B).
+    pairs = [(ce_n[~same], ce_l[~same], ratio[~same])]
+    # Order of levels on a node: L_{i,r(n,i)} ≤ L_{i,r'} for the tight pairs' other resources.
+    for r2 in range(M):
+        dem = problem.demand[n_t, r2] > 0
+        lvl2 = N + i_t * M + r2
+        ok = dem & (r_t != r2) & used[lvl2]
+        a, b2 = lvl_t[ok], lvl2[ok]
+        lhs = Lhat.ravel()[a - N] / Lhat.ravel()[b2 - N]  # κ_B ≥ lhs · κ_A
+        inside = comp[a] == comp[b2]
+        if (lhs[inside] > 1.0 + CYCLE_RTOL).any():
+            return None
+        pairs.append((comp[b2[~inside]], comp[a[~inside]], lhs[~inside]))
+    x0 = tasks[n_t, i_t]
+    out = _project(problem, n_t, i_t, r_t, comp, n_comp, xhat, used, x0)
+    if out is None and len(n_t) <= LP_MAX_PAIRS:
+        out = _split(problem, n_t, i_t, r_t, comp, n_comp, xhat, used, pairs)
+    return out
+
+
+def _project(
+    problem: FairnessProblem,
+    n_t: np.ndarray,
+    i_t: np.ndarray,
+    r_t: np.ndarray,
+    comp: np.ndarray,
+    n_comp: int,
+    xhat: FloatArray,
+    used: BoolArray,
+    x0: FloatArray,
+) -> FloatArray | None:
+    """Step 3 without the LP: the closest split to the sweeps' (relative change, ``Σ (Δx)²/x₀``).
+
+    The equalities (tenant totals ``κ_T x̂_n``, bottleneck resources full) are met by one
+    weighted least-norm correction ``z = z₀ + D Aᵀ (A D Aᵀ)⁻¹ (b − A z₀)`` (dense Cholesky of an
+    ``(N + bottlenecks)``-square matrix, two refinement steps); a pair pushed below 0 leaves and
+    the correction is redone. Inequalities are left to the caller's certificate.
+    """
+    N, K, M = problem.shape
+    E = len(n_t)
+    tenants = np.flatnonzero(used[:N])
+    row_of = np.full(N, -1)
+    row_of[tenants] = np.arange(len(tenants))
+    per_pod = np.ones(E)
+    if problem.throughput is not None:
+        per_pod = 1.0 / np.asarray(problem.throughput)[n_t, i_t]
+    nv = E + n_comp
+    full = np.unique(i_t * M + r_t)  # resources held exactly at capacity
+    z = np.concatenate([x0, np.ones(n_comp)])
+    scale = np.bincount(n_t, weights=x0, minlength=N)[n_t] / np.maximum(
+        np.bincount(n_t, minlength=N)[n_t], 1
+    )
+    D = np.concatenate([x0 + 1e-6 * scale, np.full(n_comp, 1e3)])
+    use_all = sp.csr_matrix(
+        (
+            (problem.demand[n_t] * per_pod[:, None]).ravel(),
+            ((i_t[:, None] * M + np.arange(M)).ravel(), np.repeat(np.arange(E), M)),
+        ),
+        shape=(K * M, nv),
+    )
+    cap = problem.capacity.ravel()
+    ten = sp.csr_matrix(
+        (
+            np.concatenate([np.ones(E), -xhat[tenants]]),
+            (
+                np.concatenate([row_of[n_t], np.arange(len(tenants))]),
+                np.concatenate([np.arange(E), E + comp[tenants]]),
+            ),
+        ),
+        shape=(len(tenants), nv),
+    )
+    for _ in range(PROJECT_ROUNDS):
+        A = sp.vstack([ten, use_all[full]]).tocsr()
+        b = np.concatenate([np.zeros(len(tenants)), cap[full]])
+        S = (A @ sp.diags(D) @ A.T).toarray()
+        try:
+            factor = sla.cho_factor(S)
+        except np.linalg.LinAlgError:
+            return None
+        for _ in range(3):
+            z = z + D * (A.T @ sla.cho_solve(factor, b - A @ z))
+        neg = z[:E] < 0
+        over = np.flatnonzero(use_all @ z > cap * (1.0 + 1e-12))
+        if not neg.any() and not np.isin(over, full, invert=True).any():
+            break
+        # A pair pushed below 0 leaves; a resource pushed over capacity is held at it.
+        z[:E][neg] = 0.0
+        D[:E][neg] = 0.0
+        full = np.union1d(full, over)
+    else:
+        return None
+    if np.abs(b - A @ z).max() > 1e-9 * max(1.0, np.abs(b).max()):
+        return None
+    out = np.zeros((N, K))
+    out[n_t, i_t] = np.maximum(z[:E], 0.0)
+    return out
+
+
+def _split(
+    problem: FairnessProblem,
+    n_t: np.ndarray,
+    i_t: np.ndarray,
+    r_t: np.ndarray,
+    comp: np.ndarray,
+    n_comp: int,
+    xhat: FloatArray,
+    used: BoolArray,
+    pairs: list[tuple[np.ndarray, np.ndarray, FloatArray]],
+) -> FloatArray | None:
+    """The LP of step 3: tasks on the tight pairs and one scale per tree."""
+    N, K, M = problem.shape
+    E = len(n_t)
+    nv = E + n_comp
+    tenants = np.flatnonzero(used[:N])
+    # Tenant rows: Σ_i x_{n,i} − κ_T x̂_n = 0.
+    row_of = np.full(N, -1)
+    row_of[tenants] = np.arange(len(tenants))
+    A_ten = sp.csr_matrix(
+        (
+            np.concatenate([np.ones(E), -xhat[tenants]]),
+            (
+                np.concatenate([row_of[n_t], np.arange(len(tenants))]),
+                np.concatenate([np.arange(E), E + comp[tenants]]),
+            ),
+        ),
+        shape=(len(tenants), nv),
+    )
+    # Resource rows: Σ_n d_{n,r} x_{n,i} / t_{n,i} against c_{i,r}.
+    per_pod = np.ones(E)
+    if problem.throughput is not None:
+        per_pod = 1.0 / np.asarray(problem.throughput)[n_t, i_t]
+    dem = problem.demand[n_t] * per_pod[:, None]  # (E, M)
+    A_res = sp.csr_matrix(
+        (dem.ravel(), ((i_t[:, None] * M + np.arange(M)).ravel(), np.repeat(np.arange(E), M))),
+        shape=(K * M, nv),
+    )
+    cap = problem.capacity.ravel()
+    bottleneck = np.zeros(K * M, dtype=bool)
+    bottleneck[i_t * M + r_t] = True
+    touched = np.asarray(abs(A_res).sum(axis=1)).ravel() > 0
+    ub_rows = touched & ~bottleneck
+    A_ub = [A_res[ub_rows]]
+    b_ub = [cap[ub_rows]]
+    ca, cb, rt = (np.concatenate(p) for p in zip(*pairs, strict=True))
+    if len(ca):
+        # κ_B·ratio − κ_A ≤ 0, the largest ratio per (A, B).
+        key = ca * n_comp + cb
+        order = np.lexsort((-rt, key))
+        first = np.ones(len(order), dtype=bool)
+        first[1:] = key[order][1:] != key[order][:-1]
+        sel = order[first]
+        m = len(sel)
+        A_ub.append(
+            sp.csr_matrix(
+                (
+                    np.concatenate([rt[sel], -np.ones(m)]),
+                    (
+                        np.concatenate([np.arange(m)] * 2),
+                        np.concatenate([E + cb[sel], E + ca[sel]]),
+                    ),
+                ),
+                shape=(m, nv),
+            )
+        )
+        b_ub.append(np.zeros(m))
+    res = linprog(
+        np.zeros(nv),
+        A_ub=sp.vstack(A_ub).tocsr(),
+        b_ub=np.concatenate(b_ub),
+        A_eq=sp.vstack([A_ten, A_res[bottleneck]]).tocsr(),
+        b_eq=np.concatenate([np.zeros(len(tenants)), cap[bottleneck]]),
+        bounds=(0, None),
+        method="highs",
+        options={"primal_feasibility_tolerance": LP_TOL, "presolve": True},
+    )
+    if res.status != 0 or res.x is None:
+        return None
+    out = np.zeros((N, K))
+    out[n_t, i_t] = np.maximum(res.x[:E], 0.0)
+    return out

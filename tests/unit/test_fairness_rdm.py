@@ -1,0 +1,97 @@
+"""RDM PS-DSF's exact finish (``fairness.rdm_crossover``) and the fill's bottleneck structure.
+
+Oracles: a hand-solved instance (module docstring of ``rdm_crossover``), Theorem 1's certificate
+(``fairness.certificates``, an independent check of the bottleneck condition) and a brute-force
+bottleneck check of the fill written here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from tests.unit.fairness_helpers import random_problem
+
+from walras.allocator.fairness import FairnessProblem, certificate, monopoly_tasks, solve
+from walras.allocator.fairness.certificates import feasibility_violation
+from walras.allocator.fairness.rdm_crossover import rdm_crossover
+from walras.allocator.fairness.waterfill import rdm_fill_levels
+from walras.core import policies
+
+
+def _classed(seed: int, K: int, N: int) -> FairnessProblem:
+    """Nodes drawn from a few classes (many ties between nodes: what makes sweeps crawl)."""
+    rng = np.random.default_rng(seed)
+    capacity = np.column_stack(
+        [np.full(K, 8.0), rng.choice([32.0, 64.0], K), rng.choice([256.0, 512.0], K)]
+    )
+    demand = np.column_stack(
+        [rng.choice([1.0, 2.0], N), rng.uniform(1, 16, N), rng.uniform(8, 128, N)]
+    )
+    eligible = rng.random((N, K)) < 0.5
+    eligible[np.arange(N), rng.integers(0, K, N)] = True
+    return FairnessProblem(
+        capacity=capacity, demand=demand, weight=rng.choice([1.0, 2.0], N), eligible=eligible
+    )
+
+
+def test_worked_example_by_hand() -> None:
+    # Two identical nodes c = 4, tenants d = 1 and 2: x = (4L, 2L) with 4L + 4L = 8, so L = 1.
+    problem = FairnessProblem(capacity=[[4.0], [4.0]], demand=[[1.0], [2.0]])
+    gamma = monopoly_tasks(problem)
+    # Near the answer but not on it (node 0 over capacity): the finish needs the structure (all
+    # four pairs tight), not the numbers.
+    start = np.array([[2.002, 1.999], [1.0005, 0.9995]])
+    exact = rdm_crossover(problem, gamma, np.ones(2, dtype=bool), start)
+    assert exact is not None
+    np.testing.assert_allclose(exact.sum(axis=1), [4.0, 2.0], rtol=1e-12)
+    np.testing.assert_allclose(exact.T @ problem.demand[:, 0], [4.0, 4.0], rtol=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_rdm_solve_on_tied_nodes_certifies_exactly(seed: int) -> None:
+    problem = _classed(seed, K=30, N=25)
+    result = solve(problem, mode="rdm")
+    assert result.converged
+    # Theorem 1 holds to rounding (the crossover solves the conditions' linear system).
+    assert result.certificate_violation <= 1e-9
+    assert feasibility_violation(problem, np.asarray(result.tasks), "rdm") <= 1e-9
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_crossover_from_a_few_sweeps_is_certified_or_declines(seed: int) -> None:
+    problem = random_problem(300 + seed, K=8, N=10, p_eligible=0.6)
+    rough = np.asarray(solve(problem, mode="rdm", max_sweeps=30, method="sweeps").tasks)
+    exact = rdm_crossover(problem, monopoly_tasks(problem), np.ones(10, dtype=bool), rough)
+    # A guess is never trusted by the solver; when one is returned here it must be exact.
+    if exact is not None:
+        assert certificate(problem, exact, "rdm") <= 1e-9
+
+
+def test_fill_levels_give_each_tenant_its_bottleneck() -> None:
+    rng = np.random.default_rng(5)
+    for _ in range(40):
+        U, M = int(rng.integers(1, 9)), 3
+        demand = rng.uniform(0.1, 3, (U, M)) * (rng.random((U, M)) < 0.7)
+        demand[np.arange(U), rng.integers(0, M, U)] += 0.5
+        capacity = rng.uniform(5, 20, M)
+        with np.errstate(divide="ignore"):
+            gamma = np.where(demand > 0, capacity[None, :] / demand, np.inf).min(axis=1)
+        phi = rng.uniform(0.5, 2, U)
+        b = np.where(rng.random(U) < 0.5, 0.0, rng.uniform(0, 5, U))
+        x, levels, frozen = rdm_fill_levels(gamma, phi, b, demand, capacity)
+        use = demand.T @ x
+        vds = (b + x) / (phi * gamma)
+        for r in np.flatnonzero(np.isfinite(levels)):
+            assert use[r] >= capacity[r] * (1 - 1e-9)  # a level belongs to a full resource
+        for n in range(U):
+            r = frozen[n]
+            assert r >= 0 and demand[n, r] > 0
+            if x[n] > 1e-12:
+                assert vds[n] == pytest.approx(levels[r], rel=1e-9)
+            else:
+                assert vds[n] >= levels[r] * (1 - 1e-9)
+
+
+def test_psdsf_policy_rejects_an_unknown_mode() -> None:
+    with pytest.raises(ValueError, match="psdsf_mode"):
+        policies.create("psdsf", policies.PolicyOptions(psdsf_mode="both"))
