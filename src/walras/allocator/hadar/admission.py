@@ -14,6 +14,20 @@ subsets of the queue, admitted in queue order with each job at its FIND_ALLOC al
 admitted payoff positive, it returns one of maximum total payoff (ties: admit). It is exact for the
 pooled model, where any type counts within the pooled free GPUs can be laid out on nodes.
 
+**Running jobs (restart-aware re-planning).** A job that runs now may come with a *stay* option
+(``QueueJob.stay``: its GPUs per type now, ``stay_utility``: its utility if it keeps them, no
+restart). Its payoff at state ``s`` is then the better of staying and its FIND_ALLOC allocation,
+whose utilities include the restart::
+
+    payoff_j(s) = max( U_j(e_j + rem_j / rate_now) − Σ_r k^r(s) · now_r   if now ≤ s,
+                       U_j(e_j + restart + rem_j / rate(w)) − Σ_r k^r(s) · w_r )
+
+so a running job is moved only when the move's payoff beats staying by more than what the restart
+costs it, and it loses its GPUs to waiting jobs only when their payoff exceeds its own with the
+restart seconds it saves credited. Ties go to staying. The DP stays exact with this option (it is
+one more candidate per state), and keeps its guarantee with "best response" meaning the better of
+the two.
+
 ``greedy`` is the paper's online primal-dual rule: admit each job in turn iff its payoff is
 positive. It is one of the subsets the DP considers, so the DP's total payoff is never lower; the
 greedy rule is the one with the competitive ratio of :mod:`~walras.allocator.hadar.prices`. The
@@ -46,13 +60,17 @@ CPU."""
 
 @dataclass(frozen=True, slots=True)
 class QueueJob:
-    """What the queue choice needs of one waiting job: its per-type rates, gang size and its
-    utility at each of those rates (0 where the rate is 0)."""
+    """What the queue choice needs of one job: its per-type rates, gang size and its utility at
+    each of those rates (0 where the rate is 0), restart paid; for a running job, optionally its
+    GPUs per type now (``stay``) and its utility if it keeps them (``stay_utility``, no restart)."""
 
     job: int
     speed: FloatArray
     gang: int
     utils: FloatArray
+    stay: IntArray | None = None
+    stay_utility: float = 0.0
+    stay_rate: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,8 +141,14 @@ def _dp_table(queue: Sequence[QueueJob], free0: IntArray, market: Market) -> npt
     value = np.zeros(grid.shape[0])
     index = np.arange(grid.shape[0])
     for row in range(len(fits) - 1, -1, -1):
-        pay = best.payoff[row]
-        take = pay + value[index - best.after[row]]
+        pay, after = best.payoff[row], best.after[row]
+        stay = queue[fits[row]].stay
+        if stay is not None:
+            stay_pay = _stay_payoff(stay, queue[fits[row]].stay_utility, grid, states.prices)
+            better = stay_pay >= pay  # ties: stay (no restart)
+            pay = np.where(better, stay_pay, pay)
+            after = np.where(better, int(stay @ states.strides), after)
+        take = pay + value[index - after]
         do = (pay > 0) & (take >= value)
         admit[fits[row]] = do
         value = np.where(do, take, value)
@@ -150,20 +174,34 @@ def _forward(
     for i, q in enumerate(queue):
         if table is not None and not table[i, int(state @ strides)]:
             continue
-        one = States(state[None, :], market.prices(state)[None, :])
+        prices = market.prices(state)
+        one = States(state[None, :], prices[None, :])
         best = best_many(one, q.speed[None, :], np.array([q.gang]), q.utils[None, :], counts=True)
-        if table is None and not best.payoff[0, 0] > (0 if require_positive else -np.inf):
-            continue
-        counts = best.counts[0, 0]
-        out.append(
-            Admitted(
-                q.job,
-                counts,
-                float(best.rate[0, 0]),
-                float(best.utility[0, 0]),
-                float(best.cost[0, 0]),
-                float(best.payoff[0, 0]),
-            )
+        pick = Admitted(
+            q.job,
+            best.counts[0, 0],
+            float(best.rate[0, 0]),
+            float(best.utility[0, 0]),
+            float(best.cost[0, 0]),
+            float(best.payoff[0, 0]),
         )
-        state -= counts
+        if q.stay is not None:
+            stay_pay = float(
+                _stay_payoff(q.stay, q.stay_utility, state[None, :], prices[None, :])[0]
+            )
+            if stay_pay >= pick.payoff:  # ties: stay (no restart), as in the DP
+                cost = q.stay_utility - stay_pay
+                pick = Admitted(q.job, q.stay.copy(), q.stay_rate, q.stay_utility, cost, stay_pay)
+        if table is None and not pick.payoff > (0 if require_positive else -np.inf):
+            continue
+        out.append(pick)
+        state -= pick.counts
     return out
+
+
+def _stay_payoff(stay: IntArray, utility: float, free: IntArray, prices: FloatArray) -> FloatArray:
+    """``(S,)``: payoff of a running job keeping its GPUs ``stay (T,)`` at each state (``-inf``
+    where the state does not hold them), at the state's prices (before it keeps them)."""
+    fits = (free >= stay[None, :]).all(axis=1)
+    cost = (np.where(stay[None, :] > 0, prices, 0.0) * stay[None, :]).sum(axis=1)
+    return np.where(fits, utility - cost, -np.inf)

@@ -44,6 +44,7 @@ Prices follow every allocation (pooled per type, :mod:`~walras.allocator.hadar.p
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import numpy as np
@@ -83,6 +84,7 @@ def plan_round(
     backfill: bool = False,
     preempt: bool = False,
     horizon: Horizon | None = None,
+    restart_aware: bool = True,
 ) -> HadarPlan:
     """Plan one round: Hadar (``fork_jobs=False``) or HadarE (``fork_jobs=True``).
 
@@ -94,6 +96,8 @@ def plan_round(
         backfill: give GPUs left idle to waiting jobs whatever their payoff (step 3).
         preempt: re-plan every job each round (step 1 replaced, see the module docstring).
         horizon: the makespan horizon of :mod:`~walras.allocator.hadar.horizon` (step 0).
+        restart_aware: with ``preempt``, a running job may keep its GPUs without paying the
+            restart (``QueueJob.stay``); ``False`` re-plans it as if it were waiting.
     """
     biggest = int(inputs.node_free.max()) if inputs.n_nodes else 0
     forking = inputs.forkable & (inputs.replicas <= biggest) & fork_jobs
@@ -123,13 +127,15 @@ def plan_round(
     waiting = [int(j) for j in np.flatnonzero(active) if int(j) not in gangs]
     waiting.sort(key=lambda j: (-float(inputs.elapsed[j]), j))
     utils = _utils_at_speeds(inputs, np.array(waiting, dtype=np.int64))
-    if preempt and waiting:
-        # A re-planned round has no arrival order to honour: highest per-GPU utility first.
-        density = utils.max(axis=1) / inputs.replicas[waiting]
-        order = sorted(range(len(waiting)), key=lambda i: (-float(density[i]), waiting[i]))
-        waiting = [waiting[i] for i in order]
-        utils = utils[order]
     queue = [QueueJob(j, thr[j], int(inputs.replicas[j]), utils[i]) for i, j in enumerate(waiting)]
+    if preempt and waiting:
+        if restart_aware:
+            queue = [_with_stay(inputs, q) if not forked_mode[q.job] else q for q in queue]
+        # A re-planned round has no arrival order to honour: highest per-GPU utility first
+        # (a running job's counted at the better of staying and moving).
+        density = [max(float(q.utils.max()), q.stay_utility) / q.gang for q in queue]
+        order = sorted(range(len(queue)), key=lambda i: (-density[i], queue[i].job))
+        queue = [queue[i] for i in order]
     pool = pooled(inputs, free)
     admitted, used = choose(queue, pool, market, method, dp_max_cells)
     filled: set[int] = set()
@@ -199,6 +205,20 @@ def _utils_at_speeds(inputs: HadarInputs, jobs: IntArray) -> FloatArray:
     with np.errstate(divide="ignore"):
         tau = start[:, None] + inputs.remaining[jobs, None] / np.where(speed > 0, speed, 0.0)
     return np.where(speed > 0, job_utility(inputs, jobs[:, None], tau), 0.0)
+
+
+def _with_stay(inputs: HadarInputs, q: QueueJob) -> QueueJob:
+    """Job ``q`` with its stay option: keep its GPUs now, no restart (whole, non-forked gangs at
+    a positive rate only; after the horizon, a type it may no longer use gives rate 0)."""
+    j = q.job
+    now = inputs.current[j]
+    rate = _current_rate(inputs, j)
+    if int(now.sum()) != int(inputs.replicas[j]) or rate <= 0:
+        return q
+    counts = np.bincount(inputs.node_type, weights=now, minlength=inputs.n_types)
+    tau = float(inputs.elapsed[j]) + float(inputs.remaining[j]) / rate
+    util = float(job_utility(inputs, np.array([j]), np.array([tau]))[0])
+    return dataclasses.replace(q, stay=counts.astype(np.int64), stay_utility=util, stay_rate=rate)
 
 
 def _keep_or_move(
