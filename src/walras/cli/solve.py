@@ -3,10 +3,12 @@
 ``solve`` reads ``throughput`` (n×m) and ``capacity`` (m), optionally ``demand`` (n or n×m),
 ``weight`` (n), ``target`` (n) and ``utility`` (a string), runs
 ``walras.allocator.pricing.solve`` and prints one progress line per iteration (average utility,
-average dual bound, gap per job) and a summary table, or with ``--json`` one JSON object.
+average dual bound, gap per job) and a summary table, or with ``--json`` one JSON object
+(``time_s`` and ``cpu_s``: wall and CPU time of building the problem and solving it).
 ``generate`` writes the synthetic instances of paper 000 §6.2
 (``walras.allocator.pricing.instances``). Used by ``make demo`` and by people trying Walras out;
-the allocator (and torch) are imported inside the commands so that ``walras --help`` stays fast.
+numpy, rich, the allocator (and torch) are imported inside the commands so that ``walras --help``
+and every other command start fast.
 """
 
 from __future__ import annotations
@@ -16,10 +18,7 @@ import pathlib
 import time
 from typing import Annotated, Any
 
-import numpy as np
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from walras.cli.app import app
 
@@ -28,16 +27,27 @@ OPTIONAL = ("demand", "weight", "target")
 
 
 def _fail(message: str) -> typer.Exit:
+    from rich.console import Console
+
     Console(stderr=True).print(f"[bold red]error:[/] {message}")
     return typer.Exit(code=2)
 
 
 def _load(path: pathlib.Path) -> dict[str, Any]:
+    import numpy as np
+
     try:
         with np.load(path, allow_pickle=False) as data:
             arrays = {k: data[k] for k in data.files}
     except (OSError, ValueError) as exc:
         raise _fail(f"cannot read {path}: {exc}") from exc
+    for a in arrays.values():
+        # Nobody writes them: read-only arrays (and the arrays they view) are shared by
+        # ``PricingProblem``, not copied (32 MB of throughputs at n = 1e6).
+        x: Any = a
+        while isinstance(x, np.ndarray):
+            x.setflags(write=False)
+            x = x.base
     missing = [k for k in ("throughput", "capacity") if k not in arrays]
     if missing:
         raise _fail(f"{path} lacks the array(s) {', '.join(missing)}")
@@ -63,14 +73,18 @@ def solve_command(
     ] = None,
 ) -> None:
     """Solve a price-discovery problem stored in an .npz file."""
+    import numpy as np
+
     from walras.allocator.errors import InvalidProblem
     from walras.allocator.pricing import PricingProblem, solve
+    from walras.cli import memory
 
+    memory.keep_freed_memory()
     arrays = _load(problem)
     kind = utility or (str(arrays["utility"]) if "utility" in arrays else "log")
     if kind not in UTILITIES:
         raise _fail(f"--utility must be one of {', '.join(UTILITIES)}, got {kind!r}")
-    started = time.perf_counter()
+    started, started_cpu = time.perf_counter(), time.process_time()
     try:
         prob = PricingProblem(
             throughput=arrays["throughput"],
@@ -82,7 +96,7 @@ def solve_command(
         result = solve(prob, eps=eps, max_iter=max_iter, backend=backend, device=device)
     except InvalidProblem as exc:
         raise _fail(str(exc)) from exc
-    elapsed = time.perf_counter() - started
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - started_cpu
     n = prob.n
     if out is not None:
         np.savez(
@@ -106,6 +120,7 @@ def solve_command(
                     "converged": result.converged,
                     "prices": [float(p) for p in result.prices],
                     "time_s": elapsed,
+                    "cpu_s": cpu,
                 }
             )
         )
@@ -114,6 +129,10 @@ def solve_command(
 
 
 def _print_human(prob: Any, result: Any, kind: str, elapsed: float) -> None:
+    import numpy as np
+    from rich.console import Console
+    from rich.table import Table
+
     console = Console()
     n = prob.n
     for k, (dual, primal) in enumerate(result.history):
@@ -161,6 +180,9 @@ def generate_command(
     utility: Annotated[str, typer.Option(help="log or target (T = 0.2, w ∈ {1, 2}).")] = "log",
 ) -> None:
     """Write a synthetic instance of paper 000 §6.2 (4 GPU types)."""
+    import numpy as np
+    from rich.console import Console
+
     from walras.allocator.pricing.instances import paper_arrays
 
     if n < 1:
