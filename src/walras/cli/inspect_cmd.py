@@ -16,16 +16,18 @@ from __future__ import annotations
 import collections
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import numpy as np
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from walras.cli import throughput_view
 from walras.cli.app import app
 from walras.kube import client as kubeclient
+
+if TYPE_CHECKING:  # numpy and rich are imported where used: every `walras` command starts faster
+    from rich.console import Console
+    from rich.table import Table
+
+    from walras.cli import throughput_view
 
 GROUP, VERSION = "walras.dev", "v1alpha1"
 # CRD utility kinds -> pricing kinds (the CRD uses user-facing names).
@@ -128,8 +130,11 @@ def pending_reason(job: Obj) -> tuple[str, str]:
 
 def alternatives(job: Obj, pools: Sequence[PoolView]) -> tuple[Alternative, ...]:
     """Per GPU type: the job's best response at current prices with only that type available."""
+    import numpy as np
+
     from walras.allocator import pricing  # deferred: numpy/scipy only, but keeps --help fast
     from walras.allocator.errors import InvalidProblem
+    from walras.cli import throughput_view
 
     spec = job.get("spec", {})
     types = sorted({p.gpu_type for p in pools})
@@ -172,6 +177,8 @@ def alternatives(job: Obj, pools: Sequence[PoolView]) -> tuple[Alternative, ...]
 
 def explain(job: Obj, pools: Iterable[Obj]) -> Explanation:
     """Everything ``walras explain`` prints, computed from API objects (no I/O)."""
+    from walras.cli import throughput_view
+
     meta, spec, status = job.get("metadata", {}), job.get("spec", {}), job.get("status") or {}
     views = pool_views(pools)
     phase = str(status.get("phase") or "Pending")
@@ -225,6 +232,8 @@ def top_pending_reasons(jobs: Iterable[Obj], limit: int = 5) -> list[tuple[str, 
 
 
 def pools_table(pools: Sequence[PoolView], title: str = "Resource pools") -> Table:
+    from rich.table import Table
+
     table = Table(title=title)
     for column in ("Pool", "GPU type", "Nodes", "Capacity", "Allocated", "Price", "Utilisation"):
         table.add_column(column, justify="left" if column in ("Pool", "GPU type") else "right")
@@ -242,6 +251,10 @@ def pools_table(pools: Sequence[PoolView], title: str = "Resource pools") -> Tab
 
 
 def render_explanation(console: Console, e: Explanation) -> None:
+    from rich.table import Table
+
+    from walras.cli import throughput_view
+
     console.print(f"[bold]{e.job}[/bold]  tenant={e.tenant}  phase={e.phase}")
     if e.reason:
         console.print(f"Waiting: [yellow]{e.reason}[/yellow]: {e.message}")
@@ -331,12 +344,17 @@ def explain_command(
             typer.secho(f"FungibleJob {namespace}/{name} not found", err=True, fg="red")
             raise typer.Exit(1) from exc
         raise
+    from rich.console import Console
+
     render_explanation(Console(), explain(obj, list_pools(api)))
 
 
 @app.command("status")
 def status_command(kubeconfig: KubeconfigOption = None) -> None:
     """Pools (capacity, allocation, price, utilisation), jobs by phase, top pending reasons."""
+    from rich.console import Console
+    from rich.table import Table
+
     api = kubeclient.api_client(kubeconfig)
     console = Console()
     jobs = list_jobs(api)
