@@ -17,9 +17,6 @@ import types
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
 from walras import plotting
 from walras.cli.app import app
@@ -28,6 +25,8 @@ DEFAULT_CLUSTER = "v100=20,p100=20,k80=20"
 
 
 def _fail(message: str) -> typer.Exit:
+    from rich.console import Console  # rich where used: every `walras` command starts faster
+
     Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     return typer.Exit(code=2)
 
@@ -125,6 +124,9 @@ def simulate_command(
     ] = "auto",
 ) -> None:
     """Simulate a trace under a policy (or `walras simulate sweep SPEC.yaml`)."""
+    from rich.console import Console
+    from rich.markup import escape
+
     from walras.sim.errors import PolicyError, SimInputError, SimulationStuckError
 
     if policy == "sow" or (str(trace) == "sow" and not trace.exists()):
@@ -287,6 +289,7 @@ class _Progress:
         if self.bar is None:
             if time.perf_counter() - self.started < self.DELAY_S:
                 return
+            from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
             self.bar = Progress(
@@ -303,6 +306,9 @@ class _Progress:
 
 
 def _print_summary(result: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
     s = result.summary()
     console = Console()
     table = Table(
@@ -337,6 +343,9 @@ def _print_summary(result: Any) -> None:
 
 
 def _sweep(spec: pathlib.Path, out: pathlib.Path | None, workers: int, json_output: bool) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+
     from walras.sim import sweep
     from walras.sim.errors import SimInputError
 
