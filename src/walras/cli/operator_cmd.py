@@ -7,7 +7,6 @@ the command so that ``walras --help`` stays fast.
 
 from __future__ import annotations
 
-import asyncio
 from enum import StrEnum
 from typing import Annotated
 
@@ -262,6 +261,8 @@ def operator_command(
         profile_declared=profile_declared,
     )
     main.configure_logging(options.log_format)
+    import asyncio  # here, not at the top: every `walras` command starts faster
+
     asyncio.run(main.run(options))
 
 
