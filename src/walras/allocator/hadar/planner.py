@@ -22,11 +22,15 @@ Pipeline (each step only sees the GPUs the previous ones left free):
 
    With ``preempt=True`` this step is skipped: every active job is re-queued each round, in order
    of its per-GPU utility at its best rate (highest first; a batch has no arrival order to
-   honour), and competes with the waiting ones. A running job that is chosen again on the same
-   GPU types keeps its nodes (laid out first, below), so it pays no restart; one that loses its
-   GPUs is preempted at the round boundary. Deviation from the paper's incremental mode: on a
-   batch it is what lets short jobs finish first while the critical long jobs of the horizon
-   keep their GPUs (restarts cost 10 s against 6-minute rounds).
+   honour), and competes with the waiting ones. Restart-aware (``restart_aware``, default): a
+   running job carries a *stay* option, keeping its GPUs per type with no restart, beside its
+   FIND_ALLOC allocations, which pay it (:mod:`~walras.allocator.hadar.admission`). So it moves
+   only when the move's payoff beats staying by more than the restart costs it, and a waiting job
+   takes its GPUs only when that payoff exceeds the running job's with the restart seconds it
+   saves credited. A running job that is chosen again on the same GPU types keeps its nodes (laid
+   out first, below), so it pays no restart; one that loses its GPUs is preempted at the round
+   boundary. Deviation from the paper's incremental mode: on a batch it is what lets short jobs
+   finish first while the critical long jobs of the horizon keep their GPUs.
 2. **Admit from the queue**: waiting jobs (and, under HadarE, every forked-mode job) go through
    :mod:`~walras.allocator.hadar.admission` (exact payoff DP, or the greedy rule). Then
    :func:`~walras.allocator.hadar.find_alloc.layout` puts the admitted and backfilled jobs on
