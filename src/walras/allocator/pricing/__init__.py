@@ -8,8 +8,9 @@ Public interface::
     X = pricing.best_response(problem, result.prices)
 
 Modules: ``problem`` (data, validation), ``utilities`` (u(t) kinds), ``subproblem`` (per-job
-best response on the cost hull), ``solver`` (L-BFGS-B on the dual), ``backend`` (numpy/torch),
-``instances`` (the paper's §6.2 generator).
+best response on the cost hull), ``solver`` (L-BFGS-B on the dual), ``polish`` (a feasible
+allocation from one evaluation: Newton on the elastic jobs), ``bfgs`` (start prices on samples),
+``backend`` (numpy/torch), ``instances`` (the paper's §6.2 generator).
 """
 
 from walras.allocator.pricing.problem import JobIssue, PricingProblem, screen_jobs
