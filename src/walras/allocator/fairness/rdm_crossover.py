@@ -61,8 +61,16 @@ CYCLE_RTOL = 1e-9
 LP_TOL = 1e-10
 # A tenant within this relative distance of its cap counts as capped (caps are not modelled).
 CAP_RTOL = 1e-7
+# Rebuilds of the spanning forest with pairs found below their level forced in.
+REPAIR_ROUNDS = 6
+# Matrix scaling (step 3's first try): rounds and the relative tenant mismatch accepted.
+SCALE_MAX = 500
+SCALE_TOL = 1e-13
 # Least-norm corrections tried before giving up (each may add a full resource or drop a pair).
 PROJECT_ROUNDS = 6
+# The projection's dense matrix has a row per tenant and bottleneck; above this it is skipped
+# when matrix scaling applies.
+PROJECT_MAX_ROWS = 1200
 # The LP (step 3's fallback when the projection fails) only up to this many tight pairs.
 LP_MAX_PAIRS = 20_000
 
@@ -97,6 +105,46 @@ def _structure(
     return levels, ell, rsel
 
 
+def _potentials(
+    n_t: np.ndarray,
+    lvl_t: np.ndarray,
+    rhs_t: FloatArray,
+    w: FloatArray,
+    V: int,
+    anchor: FloatArray,
+) -> tuple[FloatArray, np.ndarray, int]:
+    """``log x̂`` / ``log L̂`` on a minimum spanning forest of the pairs (weights ``w > 0``).
+
+    Each tree's root keeps its ``anchor`` value (the sweeps' own), so each tree's scale starts
+    near 1. Returns ``(values (V,), component of each vertex, number of components)``.
+    """
+    G = sp.coo_matrix((w, (n_t, lvl_t)), shape=(V, V)).tocsr()
+    forest = minimum_spanning_tree(G + G.T).tocsr()
+    n_comp, comp = connected_components(forest, directed=False)
+    fsym = (forest + forest.T).tocsr()
+    # The forest's edges as (tenant, level) pairs, and their log(φγ) looked up by key.
+    on_tree = forest.tocoo()
+    ten = np.minimum(on_tree.row, on_tree.col)
+    lvl = np.maximum(on_tree.row, on_tree.col)
+    keys = n_t.astype(np.int64) * V + lvl_t
+    order_k = np.argsort(keys)
+    at = order_k[np.searchsorted(keys[order_k], ten.astype(np.int64) * V + lvl)]
+    rhs_of = dict(
+        zip(zip(ten.tolist(), lvl.tolist(), strict=True), rhs_t[at].tolist(), strict=True)
+    )
+    val = np.full(V, np.nan)
+    for root in np.unique(np.concatenate([n_t, lvl_t])).tolist():
+        if not np.isnan(val[root]):
+            continue
+        order, pred = breadth_first_order(fsym, root, directed=False)
+        val[root] = anchor[root]
+        for v in order[1:].tolist():
+            u = int(pred[v])
+            # Tenant–level edge (tenant first in rhs_of): log x_n − log L = log(φγ).
+            val[v] = val[u] + rhs_of[v, u] if (v, u) in rhs_of else val[u] - rhs_of[u, v]
+    return val, comp, int(n_comp)
+
+
 def rdm_crossover(
     problem: FairnessProblem,
     gamma: FloatArray,
@@ -118,42 +166,28 @@ def rdm_crossover(
     with np.errstate(divide="ignore", invalid="ignore"):
         vds = np.where(eligible, totals[:, None] / (problem.phi[:, None] * gamma), np.inf)
         gap = np.where(eligible, vds / ell - 1.0, np.inf)
-    n_t, i_t = np.nonzero(np.abs(gap) <= tight)
+    n_t, i_t = np.nonzero(gap <= tight)
     r_t = rsel[n_t, i_t]
-    # Graph: tenants 0..N-1, levels N + i·M + r. Edge weight: |gap| (tiny offset keeps 0 gaps).
+    # Graph: tenants 0..N-1, levels N + i·M + r. The forest prefers the pairs with the smallest
+    # gap; a pair the forest's levels put below its level must be tight after all, so it joins
+    # the forest first next time (evicting the pair of its cycle with the largest gap).
     V = N + K * M
     lvl_t = N + i_t * M + r_t
+    rhs_t = np.log(problem.phi[n_t] * gamma[n_t, i_t])
     w = np.abs(gap[n_t, i_t]) + 1e-300
-    G = sp.coo_matrix((w, (n_t, lvl_t)), shape=(V, V)).tocsr()
-    forest = minimum_spanning_tree(G + G.T).tocsr()
+    anchor = np.concatenate([np.log(np.maximum(totals, 1e-300)), np.log(levels.ravel())])
+    for _ in range(REPAIR_ROUNDS):
+        val, comp, n_comp = _potentials(n_t, lvl_t, rhs_t, w, V, anchor)
+        resid = val[n_t] - val[lvl_t] - rhs_t
+        below = resid < -CYCLE_RTOL
+        if not below.any():
+            break
+        w = np.where(below, 1e-300, w)
+    else:
+        return None  # tight pairs' VDS below their level: the structure is wrong
     used = np.zeros(V, dtype=bool)
     used[n_t] = True
     used[lvl_t] = True
-    n_comp, comp = connected_components(forest, directed=False)
-    # log x̂ and log L̂ along each tree from its root (a tenant when it has one).
-    rhs_t = np.log(problem.phi[n_t] * gamma[n_t, i_t])
-    fsym = (forest + forest.T).tocsr()
-    on_tree = forest.tocoo()
-    tree_edges = set(zip(on_tree.row.tolist(), on_tree.col.tolist(), strict=True))
-    rhs_of = {
-        (a, b): v
-        for a, b, v in zip(n_t.tolist(), lvl_t.tolist(), rhs_t.tolist(), strict=True)
-        if (a, b) in tree_edges or (b, a) in tree_edges
-    }
-    val = np.full(V, np.nan)
-    flat_levels = levels.ravel()
-    for root in np.flatnonzero(used).tolist():
-        if not np.isnan(val[root]):
-            continue
-        order, pred = breadth_first_order(fsym, root, directed=False)
-        val[root] = np.log(totals[root]) if root < N else np.log(flat_levels[root - N])
-        for v in order[1:].tolist():
-            u = int(pred[v])
-            # Tenant–level edge: log x_n − log L = log(φγ).
-            val[v] = val[u] + rhs_of[v, u] if v < N else val[u] - rhs_of[u, v]
-    resid = val[n_t] - val[lvl_t] - rhs_t
-    if (resid < -CYCLE_RTOL).any():
-        return None  # a tight pair's VDS below its level: the structure is wrong
     keep = resid <= CYCLE_RTOL
     n_t, i_t, r_t, lvl_t = n_t[keep], i_t[keep], r_t[keep], lvl_t[keep]
     if not np.isin(np.flatnonzero(active), n_t).all():
@@ -184,9 +218,80 @@ def rdm_crossover(
             return None
         pairs.append((comp[b2[~inside]], comp[a[~inside]], lhs[~inside]))
     x0 = tasks[n_t, i_t]
+    bott = np.unique(i_t * M + r_t)
+    if len(np.unique(bott // M)) == len(bott):
+        # One bottleneck resource per node: matrix scaling. When it fails on a large instance
+        # the support is most likely wrong and the sweeps go on (the projection's dense
+        # factorisation would cost several sweeps); small ones try the projection too.
+        out = _scale(problem, n_t, i_t, r_t, comp, xhat, x0)
+        if out is not None or N + len(bott) > PROJECT_MAX_ROWS:
+            return out
     out = _project(problem, n_t, i_t, r_t, comp, n_comp, xhat, used, x0)
     if out is None and len(n_t) <= LP_MAX_PAIRS:
         out = _split(problem, n_t, i_t, r_t, comp, n_comp, xhat, used, pairs)
+    return out
+
+
+def _scale(
+    problem: FairnessProblem,
+    n_t: np.ndarray,
+    i_t: np.ndarray,
+    r_t: np.ndarray,
+    comp: np.ndarray,
+    xhat: FloatArray,
+    x0: FloatArray,
+) -> FloatArray | None:
+    """Step 3 by matrix scaling when every node has one bottleneck resource (the usual case).
+
+    ``x_{n,i} = x⁰_{n,i} u_n v_i`` keeps the sweeps' support and stays positive: alternately
+    fill each node's bottleneck exactly (``v``) and bring each tenant to ``κ_T x̂_n`` (``u``),
+    with each tree's ``κ_T`` the ratio of its tenants' current to their ``x̂`` sums. ``None`` if
+    it does not settle to ``SCALE_TOL`` within ``SCALE_MAX`` rounds or a resource overflows.
+    """
+    N, K, M = problem.shape
+    bott = np.unique(i_t * M + r_t)
+    pos = x0 > 0
+    n_p, i_p, r_p = n_t[pos], i_t[pos], r_t[pos]
+    per_pod = np.ones(len(n_p))
+    if problem.throughput is not None:
+        per_pod = 1.0 / np.asarray(problem.throughput)[n_p, i_p]
+    a = problem.demand[n_p, r_p] * per_pod
+    cap = np.zeros(K)
+    cap[bott // M] = problem.capacity.ravel()[bott]
+    ten_comp = comp[:N]
+    x = x0[pos].copy()
+    err = np.inf
+    for _ in range(SCALE_MAX):
+        held = np.bincount(i_p, weights=a * x, minlength=K)
+        if not (held[bott // M] > 0).all():
+            return None
+        x *= (cap / np.where(held > 0, held, 1.0))[i_p]
+        t = np.bincount(n_p, weights=x, minlength=N)
+        has = np.bincount(n_p, minlength=N) > 0
+        spent: FloatArray = np.bincount(
+            ten_comp[has], weights=t[has], minlength=int(comp.max()) + 1
+        )
+        kappa = spent / np.maximum(
+            np.bincount(ten_comp[has], weights=xhat[has], minlength=len(spent)), 1e-300
+        )
+        target = kappa[ten_comp] * xhat
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(has, target / t, 1.0)
+        err = float(np.max(np.abs(ratio[has] - 1.0), initial=0.0))
+        if err <= SCALE_TOL:
+            break
+        x *= ratio[n_p]
+    if err > SCALE_TOL:
+        return None
+    out = np.zeros((N, K))
+    out[n_p, i_p] = x
+    pods = (
+        out
+        if problem.throughput is None
+        else out / np.where(problem.throughput > 0, problem.throughput, 1.0)
+    )
+    if (pods.T @ problem.demand > problem.capacity * (1.0 + 1e-12)).any():
+        return None
     return out
 
 

@@ -65,9 +65,9 @@ CROSSOVER_ACCEPT = 1e-9
 # Try the exact finish only once sweeps move time shares by less than this (support nearly set).
 CROSSOVER_WHEN = 1e-2
 # RDM: the first exact finish after this many sweeps, then every so often (a failed try costs
-# about one sweep plus a progressive fill per node; the structure settles in 10–30 sweeps).
-RDM_CROSSOVER_FIRST = 8
-RDM_CROSSOVER_EVERY = 4
+# about two sweeps; at K = N = 1000 the bottleneck structure is right after about 12 sweeps).
+RDM_CROSSOVER_FIRST = 6
+RDM_CROSSOVER_EVERY = 3
 RDM_CROSSOVER_WHEN = 0.1
 
 
