@@ -268,8 +268,8 @@ def _scale(
         x *= (cap / np.where(held > 0, held, 1.0))[i_p]
         t = np.bincount(n_p, weights=x, minlength=N)
         has = np.bincount(n_p, minlength=N) > 0
-        spent: FloatArray = np.bincount(
-            ten_comp[has], weights=t[has], minlength=int(comp.max()) + 1
+        spent = np.bincount(ten_comp[has], weights=t[has], minlength=int(comp.max()) + 1).astype(
+            np.float64
         )
         kappa = spent / np.maximum(
             np.bincount(ten_comp[has], weights=xhat[has], minlength=len(spent)), 1e-300
