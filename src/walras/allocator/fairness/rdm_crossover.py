@@ -66,6 +66,8 @@ REPAIR_ROUNDS = 6
 # Matrix scaling (step 3's first try): rounds and the relative tenant mismatch accepted.
 SCALE_MAX = 500
 SCALE_TOL = 1e-13
+# Start of an empty tight pair, relative to its node's mean pair.
+SCALE_SEED = 1e-6
 # Least-norm corrections tried before giving up (each may add a full resource or drop a pair).
 PROJECT_ROUNDS = 6
 # The projection's dense matrix has a row per tenant and bottleneck; above this it is skipped
@@ -250,6 +252,12 @@ def _scale(
     """
     N, K, M = problem.shape
     bott = np.unique(i_t * M + r_t)
+    # Tight pairs the sweeps left empty start at a trace of their node's mean, so that scaling can
+    # grow them where the bottleneck needs them (a zero would stay zero).
+    held0 = np.bincount(i_t, weights=x0, minlength=K)
+    count0 = np.bincount(i_t, weights=(x0 > 0).astype(np.float64), minlength=K)
+    seed = SCALE_SEED * held0 / np.maximum(count0, 1.0)
+    x0 = np.where(x0 > 0, x0, seed[i_t])
     pos = x0 > 0
     n_p, i_p, r_p = n_t[pos], i_t[pos], r_t[pos]
     per_pod = np.ones(len(n_p))

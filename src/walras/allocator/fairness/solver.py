@@ -65,8 +65,8 @@ CROSSOVER_ACCEPT = 1e-9
 # Try the exact finish only once sweeps move time shares by less than this (support nearly set).
 CROSSOVER_WHEN = 1e-2
 # RDM: the first exact finish after this many sweeps, then every so often (a failed try costs
-# about two sweeps; at K = N = 1000 the bottleneck structure is right after about 12 sweeps).
-RDM_CROSSOVER_FIRST = 6
+# about three sweeps; at K = N = 1000 the bottleneck structure is right after about 10 sweeps).
+RDM_CROSSOVER_FIRST = 10
 RDM_CROSSOVER_EVERY = 3
 RDM_CROSSOVER_WHEN = 0.1
 
