@@ -4,7 +4,7 @@ Public interface (the cross-team contract):
 
 - :class:`FairnessProblem`, :func:`monopoly_tasks` — the instance and its ``γ``;
 - :func:`solve` → :class:`FairnessResult` — centralised TDM/RDM solve (TDM through Fisher-market
-  prices, ``market``; RDM and the TDM fallback by Gauss–Seidel sweeps);
+  prices, ``market``; RDM and the TDM fallback by Gauss–Seidel sweeps with an exact finish);
 - :func:`node_update` — one node agent's update from local information (distributed form);
 - :func:`certificate` — largest Theorem 1 (RDM) / Theorem 2 (TDM) violation;
 - :func:`simulate_async` — in-process asynchronous agents (convergence study);
@@ -12,7 +12,8 @@ Public interface (the cross-team contract):
 
 Modules: ``problem`` (inputs, validation, γ, dominant resources), ``waterfill`` (exact per-node
 server procedure), ``market`` (TDM equilibrium prices), ``crossover`` (exact TDM finish of the
-sweeps), ``solver``, ``certificates``, ``distributed``, ``baselines``.
+sweeps), ``rdm_crossover`` (exact RDM finish), ``solver``, ``certificates``, ``distributed``,
+``baselines``.
 """
 
 from walras.allocator.fairness.certificates import certificate

@@ -1,4 +1,4 @@
-"""Exact finish for RDM: fix the bottleneck structure the sweeps found, solve the rest as an LP.
+"""Exact finish for RDM: fix the bottleneck structure the sweeps found, solve what is left.
 
 Gauss–Seidel sweeps find each node's bottleneck structure (which resources saturate, which
 tenants each freezes) long before the numbers settle: at K = N = 1,000 they crawl (certificate
@@ -18,21 +18,30 @@ Steps:
 
 1. **Structure.** Run the progressive fill (``waterfill.rdm_fill_levels``) on every node against
    the current tasks elsewhere: it gives ``L̃_{i,r}`` and ``r(n,i)``. A pair is *tight* (may be
-   served) when its VDS is within ``tight`` (relative) of ``ℓ̃_{n,i}``.
+   served) when its VDS is at most ``tight`` (relative) above ``ℓ̃_{n,i}``; a pair below its
+   level must be tight.
 2. **Levels.** On a tight pair ``log x_n − log L_{i,r(n,i)} = log(φ_n γ_{n,i})``. A minimum
    spanning forest of the tight pairs (weighted by their gap, so a near tie that is not a tie is
-   the edge left out) fixes every ``log x_n`` and ``log L`` up to one shift per tree; a tight
-   pair off the forest whose equation then fails by more than ``CYCLE_RTOL`` is not tight after
-   all (if its VDS comes out below the level, the structure is wrong and ``None`` is returned).
-3. **Split.** Each tree's shift is a scale ``κ_T`` (``x_n = κ_T x̂_n``, ``L = κ_T L̂``). One LP
-   (HiGHS, zero objective) finds ``x_{n,i} ≥ 0`` on the tight pairs and ``κ ≥ 0`` with
-   ``Σ_i x_{n,i} = κ_T x̂_n``, every bottleneck resource exactly full, every other resource
-   within capacity, and, between trees, ``s ≥ ℓ`` on untight pairs and ``L_{i,r(n,i)} ≤ L_{i,r'}``
-   for the other saturated resources a tight pair demands (the same checks inside a tree are
-   numbers, checked before the LP). Usually there is one tree, so the LP has ``N + K·M`` rows.
+   the edge left out) fixes every ``log x_n`` and ``log L`` up to one shift per tree. A tight
+   pair off the forest whose VDS then comes out *above* its level is not tight after all (it
+   stays empty); one *below* its level must be tight, so it joins the forest first and the
+   forest is rebuilt (``REPAIR_ROUNDS`` times at most, then ``None``).
+3. **Split.** Each tree's shift is a scale ``κ_T`` (``x_n = κ_T x̂_n``, ``L = κ_T L̂``). Find
+   ``x_{n,i} ≥ 0`` on the tight pairs with ``Σ_i x_{n,i} = κ_T x̂_n``, every bottleneck resource
+   exactly full and every other resource within capacity:
+
+   - one bottleneck resource per node (the usual case): matrix scaling of the sweeps' own
+     split (``_scale``; positive throughout, a few to a hundred cheap rounds);
+   - otherwise, or when scaling fails on a small instance: a weighted least-norm correction
+     (``_project``, dense Cholesky of an ``(N + bottlenecks)``-square matrix; a pair pushed
+     below 0 leaves, a resource pushed over capacity is held at it), then as a last resort an
+     LP (HiGHS, zero objective, ``LP_MAX_PAIRS`` at most) that also carries, between trees,
+     ``s ≥ ℓ`` on untight pairs and ``L_{i,r(n,i)} ≤ L_{i,r'}`` for the other saturated
+     resources a tight pair demands (inside a tree these are numbers, checked before).
 
 The guess is never trusted: the caller keeps it only if Theorem 1's certificate confirms it,
-and otherwise sweeps on. Caps are not modelled: with a binding cap this returns ``None``.
+and otherwise sweeps on. Caps are not modelled: with a binding cap this returns ``None`` (RDM
+with binding caps runs on sweeps alone, as before).
 
 Worked example: two identical nodes ``c = (4,)``, two tenants ``d = (1,), (2,)``, ``φ = 1``:
 ``γ = (4, 2)`` on both. All four pairs are tight at one level ``L`` (``x = (4L, 2L)``), one

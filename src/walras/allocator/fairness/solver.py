@@ -13,7 +13,11 @@ Sweeps (paper 004 Algorithm I, ALGORITHMS.md §2; RDM always, TDM as the fallbac
 2. Sweep nodes ``i = 0..K-1`` in order; each runs the exact water-fill of ``fairness.waterfill``
    against the tenants' current tasks elsewhere ``b_n = x_n − x_{n,i}`` and writes its column
    back at once (Gauss–Seidel).
-3. Stop when no time share ``x_{n,i}/γ_{n,i}`` changed by more than ``tol`` in a sweep.
+3. Stop when no time share ``x_{n,i}/γ_{n,i}`` changed by more than ``tol`` in a sweep, or when
+   an exact finish is certified: under TDM ``fairness.crossover`` (the support's linear
+   system), under RDM ``fairness.rdm_crossover`` (from ``RDM_CROSSOVER_FIRST`` sweeps on: the
+   bottleneck structure's levels on a spanning forest, then the split by matrix scaling). A
+   finish is kept only if its certificate is at most ``CROSSOVER_ACCEPT``.
 4. Certify the result with Theorem 1 (RDM) / Theorem 2 (TDM) (``fairness.certificates``).
 
 Uniqueness: the tenant totals (and the node levels) are unique under TDM, because the
@@ -27,7 +31,9 @@ rows.
 Under TDM each step exactly maximises the Eisenberg–Gale objective ``Σ φ_n log x_n`` over one
 node's block, the blocks' constraint sets are independent and each block maximiser is unique, so
 the sweeps are block-coordinate ascent and converge to PS-DSF. Under RDM the paper leaves
-convergence open; the certificate reports how close the result is.
+convergence open (the sweeps alone crawl: 5.8e-3 after 22 sweeps at K = N = 1,000); the exact
+finish turns a settled structure into an allocation certified to rounding (10 sweeps there),
+and otherwise the certificate reports how close the sweeps got.
 
 Called by the operator's centralised ``psdsf`` policy, ``walras fairshare`` and the benchmarks.
 """
