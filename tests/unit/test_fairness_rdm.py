@@ -95,3 +95,21 @@ def test_fill_levels_give_each_tenant_its_bottleneck() -> None:
 def test_psdsf_policy_rejects_an_unknown_mode() -> None:
     with pytest.raises(ValueError, match="psdsf_mode"):
         policies.create("psdsf", policies.PolicyOptions(psdsf_mode="both"))
+
+
+def test_psdsf_policy_in_rdm_mode_solves_the_tenant_model_under_rdm() -> None:
+    from tests.unit.test_operator_pipeline import cluster, job, workload
+
+    from walras.allocator import fairness
+    from walras.core import snapshot
+    from walras.core.tenants import fairness_problem, tenant_model
+
+    jobs = [*workload()[:6], job("t2", {"k80": 2.0}, replicas=2, tenant="t2")]
+    snap = cluster(jobs).freeze(now=0.0)
+    view = snapshot.cluster_view(snap)
+    sol = policies.create("psdsf", policies.PolicyOptions(psdsf_mode="rdm")).solve(snap, view)
+    problem = fairness_problem(tenant_model(list(sol.jobs), view.nodes, snap.pools))
+    rdm = fairness.solve(problem, mode="rdm")
+    # The policy's tenant totals are an allocation that satisfies Theorem 1 (RDM).
+    assert rdm.certificate_violation <= 1e-6
+    assert list(sol.tenant_tasks.values()) == pytest.approx(np.asarray(rdm.totals).tolist())

@@ -1,6 +1,8 @@
 """``psdsf``: per-server dominant-share fairness over nodes (paper 004), time-shared (TDM).
 
-Groups are nodes. ``walras.allocator.fairness`` (TDM) on the tenant model of
+``PolicyOptions.psdsf_mode`` (``--psdsf-mode``) picks the mode: ``"tdm"`` (default, nodes
+time-shared) or ``"rdm"`` (resources divisible inside a node; Theorem 1 instead of Theorem 2).
+Groups are nodes. ``walras.allocator.fairness`` (in that mode) on the tenant model of
 ``walras.core.tenants.tenant_model`` (throughputs normalised per job) gives tasks ``x_{n,i}`` in
 work units, i.e. tenant ``n``'s fraction ``y_{n,i} = x_{n,i} / γ_{n,i}`` of node ``i``'s time.
 ``walras.allocator.fairness.handout`` turns those into per-job targets: first each tenant's time
