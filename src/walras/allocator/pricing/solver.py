@@ -76,7 +76,7 @@ AVERAGE_MAX_JOBS_PER_TYPE = 5_000
 # The elastic-job polish runs when the scaled responses' gap is within this factor of eps (at
 # n = 1e6 the first evaluation after the sampled start is at ~4 eps; the polish takes it below
 # 0.1 eps). Far from p* many jobs leave their edges and the polish is wasted work.
-POLISH_WITHIN = 20.0
+POLISH_WITHIN = 8.0
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -589,7 +589,12 @@ def _coarse_prices(
 
     Its start prices come from a smaller sample (``sizes[1:]``), the smallest from eq. (17).
     Returns the prices, the iterations spent on all samples and the BFGS state (if used).
+    Non-smooth kinds (linear, target) solve one sample to eps with L-BFGS-B, as before the
+    polish: their first full evaluation is not polished, so finer sample prices buy nothing.
     """
+    smooth = polish.applicable(prep)
+    if not smooth:
+        sizes = sizes[:1]
     stride = math.ceil(prep.n / sizes[0])
     idx = np.arange(0, prep.n, stride)
     sub = _prepare(
@@ -611,9 +616,9 @@ def _coarse_prices(
     # The sample's gap bounds how far its g(p) is above its optimum; the full problem's first
     # evaluation needs p close to p*, not a good allocation of the sample: a tenth of eps for
     # the largest sample. A smaller one only starts the next (its sampling noise is larger).
-    factor = COARSE_EPS_FACTOR if sizes == COARSE_SAMPLES else 1.0
+    factor = COARSE_EPS_FACTOR if smooth and sizes == COARSE_SAMPLES else 1.0
     run = _Run(sub, _new_iterate(prep.b, sub.n), factor * eps * sub.n, max_iter)
-    if not polish.applicable(sub):
+    if not smooth:
         _iterate(run, p)
         return _known(run.best_dual_p), inner + len(run.history), None
     # Smooth g (log, α-fair): projected BFGS without importing scipy.optimize, starting with
