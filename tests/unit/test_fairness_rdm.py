@@ -113,3 +113,43 @@ def test_psdsf_policy_in_rdm_mode_solves_the_tenant_model_under_rdm() -> None:
     # The policy's tenant totals are an allocation that satisfies Theorem 1 (RDM).
     assert rdm.certificate_violation <= 1e-6
     assert list(sol.tenant_tasks.values()) == pytest.approx(np.asarray(rdm.totals).tolist())
+
+
+def test_psdsf_rdm_hands_out_gpus_not_time() -> None:
+    from tests.unit.test_operator_pipeline import cluster, job
+
+    from walras.allocator import fairness
+    from walras.core import snapshot
+    from walras.core.tenants import fairness_problem, tenant_model
+
+    # On a v100 node (8 GPUs, 32 cores) a 1-GPU/16-core tenant and a 4-GPU/1-core tenant have
+    # different dominant resources, so RDM gives their time shares x/γ a sum above 1 there.
+    jobs = [
+        *(
+            job(f"cpu-{k}", {"v100": 1.0}, replicas=2, tenant="a", gpus=1, cpu="16")
+            for k in range(4)
+        ),
+        *(
+            job(f"gpu-{k}", {"v100": 1.0}, replicas=2, tenant="b", gpus=4, cpu="1")
+            for k in range(4)
+        ),
+    ]
+    snap = cluster(jobs).freeze(now=0.0)
+    view = snapshot.cluster_view(snap)
+    sol = policies.create("psdsf", policies.PolicyOptions(psdsf_mode="rdm")).solve(snap, view)
+    problem = fairness_problem(tenant_model(list(sol.jobs), view.nodes, snap.pools))
+    tasks = np.asarray(fairness.solve(problem, mode="rdm").tasks)
+    gamma = fairness.monopoly_tasks(problem)
+    y = np.where(gamma > 0, tasks / np.where(gamma > 0, gamma, 1.0), 0.0)
+    assert y.sum(axis=0).max() > 1.0 + 1e-6  # the case that needs GPU budgets, not time
+    gpus = np.array([j.replicas * int(g) for j, g in zip(sol.jobs, sol.gpus_per_pod, strict=True)])
+    gpu_share = (sol.targets * gpus[:, None]).sum(axis=0) / view.node_gpus
+    assert np.all(gpu_share <= 1 + 1e-9)
+    # Each tenant's jobs get at least the GPUs its RDM pods hold on every node (4 jobs × 2 pods
+    # can absorb a whole node): pods = x / throughput, times the tenant's GPUs per pod.
+    pods = tasks / np.where(problem.throughput > 0, problem.throughput, 1.0)
+    entitled = pods * problem.demand[:, :1] / problem.capacity[None, :, 0]
+    for n, tenant in enumerate(problem.tenants):
+        mine = np.array([j.namespace == tenant for j in sol.jobs])
+        got = (sol.targets[mine] * gpus[mine, None]).sum(axis=0) / view.node_gpus
+        assert np.all(got >= entitled[n] - 1e-9), tenant

@@ -133,6 +133,15 @@ class PSDSF:
         gamma = fairness.monopoly_tasks(problem)
         with np.errstate(divide="ignore", invalid="ignore"):
             tenant_time = np.where(gamma > 0, tasks / gamma, 0.0)
+            if self.mode == "rdm" and not self.distributed:
+                # RDM divides resources, not time: a tenant's GPU budget on a node is the share
+                # of its GPUs the tenant's pods hold (x / throughput pods × GPUs per pod, column
+                # 0 of the tenant model), at most its time share x/γ and summing to ≤ 1 by
+                # RDM's capacity constraint on GPUs (x/γ need not).
+                tput = problem.throughput if problem.throughput is not None else np.ones_like(tasks)
+                pods = np.where(tput > 0, tasks / np.where(tput > 0, tput, 1.0), 0.0)
+                gpus = problem.capacity[None, :, 0]
+                tenant_time = np.where(gpus > 0, pods * problem.demand[:, :1] / gpus, 0.0)
         t_index = {t: n for n, t in enumerate(tm.tenants)}
         owner = {key: t_index[t] for t, keys in tm.tenant_jobs.items() for key in keys}
         usable = np.array([fits[job.key] for job in jobs], dtype=bool).reshape(len(jobs), K)
