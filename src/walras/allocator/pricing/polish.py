@@ -182,11 +182,14 @@ def polish(prep: _Prepared, it: _Iterate, p: FloatArray, r: FloatArray) -> Polis
         return fixed + sum((e.use(th[0], m) for e, th in zip(groups, thetas, strict=True)), 0.0)
 
     fixed = r - sum((e.use(it.x_hi[e.rows], m) for e in groups), 0.0)
+    # Newton aims just below capacity, so that where it converges no column needs scaling and
+    # the fixed jobs keep their responses as they are (2e-7 of a type's capacity is given up).
+    goal = R * (1.0 - 2.0 * TOLERANCE)
     q = p.copy()
     thetas = [e.theta(q) for e in groups]
     steps = 0
     while steps < NEWTON_STEPS:
-        res = R - use_at(thetas)
+        res = goal - use_at(thetas)
         free = (q <= 0.0) & (res >= 0.0)  # a free type with spare capacity stays free
         if np.all(free | (np.abs(res) <= TOLERANCE * R)):
             break
@@ -232,7 +235,10 @@ def polish(prep: _Prepared, it: _Iterate, p: FloatArray, r: FloatArray) -> Polis
     with np.errstate(divide="ignore"):
         scale = np.where(use > R, R / np.maximum(use, 1e-300), 1.0)
     s_ext = np.append(scale, 0.0)  # index −1 (idle) reads the appended 0
-    t = s_ext[it.type_lo] * it.y_lo + s_ext[it.type_hi] * it.y_hi
+    if np.all(scale >= 1.0):
+        t = np.array(it.t, dtype=np.float64)  # a copy: the iterate's buffer is reused
+    else:
+        t = s_ext[it.type_lo] * it.y_lo + s_ext[it.type_hi] * it.y_hi
     rows = np.concatenate([e.rows for e in groups])
     lo_all, hi_all = np.concatenate(lo), np.concatenate(hi)
     sl, sh = s_ext[lo_all], s_ext[hi_all]

@@ -696,12 +696,14 @@ def _finish(run: _Run) -> dict[str, Any]:
             r = _known(run.last_r)
         pol = run.best_polished
         scale = _scales(prep.R, r) if pol is None else pol.scale
-        X = _dense(b, run.it, prep.n, prep.m, scale)
+        X = _dense(b, run.it, prep.n, prep.m, None if np.all(scale >= 1.0) else scale)
         if pol is None:
             t = np.asarray(b.to_numpy(_recovered_t(prep, run.it, scale)), dtype=np.float64)
         else:
-            # The polished jobs' rows are rewritten: some moved to other types.
-            X[pol.rows] = 0.0
+            # The polished jobs keep their types (overwritten below) except those that moved to
+            # another edge: their old entries are cleared first.
+            moved = (run.it.type_lo[pol.rows] != pol.lo) | (run.it.type_hi[pol.rows] != pol.hi)
+            X[pol.rows[moved]] = 0.0
             flat = X.reshape(-1)
             base = pol.rows * prep.m
             flat[base + pol.hi] = pol.share_hi
