@@ -57,6 +57,25 @@ def test_rdm_solve_on_tied_nodes_certifies_exactly(seed: int) -> None:
     assert feasibility_violation(problem, np.asarray(result.tasks), "rdm") <= 1e-9
 
 
+def test_rdm_solve_with_binding_caps_certifies_exactly() -> None:
+    base = _classed(7, K=30, N=25)
+    free = np.asarray(solve(base, mode="rdm").totals)
+    # Every third tenant capped at half of what it gets uncapped (so most of these caps bind).
+    cap = np.where(np.arange(25) % 3 == 0, 0.5 * free, np.inf)
+    problem = FairnessProblem(
+        capacity=base.capacity,
+        demand=base.demand,
+        weight=base.weight,
+        eligible=base.eligible,
+        cap=cap,
+    )
+    result = solve(problem, mode="rdm")
+    assert result.converged
+    assert result.certificate_violation <= 1e-9
+    # The instance exercises capped tenants (those at their cap need no bottleneck).
+    assert np.isclose(result.totals[::3], cap[::3], rtol=1e-9).any()
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_crossover_from_a_few_sweeps_is_certified_or_declines(seed: int) -> None:
     problem = random_problem(300 + seed, K=8, N=10, p_eligible=0.6)

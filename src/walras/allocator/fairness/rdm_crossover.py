@@ -86,12 +86,25 @@ PROJECT_MAX_ROWS = 1200
 LP_MAX_PAIRS = 20_000
 
 
+def _pods(problem: FairnessProblem, x: FloatArray) -> FloatArray:
+    """Pods of work ``x`` (``x / throughput`` with the GPU extension, else ``x``)."""
+    if problem.throughput is None:
+        return x
+    t = np.asarray(problem.throughput)
+    return np.where(t > 0, x / np.where(t > 0, t, 1.0), 0.0)
+
+
 def _structure(
     problem: FairnessProblem, gamma: FloatArray, active: BoolArray, tasks: FloatArray
 ) -> tuple[FloatArray, FloatArray, np.ndarray]:
-    """``(L̃ (K, M), ℓ̃ (N, K), r (N, K))`` from one progressive fill per node at ``tasks``."""
+    """``(L̃ (K, M), ℓ̃ (N, K), r (N, K))`` from one progressive fill per node at ``tasks``.
+
+    ``active`` here means open (below cap); the tasks of the other tenants are held where they
+    are, so each node fills what they leave.
+    """
     N, K, M = problem.shape
     totals = tasks.sum(axis=1)
+    fixed = _pods(problem, np.where(active[:, None], 0.0, tasks)).T @ problem.demand  # (K, M)
     levels = np.full((K, M), np.inf)
     ell = np.full((N, K), np.inf)
     rsel = np.full((N, K), -1, dtype=np.int64)
@@ -104,9 +117,8 @@ def _structure(
         if tput is not None:
             demand = demand / tput[idx, i][:, None]
         b = np.maximum(totals[idx] - tasks[idx, i], 0.0)
-        _, lv, frozen = rdm_fill_levels(
-            gamma[idx, i], problem.phi[idx], b, demand, problem.capacity[i]
-        )
+        room = np.maximum(problem.capacity[i] - fixed[i], 0.0)
+        _, lv, frozen = rdm_fill_levels(gamma[idx, i], problem.phi[idx], b, demand, room)
         levels[i] = lv
         # ℓ: the lowest saturated level among the resources each tenant demands.
         per = np.where(demand > 0, lv[None, :], np.inf)
@@ -168,8 +180,10 @@ def rdm_crossover(
     N, K, M = problem.shape
     totals = tasks.sum(axis=1)
     caps = problem.caps
-    if (np.isfinite(caps) & (totals >= caps * (1.0 - CAP_RTOL)) & active).any():
-        return None
+    # A tenant at its cap needs no bottleneck; it keeps its total and the nodes it is on, and
+    # only its VDS there must stay at most the level (the certificate checks that).
+    capped = np.isfinite(caps) & (totals >= caps * (1.0 - CAP_RTOL)) & active
+    active = active & ~capped
     levels, ell, rsel = _structure(problem, gamma, active, tasks)
     eligible = (gamma > 0) & active[:, None]
     if (eligible & (rsel < 0)).any() or not (totals[active] > 0).all():
@@ -230,6 +244,11 @@ def rdm_crossover(
         pairs.append((comp[b2[~inside]], comp[a[~inside]], lhs[~inside]))
     x0 = tasks[n_t, i_t]
     bott = np.unique(i_t * M + r_t)
+    n_c, i_c = np.nonzero(capped[:, None] & (tasks > 0))
+    if len(n_c):
+        if len(np.unique(bott // M)) != len(bott):
+            return None  # caps are handled by the scaling only
+        return _scale(problem, n_t, i_t, r_t, comp, xhat, x0, (n_c, i_c, tasks[n_c, i_c]))
     if len(np.unique(bott // M)) == len(bott):
         # One bottleneck resource per node: matrix scaling. When it fails on a large instance
         # the support is most likely wrong and the sweeps go on (the projection's dense
@@ -251,6 +270,7 @@ def _scale(
     comp: np.ndarray,
     xhat: FloatArray,
     x0: FloatArray,
+    capped: tuple[np.ndarray, np.ndarray, FloatArray] | None = None,
 ) -> FloatArray | None:
     """Step 3 by matrix scaling when every node has one bottleneck resource (the usual case).
 
@@ -258,6 +278,7 @@ def _scale(
     fill each node's bottleneck exactly (``v``) and bring each tenant to ``κ_T x̂_n`` (``u``),
     with each tree's ``κ_T`` the ratio of its tenants' current to their ``x̂`` sums. ``None`` if
     it does not settle to ``SCALE_TOL`` within ``SCALE_MAX`` rounds or a resource overflows.
+    ``capped``: ``(tenants, nodes, tasks)`` of capped tenants' pairs, scaled back to their cap.
     """
     N, K, M = problem.shape
     bott = np.unique(i_t * M + r_t)
@@ -268,30 +289,41 @@ def _scale(
     seed = SCALE_SEED * held0 / np.maximum(count0, 1.0)
     x0 = np.where(x0 > 0, x0, seed[i_t])
     pos = x0 > 0
-    n_p, i_p, r_p = n_t[pos], i_t[pos], r_t[pos]
+    n_p, i_p = n_t[pos], i_t[pos]
+    x = x0[pos].copy()
+    at_cap = np.zeros(N, dtype=bool)
+    if capped is not None:
+        at_cap[capped[0]] = True
+        n_p = np.concatenate([n_p, capped[0]])
+        i_p = np.concatenate([i_p, capped[1]])
+        x = np.concatenate([x, capped[2]])
+    node_r = np.full(K, -1)
+    node_r[bott // M] = bott % M
+    has_bott = node_r >= 0
     per_pod = np.ones(len(n_p))
     if problem.throughput is not None:
         per_pod = 1.0 / np.asarray(problem.throughput)[n_p, i_p]
-    a = problem.demand[n_p, r_p] * per_pod
+    a = np.where(has_bott[i_p], problem.demand[n_p, np.maximum(node_r[i_p], 0)], 0.0) * per_pod
     cap = np.zeros(K)
     cap[bott // M] = problem.capacity.ravel()[bott]
     ten_comp = comp[:N]
-    x = x0[pos].copy()
+    open_ = ~at_cap
     err = np.inf
     for _ in range(SCALE_MAX):
         held = np.bincount(i_p, weights=a * x, minlength=K)
         if not (held[bott // M] > 0).all():
             return None
-        x *= (cap / np.where(held > 0, held, 1.0))[i_p]
+        x *= np.where(has_bott, cap / np.where(held > 0, held, 1.0), 1.0)[i_p]
         t = np.bincount(n_p, weights=x, minlength=N)
         has = np.bincount(n_p, minlength=N) > 0
-        spent = np.bincount(ten_comp[has], weights=t[has], minlength=int(comp.max()) + 1).astype(
+        free = has & open_
+        spent = np.bincount(ten_comp[free], weights=t[free], minlength=int(comp.max()) + 1).astype(
             np.float64
         )
         kappa = spent / np.maximum(
-            np.bincount(ten_comp[has], weights=xhat[has], minlength=len(spent)), 1e-300
+            np.bincount(ten_comp[free], weights=xhat[free], minlength=len(spent)), 1e-300
         )
-        target = kappa[ten_comp] * xhat
+        target = np.where(at_cap, problem.caps, kappa[ten_comp] * xhat)
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = np.where(has, target / t, 1.0)
         err = float(np.max(np.abs(ratio[has] - 1.0), initial=0.0))
@@ -302,12 +334,7 @@ def _scale(
         return None
     out = np.zeros((N, K))
     out[n_p, i_p] = x
-    pods = (
-        out
-        if problem.throughput is None
-        else out / np.where(problem.throughput > 0, problem.throughput, 1.0)
-    )
-    if (pods.T @ problem.demand > problem.capacity * (1.0 + 1e-12)).any():
+    if (_pods(problem, out).T @ problem.demand > problem.capacity * (1.0 + 1e-12)).any():
         return None
     return out
 
