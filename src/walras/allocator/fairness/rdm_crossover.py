@@ -40,8 +40,10 @@ Steps:
      resources a tight pair demands (inside a tree these are numbers, checked before).
 
 The guess is never trusted: the caller keeps it only if Theorem 1's certificate confirms it,
-and otherwise sweeps on. Caps are not modelled: with a binding cap this returns ``None`` (RDM
-with binding caps runs on sweeps alone, as before).
+and otherwise sweeps on. **Caps:** a tenant at its cap needs no bottleneck (Theorem 1 asks it
+of open tenants only); it keeps its total ``D_n`` and the nodes the sweeps put it on, the fill
+of step 1 treats its use as fixed, and only the scaling split handles it (a node with two
+bottleneck resources and a capped tenant returns ``None``).
 
 Worked example: two identical nodes ``c = (4,)``, two tenants ``d = (1,), (2,)``, ``φ = 1``:
 ``γ = (4, 2)`` on both. All four pairs are tight at one level ``L`` (``x = (4L, 2L)``), one
