@@ -320,6 +320,9 @@ class _Run:
     it: _Iterate
     eps_n: float
     max_iter: int
+    # Small problems also try the averaged responses (``_averaged``); the start-price samples of
+    # smooth kinds need good prices, not their own allocation, and skip it.
+    averaging: bool = True
     history: list[tuple[float, float]] = field(default_factory=list)
     best_dual: float = math.inf
     best_dual_p: FloatArray | None = None
@@ -351,7 +354,7 @@ class _Run:
         scale = _scales(self.prep.R, r)
         primal = _utility(self.prep, _recovered_t(self.prep, self.it, scale))
         alloc, polished = None, None
-        if self.prep.n <= AVERAGE_MAX_JOBS_PER_TYPE * self.prep.m:
+        if self.averaging and self.prep.n <= AVERAGE_MAX_JOBS_PER_TYPE * self.prep.m:
             primal, alloc = self._averaged(primal, scale)
         elif self.eps_n < min(
             g, self.best_dual
@@ -617,7 +620,7 @@ def _coarse_prices(
     # evaluation needs p close to p*, not a good allocation of the sample: a tenth of eps for
     # the largest sample. A smaller one only starts the next (its sampling noise is larger).
     factor = COARSE_EPS_FACTOR if smooth and sizes == COARSE_SAMPLES else 1.0
-    run = _Run(sub, _new_iterate(prep.b, sub.n), factor * eps * sub.n, max_iter)
+    run = _Run(sub, _new_iterate(prep.b, sub.n), factor * eps * sub.n, max_iter, not smooth)
     if not smooth:
         _iterate(run, p)
         return _known(run.best_dual_p), inner + len(run.history), None
