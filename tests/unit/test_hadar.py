@@ -24,6 +24,7 @@ from walras.allocator.errors import InvalidProblem
 from walras.allocator.hadar import (
     HadarInputs,
     HadarPlan,
+    Horizon,
     Hyperbolic,
     InverseSlowdown,
     LinearDecay,
@@ -760,14 +761,25 @@ def instances(draw: st.DrawFn) -> HadarInputs:
     fork_jobs=st.booleans(),
     method=st.sampled_from(["dp", "greedy"]),
     backfill=st.booleans(),
+    preempt=st.booleans(),
+    horizon=st.booleans(),
 )
 @settings(max_examples=150, deadline=None)
-def test_plan_invariants(inputs: HadarInputs, fork_jobs: bool, method: str, backfill: bool) -> None:
+def test_plan_invariants(
+    inputs: HadarInputs,
+    fork_jobs: bool,
+    method: str,
+    backfill: bool,
+    preempt: bool,
+    horizon: bool,
+) -> None:
     plan = plan_round(
         inputs,
         fork_jobs=fork_jobs,
         method=method,  # type: ignore[arg-type]  # drawn from the two literal values
         backfill=backfill,
+        preempt=preempt,
+        horizon=Horizon() if horizon else None,
     )
     check_plan_invariants(inputs, plan)
     for jp in plan.jobs:
