@@ -64,13 +64,13 @@ from scipy.sparse.csgraph import breadth_first_order, connected_components, mini
 from walras.allocator.fairness.problem import BoolArray, FairnessProblem, FloatArray
 from walras.allocator.fairness.waterfill import rdm_fill_levels
 
-# A pair whose VDS is within this (relative) of its level may be served.
+# A pair whose VDS is at most this (relative) above its level may be served.
 TIGHT_RTOL = 1e-3
 # Tight pairs off the spanning forest must satisfy their level equation to this (log units).
 CYCLE_RTOL = 1e-9
 # HiGHS feasibility tolerance (the certificate then checks the answer).
 LP_TOL = 1e-10
-# A tenant within this relative distance of its cap counts as capped (caps are not modelled).
+# A tenant within this relative distance of its cap counts as capped.
 CAP_RTOL = 1e-7
 # Rebuilds of the spanning forest with pairs found below their level forced in.
 REPAIR_ROUNDS = 6
@@ -202,7 +202,8 @@ def rdm_crossover(
     lvl_t = N + i_t * M + r_t
     rhs_t = np.log(problem.phi[n_t] * gamma[n_t, i_t])
     w = np.abs(gap[n_t, i_t]) + 1e-300
-    anchor = np.concatenate([np.log(np.maximum(totals, 1e-300)), np.log(levels.ravel())])
+    with np.errstate(divide="ignore"):  # a level of 0 (a node its capped tenants fill) is -inf
+        anchor = np.concatenate([np.log(np.maximum(totals, 1e-300)), np.log(levels.ravel())])
     for _ in range(REPAIR_ROUNDS):
         val, comp, n_comp = _potentials(n_t, lvl_t, rhs_t, w, V, anchor)
         resid = val[n_t] - val[lvl_t] - rhs_t
@@ -227,7 +228,8 @@ def rdm_crossover(
     if not used[lvl_e].all():
         return None
     ce_n, ce_l = comp[n_e], comp[lvl_e]
-    ratio = problem.phi[n_e] * gamma[n_e, i_e] * Lhat.ravel()[lvl_e - N] / xhat[n_e]
+    with np.errstate(divide="ignore", invalid="ignore"):  # a zero level compares as inf/NaN
+        ratio = problem.phi[n_e] * gamma[n_e, i_e] * Lhat.ravel()[lvl_e - N] / xhat[n_e]
     same = ce_n == ce_l
     if (ratio[same] > 1.0 + CYCLE_RTOL).any():
         return None  # an untight pair below its level inside one tree
@@ -239,7 +241,8 @@ def rdm_crossover(
         lvl2 = N + i_t * M + r2
         ok = dem & (r_t != r2) & used[lvl2]
         a, b2 = lvl_t[ok], lvl2[ok]
-        lhs = Lhat.ravel()[a - N] / Lhat.ravel()[b2 - N]  # κ_B ≥ lhs · κ_A
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lhs = Lhat.ravel()[a - N] / Lhat.ravel()[b2 - N]  # κ_B ≥ lhs · κ_A
         inside = comp[a] == comp[b2]
         if (lhs[inside] > 1.0 + CYCLE_RTOL).any():
             return None
