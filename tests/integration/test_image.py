@@ -218,9 +218,12 @@ def test_operator_help_in_the_image(container: Container) -> None:
 
 
 def test_cpu_image_has_no_torch(container: Container) -> None:
-    proc = run(container.command(["python", "-c", "import torch"]))
-    assert proc.returncode != 0
-    assert "No module named 'torch'" in proc.stderr
+    # Asked of the import system and printed on stdout: a failed `import torch` would only say
+    # "no torch" through the container's stderr, which buildah does not always pass through.
+    script = "import importlib.util as u; print(u.find_spec('torch') is None)"
+    proc = run(container.command(["python", "-c", script]))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "True"
 
 
 def test_sandbox_is_read_only_outside_tmp_and_not_root(

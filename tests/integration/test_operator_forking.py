@@ -100,8 +100,12 @@ def test_forkable_job_runs_as_copies_and_completes_on_summed_work(
         for job in seen:
             for pod in list_pods(kube, namespace, job):
                 by_round = seen[job].setdefault(round_of(pod), [])
-                if pod["metadata"]["name"] not in {p["metadata"]["name"] for p in by_round}:
+                names = [p["metadata"]["name"] for p in by_round]
+                if pod["metadata"]["name"] not in names:
                     by_round.append(pod)
+                elif pod["spec"].get("nodeName"):
+                    # Pods are created, then bound: keep the newest view so the node shows.
+                    by_round[names.index(pod["metadata"]["name"])] = pod
 
     def phase(name: str) -> str:
         return str((get_job(kube, namespace, name).get("status") or {}).get("phase"))
@@ -116,7 +120,11 @@ def test_forkable_job_runs_as_copies_and_completes_on_summed_work(
         watch()
 
         # Copies on both types in its first round, with the fork environment.
-        first = seen["forked"][min(seen["forked"])]
+        # (The first round whose pods were all seen bound: a pod is created, then bound.)
+        bound = [
+            r for r, pods in seen["forked"].items() if all(p["spec"].get("nodeName") for p in pods)
+        ]
+        first = seen["forked"][min(bound)]
         nodes = [p["spec"]["nodeName"] for p in first]
         assert sorted(node_type[n] for n in nodes) == ["k80", "v100"], nodes
         envs = [env_of(p) for p in first]
