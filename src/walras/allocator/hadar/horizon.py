@@ -24,8 +24,8 @@ finds equally good). The LP is re-solved every round on the
 remaining work, so the support follows the queue. Gangs that fit no single type are left
 unchanged. HadarE's forked-mode jobs (``forked``) are covered without their one-type-at-a-time row:
 their copies run on several types at once, so only the capacity rows bind them; the support then
-says on which types such a job is admitted (the planner still lets its copies fill idle nodes of
-any usable type), and they are never made critical.
+says on which types such a job is admitted and where its copies go first (the planner then lets
+copies fill idle nodes of any usable type), and they are never made critical.
 
 **Urgency.** A job whose remaining time on its fastest eligible type, ``D_j = rem_j / max X_j^r``,
 leaves it less slack than ``w = window · H`` against the horizon ``H = T* · (1 + margin)``

@@ -8,7 +8,8 @@ Pipeline (each step only sees the GPUs the previous ones left free):
    horizon. The payoff keeps the paper's form (utility at the projected finish − price); only
    the per-job utility constants and the usable types change from round to round. HadarE's
    forked-mode jobs are covered by the forking form of the LP (no one-type-at-a-time row); their
-   copies (step 4) still fill idle nodes of every type the job can use.
+   copies (step 4) fill idle nodes on their support's types first, then on every type they can
+   use.
 1. **Keep or move running jobs** (incremental Hadar). A job is *running* if it holds a whole
    gang now (not forked). All running jobs first hold their GPUs. Then, in job order, each one
    releases its own GPUs and compares, at the current prices, keeping them (no restart) with its
@@ -160,9 +161,13 @@ def plan_round(
 
     last: set[int] = set()
     if fork_jobs:
-        # Copies fill idle nodes at every usable type, not only the horizon's: a node no job's
-        # LP support covers would otherwise idle (the LP plans fractions, not whole nodes).
-        last = fork(given, np.flatnonzero(forked_mode), gangs, free, market)
+        # Copies fill idle nodes first on the types of the jobs' LP support, then on every usable
+        # type: a node no job's support covers would otherwise idle (the LP plans fractions, not
+        # whole nodes).
+        jobs = np.flatnonzero(forked_mode)
+        last = fork(inputs, jobs, gangs, free, market)
+        if given is not inputs:
+            last |= fork(given, jobs, gangs, free, market)
         inputs = given
 
     plans = [
