@@ -221,6 +221,9 @@ class PoolSpec:
     # spec.defaultThroughput: steps/s a job that says nothing about this type is assumed to
     # reach (walras.core.estimation, rule 3); None: no default.
     default_throughput: float | None = None
+    # The first field its CRD schema refuses ("spec.gpuType: ..."), for a pool stored before the
+    # schema had the rule; such a pool offers no GPUs and its condition names this field.
+    defect: str | None = None
 
     def selects(self, labels: Mapping[str, str]) -> bool:
         """Whether a node with ``labels`` belongs to this pool (every selector label matches).
@@ -571,12 +574,14 @@ def parse_pool(obj: Mapping[str, Any]) -> PoolSpec:
     """Parse a ResourcePool dict, validated by its CRD model (walras.core.schema)."""
     meta = _mapping(obj.get("metadata"))
     spec = _mapping(obj.get("spec"))
+    defect: str | None = None
     try:
         capacity = schema_parsing.pool_spec(spec).capacity_override
-    except schema_parsing.SpecError:
+    except schema_parsing.SpecError as err:
         # A pool its CRD's schema refuses (stored before the schema had the rule) offers no
-        # GPUs rather than a guess: its Ready condition then says the pool is empty.
+        # GPUs rather than a guess: its Ready condition then names the refused field.
         capacity = 0
+        defect = str(err)
     default = spec.get("defaultThroughput")
     return PoolSpec(
         default_throughput=(
@@ -593,6 +598,7 @@ def parse_pool(obj: Mapping[str, Any]) -> PoolSpec:
         capacity_override=capacity,
         generation=int(meta.get("generation") or 0),
         status=_mapping(obj.get("status")),
+        defect=defect,
     )
 
 

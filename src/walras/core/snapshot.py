@@ -170,6 +170,8 @@ class PoolState:
 
     def why_empty(self, pool: model.PoolSpec) -> str:
         """``no node matches {...}`` / ``3 nodes match, 2 not ready, 1 cordoned`` / ..."""
+        if pool.defect is not None:
+            return f"invalid spec: {pool.defect}"
         if pool.capacity_override is not None and pool.capacity_override <= 0:
             return "capacityOverride is 0"
         selector = dict(pool.node_selector) or {crd.GPU_TYPE_LABEL: pool.gpu_type}
