@@ -79,6 +79,8 @@ SCALE_MAX = 500
 SCALE_TOL = 1e-13
 # Start of an empty tight pair, relative to its node's mean pair.
 SCALE_SEED = 1e-6
+# Times a node's bottleneck may move to a resource the scaled split overflows.
+SCALE_SWITCHES = 3
 # Least-norm corrections tried before giving up (each may add a full resource or drop a pair).
 PROJECT_ROUNDS = 6
 # The projection's dense matrix has a row per tenant and bottleneck; above this it is skipped
@@ -281,8 +283,9 @@ def _scale(
 
     ``x_{n,i} = x⁰_{n,i} u_n v_i`` keeps the sweeps' support and stays positive: alternately
     fill each node's bottleneck exactly (``v``) and bring each tenant to ``κ_T x̂_n`` (``u``),
-    with each tree's ``κ_T`` the ratio of its tenants' current to their ``x̂`` sums. ``None`` if
-    it does not settle to ``SCALE_TOL`` within ``SCALE_MAX`` rounds or a resource overflows.
+    with each tree's ``κ_T`` the ratio of its tenants' current to their ``x̂`` sums. A node whose
+    other resource then overflows moves its bottleneck there (``SCALE_SWITCHES`` times at most).
+    ``None`` if it does not settle to ``SCALE_TOL`` within ``SCALE_MAX`` rounds.
     ``capped``: ``(tenants, nodes, tasks)`` of capped tenants' pairs, scaled back to their cap.
     """
     N, K, M = problem.shape
@@ -308,40 +311,72 @@ def _scale(
     per_pod = np.ones(len(n_p))
     if problem.throughput is not None:
         per_pod = 1.0 / np.asarray(problem.throughput)[n_p, i_p]
-    a = np.where(has_bott[i_p], problem.demand[n_p, np.maximum(node_r[i_p], 0)], 0.0) * per_pod
-    cap = np.zeros(K)
-    cap[bott // M] = problem.capacity.ravel()[bott]
-    ten_comp = comp[:N]
-    open_ = ~at_cap
-    err = np.inf
+    for _ in range(SCALE_SWITCHES + 1):
+        scaled = _scale_rounds(problem, n_p, i_p, x, node_r, per_pod, at_cap, comp[:N], xhat)
+        if scaled is None:
+            return None
+        x = scaled
+        out = np.zeros((N, K))
+        out[n_p, i_p] = x
+        use = _pods(problem, out).T @ problem.demand
+        over = (use > problem.capacity * (1.0 + 1e-12)).any(axis=1)
+        if not over.any():
+            return out
+        # A node whose other resource overflows saturates that one first: when every open pair
+        # there demands it, the same level belongs to it instead (the levels do not change).
+        nodes = np.flatnonzero(over & has_bott)
+        if len(nodes) < over.sum():
+            return None
+        with np.errstate(divide="ignore", invalid="ignore"):
+            fill = np.where(problem.capacity > 0, use / problem.capacity, np.inf)
+        new_r = np.argmax(fill[nodes], axis=1)
+        on = np.isin(i_p, nodes) & ~at_cap[n_p]
+        node_r[nodes] = new_r
+        if not (problem.demand[n_p[on], node_r[i_p[on]]] > 0).all():
+            return None
+    return None
+
+
+def _scale_rounds(
+    problem: FairnessProblem,
+    n_p: np.ndarray,
+    i_p: np.ndarray,
+    x: FloatArray,
+    node_r: np.ndarray,
+    per_pod: FloatArray,
+    at_cap: BoolArray,
+    ten_comp: np.ndarray,
+    xhat: FloatArray,
+) -> FloatArray | None:
+    """The scaling rounds of :func:`_scale` with each node's bottleneck ``node_r`` (-1: none)."""
+    N, K, _ = problem.shape
+    has_bott = node_r >= 0
+    r_of = np.maximum(node_r, 0)
+    a = np.where(has_bott[i_p], problem.demand[n_p, r_of[i_p]], 0.0) * per_pod
+    cap = np.where(has_bott, problem.capacity[np.arange(K), r_of], 0.0)
+    x = x.copy()
     for _ in range(SCALE_MAX):
         held = np.bincount(i_p, weights=a * x, minlength=K)
-        if not (held[bott // M] > 0).all():
+        if not (held[has_bott] > 0).all():
             return None
         x *= np.where(has_bott, cap / np.where(held > 0, held, 1.0), 1.0)[i_p]
         t = np.bincount(n_p, weights=x, minlength=N)
         has = np.bincount(n_p, minlength=N) > 0
-        free = has & open_
-        spent = np.bincount(ten_comp[free], weights=t[free], minlength=int(comp.max()) + 1).astype(
-            np.float64
-        )
+        free = has & ~at_cap
+        spent = np.bincount(
+            ten_comp[free], weights=t[free], minlength=int(ten_comp.max(initial=0)) + 1
+        ).astype(np.float64)
         kappa = spent / np.maximum(
             np.bincount(ten_comp[free], weights=xhat[free], minlength=len(spent)), 1e-300
         )
-        target = np.where(at_cap, problem.caps, kappa[ten_comp] * xhat)
+        with np.errstate(invalid="ignore"):  # capped tenants have no x̂ (NaN), never selected
+            target = np.where(at_cap, problem.caps, kappa[ten_comp] * xhat)
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = np.where(has, target / t, 1.0)
-        err = float(np.max(np.abs(ratio[has] - 1.0), initial=0.0))
-        if err <= SCALE_TOL:
-            break
+        if float(np.max(np.abs(ratio[has] - 1.0), initial=0.0)) <= SCALE_TOL:
+            return x
         x *= ratio[n_p]
-    if err > SCALE_TOL:
-        return None
-    out = np.zeros((N, K))
-    out[n_p, i_p] = x
-    if (_pods(problem, out).T @ problem.demand > problem.capacity * (1.0 + 1e-12)).any():
-        return None
-    return out
+    return None
 
 
 def _project(
