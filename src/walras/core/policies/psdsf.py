@@ -2,6 +2,8 @@
 
 ``PolicyOptions.psdsf_mode`` (``--psdsf-mode``) picks the mode: ``"tdm"`` (default, nodes
 time-shared) or ``"rdm"`` (resources divisible inside a node; Theorem 1 instead of Theorem 2).
+For ``psdsf-distributed`` it must match the agents' own ``--mode`` (it says how to read their
+tasks).
 Groups are nodes. ``walras.allocator.fairness`` (in that mode) on the tenant model of
 ``walras.core.tenants.tenant_model`` (throughputs normalised per job) gives tasks ``x_{n,i}`` in
 work units, i.e. tenant ``n``'s fraction ``y_{n,i} = x_{n,i} / γ_{n,i}`` of node ``i``'s time.
@@ -133,7 +135,7 @@ class PSDSF:
         gamma = fairness.monopoly_tasks(problem)
         with np.errstate(divide="ignore", invalid="ignore"):
             tenant_time = np.where(gamma > 0, tasks / gamma, 0.0)
-            if self.mode == "rdm" and not self.distributed:
+            if self.mode == "rdm":
                 # RDM divides resources, not time: a tenant's GPU budget on a node is the share
                 # of its GPUs the tenant's pods hold (x / throughput pods × GPUs per pod, column
                 # 0 of the tenant model), at most its time share x/γ and summing to ≤ 1 by
