@@ -195,7 +195,12 @@ def rdm_crossover(
     with np.errstate(divide="ignore", invalid="ignore"):
         vds = np.where(eligible, totals[:, None] / (problem.phi[:, None] * gamma), np.inf)
         gap = np.where(eligible, vds / ell - 1.0, np.inf)
-    n_t, i_t = np.nonzero(gap <= tight)
+    tight_pairs = gap <= tight
+    # Every open tenant is served somewhere: its closest pair is tight even if the sweeps still
+    # give it too much.
+    open_rows = np.flatnonzero(active)
+    tight_pairs[open_rows, np.argmin(gap[open_rows], axis=1)] = True
+    n_t, i_t = np.nonzero(tight_pairs & eligible)
     r_t = rsel[n_t, i_t]
     # Graph: tenants 0..N-1, levels N + i·M + r. The forest prefers the pairs with the smallest
     # gap; a pair the forest's levels put below its level must be tight after all, so it joins
