@@ -18,14 +18,25 @@ Cases (issue 12's acceptance numbers):
   ``loss_per_job = (U_exact − U_POP)/n`` (negative: POP above the exact solver's ε-optimal
   answer), the merged certificate ``gap_per_job`` and the repair's recovered utility (repair
   tolerance ``REPAIR_TOL`` on the relative price spread).
+- ``simulate``: ``walras simulate --semantics walras`` on a continuous-arrival Gavel trace: the
+  first ``SIM_JOBS`` jobs of Gavel's seed-0 multi-GPU stream (``tests/data/gavel``'s
+  ``static_multi_seed0_n480.trace``, the first rows of ``generated/gavel_continuous_multi_seed0``)
+  arriving as Gavel's Poisson stream at ``SIM_RATE`` jobs/hour (``poisson_arrivals`` reproduces
+  that file's ``arrival_unit`` column), 20 V100 + 20 P100 + 20 K80 on 4-GPU nodes, 360 s rounds,
+  10 s restarts. Per policy (max-min fairness, price discovery): exact and ``--pop-shards 4``,
+  average JCT of each and their ratio (acceptance: within ±4 %), mean and max per-round solve
+  time, wall and CPU seconds of the whole run.
 - ``psdsf``: PS-DSF RDM, K = N = 1,000 (``bench_fairness.instance``), exact vs k = 8: wall time
   of a solve with a sweep budget of about ``RDM_BUDGET_S`` seconds and the certificate reached
   (the exact solver's Theorem 1 violation on the full problem; POP's largest per-shard
   violation, each shard on its own sub-problem, and the merged violation on the full problem).
 
-``time_s`` is wall time, ``cpu_s`` the CPU time of the calling process plus, for POP, the
-shard solves' CPU time in worker processes (``shard_cpu_s``). Each case runs in its own
-interpreter (``peak_rss_mb`` is its own). Run: ``python bench/bench_pop.py [gavel|pricing|psdsf]``.
+``time_s`` is wall time, ``cpu_s`` the CPU time of the calling process plus that of its finished
+worker processes (``RUSAGE_CHILDREN``; POP's pools are joined when a solve returns). Gavel
+timings are the fastest of ``GAVEL_REPEATS`` runs; ``shard_sum_s`` is the shards' own solve time
+summed, ``max_shard_s`` the longest. Each case runs in its own interpreter (``peak_rss_mb`` is
+its own).
+Run: ``python bench/bench_pop.py [gavel|pricing|psdsf|simulate]``.
 """
 
 from __future__ import annotations
@@ -43,19 +54,28 @@ import numpy as np
 
 HERE = pathlib.Path(__file__).parent
 GAVEL_KS = (2, 4, 8, 16)
+GAVEL_REPEATS = 3  # timings are the fastest of this many runs (2,048 jobs; 1 at 8,192)
 PRICING_NS = (1_000_000, 10_000_000)
 BIG_NEEDS_GB = 8.0
 RDM_BUDGET_S = 60.0
 REPAIR_TOL = 1e-3  # relative price spread the repair aims for (plain POP at 10⁷: about 3e-3)
 RDM_TOL = 1e-6
+SIM_TRACE = HERE.parent / "tests" / "data" / "gavel" / "static_multi_seed0_n480.trace"
+SIM_JOBS = 480
+SIM_RATE = 1.5  # jobs/hour on 60 GPUs
+SIM_POLICIES = ("max-min-fairness", "price-discovery")
+SIM_SHARDS = 4
 
 
 def _rss() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
-def _shard_cpu(run: Any) -> float:
-    return float(sum(s.cpu_s for s in run.shards)) if run.workers > 1 else 0.0
+def _cpu() -> float:
+    """CPU seconds of this process and of its finished children (POP's worker processes, joined
+    when each solve closes its pool): shards solved in-process are counted once."""
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + kids.ru_utime + kids.ru_stime
 
 
 def gavel_table() -> tuple[np.ndarray[Any, Any], str]:
@@ -75,8 +95,23 @@ def gavel_table() -> tuple[np.ndarray[Any, Any], str]:
     return table, "walras.data.gavel"
 
 
+def _best(fn: Any, repeats: int) -> tuple[Any, float, float]:
+    """``fn()``'s result with the wall and CPU seconds of its fastest of ``repeats`` runs (a
+    0.2 s solve on a shared machine varies by 2× from one run to the next)."""
+    best: tuple[Any, float, float] | None = None
+    for _ in range(repeats):
+        wall, cpu = time.perf_counter(), _cpu()
+        out = fn()
+        t, c = time.perf_counter() - wall, _cpu() - cpu
+        if best is None or t < best[1]:
+            best = (out, t, c)
+    assert best is not None  # repeats >= 1
+    return best
+
+
 def run_gavel(J: int = 2048, per_type: int = 512, ks: tuple[int, ...] = GAVEL_KS,
-              optima: tuple[str, ...] = ("central", "vertex")) -> list[dict[str, Any]]:  # fmt: skip
+              optima: tuple[str, ...] = ("central", "vertex"),
+              repeats: int = GAVEL_REPEATS) -> list[dict[str, Any]]:  # fmt: skip
     from walras.allocator import gavel, pop
     from walras.allocator.gavel.max_min_fairness import MaxMinFairness, coefficients
 
@@ -94,9 +129,7 @@ def run_gavel(J: int = 2048, per_type: int = 512, ks: tuple[int, ...] = GAVEL_KS
     lines = []
     for optimum in optima:
         policy = MaxMinFairness(aware=True, central=optimum == "central")
-        wall, cpu = time.perf_counter(), time.process_time()
-        exact = policy.allocate(inputs)
-        t_exact, c_exact = time.perf_counter() - wall, time.process_time() - cpu
+        exact, t_exact, c_exact = _best(lambda: policy.allocate(inputs), repeats)  # noqa: B023 - called at once
         eff_exact = (thr * exact).sum(axis=1)
         s_exact = float((coef * exact).sum(axis=1).min())
         common = {"bench": "pop", "problem": "gavel_max_min_fairness_perf", "jobs": J,
@@ -105,9 +138,10 @@ def run_gavel(J: int = 2048, per_type: int = 512, ks: tuple[int, ...] = GAVEL_KS
                       "time_s": round(t_exact, 4), "cpu_s": round(c_exact, 4)})  # fmt: skip
         for balance in ("equal", "demand") if optimum == "central" else ("demand",):
             for k in ks:
-                wall, cpu = time.perf_counter(), time.process_time()
-                res = pop.solve_gavel(inputs, k, policy, balance=balance)  # type: ignore[arg-type]
-                t, c = time.perf_counter() - wall, time.process_time() - cpu
+                res, t, c = _best(
+                    lambda: pop.solve_gavel(inputs, k, policy, balance=balance),  # noqa: B023 - called at once
+                    repeats,
+                )
                 x = np.asarray(res.allocation)
                 ratio = (thr * x).sum(axis=1) / eff_exact
                 line = {
@@ -116,11 +150,12 @@ def run_gavel(J: int = 2048, per_type: int = 512, ks: tuple[int, ...] = GAVEL_KS
                     "balance": balance,
                     "workers": res.run.workers,
                     "time_s": round(t, 4),
-                    "cpu_s": round(c + _shard_cpu(res.run), 4),
+                    "cpu_s": round(c, 4),
                     "speedup": round(t_exact / t, 3),
-                    "cpu_speedup": round(c_exact / (c + _shard_cpu(res.run)), 3),
+                    "cpu_speedup": round(c_exact / c, 3),
                     "objective_ratio": round(float((coef * x).sum(axis=1).min()) / s_exact, 5),
                     "max_shard_s": round(max(s.wall_s for s in res.run.shards), 4),
+                    "shard_sum_s": round(sum(s.wall_s for s in res.run.shards), 4),
                 }
                 if optimum == "central":  # a vertex is one of many optima: no per-job ratio
                     line["mean_ratio"] = round(float(ratio.mean()), 5)
@@ -135,23 +170,23 @@ def run_pricing(n: int) -> list[dict[str, Any]]:
 
     problem = paper_problem(n, seed=0)
     common = {"bench": "pop", "problem": "pricing_log", "n": n, "m": problem.m}
-    wall, cpu = time.perf_counter(), time.process_time()
+    wall, cpu = time.perf_counter(), _cpu()
     exact = pricing.solve(problem)
-    t_exact, c_exact = time.perf_counter() - wall, time.process_time() - cpu
+    t_exact, c_exact = time.perf_counter() - wall, _cpu() - cpu
     lines = [
         {**common, "case": "exact", "time_s": round(t_exact, 3), "cpu_s": round(c_exact, 3),
          "gap_per_job": exact.gap / n, "iterations": exact.iterations, "peak_rss_mb": _rss()}
     ]  # fmt: skip
     for repair in (False, True):
-        wall, cpu = time.perf_counter(), time.process_time()
+        wall, cpu = time.perf_counter(), _cpu()
         res = pop.solve_pricing(problem, 8, repair=repair, spread_tol=REPAIR_TOL)
-        t, c = time.perf_counter() - wall, time.process_time() - cpu
+        t, c = time.perf_counter() - wall, _cpu() - cpu
         line: dict[str, Any] = {
             **common,
             "case": "k=8+repair" if repair else "k=8",
             "workers": res.run.workers,
             "time_s": round(t, 3),
-            "cpu_s": round(c + _shard_cpu(res.run), 3),
+            "cpu_s": round(c, 3),
             "speedup": round(t_exact / t, 3),
             "loss_per_job": (exact.utility - res.utility) / n,
             "gap_per_job": res.gap / n,
@@ -183,27 +218,91 @@ def run_psdsf() -> list[dict[str, Any]]:
     start = time.perf_counter()
     fairness.solve(problem, mode="rdm", max_sweeps=0, method="sweeps")
     budget = max(1, int(RDM_BUDGET_S / max(time.perf_counter() - start, 1e-6)))
-    wall, cpu = time.perf_counter(), time.process_time()
+    wall, cpu = time.perf_counter(), _cpu()
     exact = fairness.solve(problem, mode="rdm", tol=1e-9, max_sweeps=budget)
-    t, c = time.perf_counter() - wall, time.process_time() - cpu
+    t, c = time.perf_counter() - wall, _cpu() - cpu
     lines = [
         {**common, "case": "exact", "time_s": round(t, 3), "cpu_s": round(c, 3),
          "sweeps": exact.sweeps, "budget_sweeps": budget, "converged": exact.converged,
          "certificate": exact.certificate_violation,
          "reached_target": exact.certificate_violation <= RDM_TOL}
     ]  # fmt: skip
-    wall, cpu = time.perf_counter(), time.process_time()
+    wall, cpu = time.perf_counter(), _cpu()
     res = pop.solve_fairness(problem, 8, mode="rdm", tol=1e-9, max_sweeps=budget)
-    t, c = time.perf_counter() - wall, time.process_time() - cpu
+    t, c = time.perf_counter() - wall, _cpu() - cpu
     lines.append(
         {**common, "case": "k=8", "workers": res.run.workers, "time_s": round(t, 3),
-         "cpu_s": round(c + _shard_cpu(res.run), 3), "budget_sweeps": budget,
+         "cpu_s": round(c, 3), "budget_sweeps": budget,
          "converged": res.converged, "shard_certificate": res.shard_violation,
          "merged_certificate": res.certificate_violation,
          "reached_target": res.shard_violation <= RDM_TOL,
          "max_shard_s": round(max(s.wall_s for s in res.run.shards), 3)}
     )  # fmt: skip
     return lines
+
+
+def simulate_once(policy: str, shards: int, jobs: int = SIM_JOBS,
+                  rate: float = SIM_RATE) -> dict[str, Any]:  # fmt: skip
+    """One ``--semantics walras`` run of the continuous trace (module docstring)."""
+    import dataclasses
+    import math
+    import types
+
+    from walras.sim import walras_mechanics
+    from walras.sim.arrivals import poisson_arrivals
+    from walras.sim.config import SimConfig
+    from walras.sim.ledger import Ledger
+    from walras.sim.metrics import SimResult
+    from walras.sim.scenario import load_scenario
+    from walras.sim.trace import read_trace
+
+    trace = read_trace(SIM_TRACE)
+    trace = dataclasses.replace(trace, jobs=trace.jobs[:jobs])
+    scenario = load_scenario(trace, cluster="20:20:20", gpus_per_node="4:4:4")
+    workload = dataclasses.replace(
+        scenario.workload, arrivals=np.asarray(poisson_arrivals(jobs, rate, seed=0))
+    )
+    config = types.SimpleNamespace(
+        round_s=360.0, restart_s=10.0, seed=0, window=None, semantics="walras",
+        weighting="none", weighting_exponent=-0.5, hold_s=0.0, history_half_life_s=math.inf,
+        backfill=False, pop_shards=shards,
+    )  # fmt: skip
+    ledger = Ledger(workload, scenario.cluster.n_gpus)
+    wall, cpu = time.perf_counter(), _cpu()
+    makespan = walras_mechanics.run(
+        workload, scenario.cluster, types.SimpleNamespace(name=policy), config, ledger
+    )
+    result = SimResult(
+        policy=policy,
+        config=SimConfig(semantics="walras", restart_s=10.0),
+        cluster=scenario.cluster,
+        ledger=ledger,
+        makespan_s=makespan,
+        wall_s=time.perf_counter() - wall,
+    )
+    out = result.summary()
+    out["cpu_s"] = _cpu() - cpu
+    return out
+
+
+def run_simulate(policy: str) -> list[dict[str, Any]]:
+    common = {"bench": "pop", "problem": "simulate_continuous", "policy": policy,
+              "jobs": SIM_JOBS, "rate_per_h": SIM_RATE, "gpus": 60}  # fmt: skip
+    exact = simulate_once(policy, 1)
+    popk = simulate_once(policy, SIM_SHARDS)
+    line: dict[str, Any] = {**common, "case": f"exact-vs-k={SIM_SHARDS}"}
+    for tag, r in (("exact", exact), (f"k{SIM_SHARDS}", popk)):
+        line[f"avg_jct_h_{tag}"] = round(r["avg_jct_s"] / 3600, 3)
+        line[f"makespan_h_{tag}"] = round(r["makespan_s"] / 3600, 2)
+        line[f"solve_s_mean_{tag}"] = round(r["solve_s_mean"], 5)
+        line[f"solve_s_max_{tag}"] = round(r["solve_s_max"], 4)
+        line[f"rounds_{tag}"] = r["rounds"]
+        line[f"utilization_{tag}"] = round(r["utilization"], 4)
+    line["jct_ratio"] = round(popk["avg_jct_s"] / exact["avg_jct_s"], 4)
+    line["within_4pct"] = abs(line["jct_ratio"] - 1.0) <= 0.04
+    line["time_s"] = round(exact["wall_s"] + popk["wall_s"], 2)
+    line["cpu_s"] = round(exact["cpu_s"] + popk["cpu_s"], 2)
+    return [line]
 
 
 def main(argv: list[str]) -> int:
@@ -214,15 +313,17 @@ def main(argv: list[str]) -> int:
         if name == "gavel":
             lines = run_gavel()
         elif name == "gavel_large":
-            lines = run_gavel(8192, 2048, (8, 32))
+            lines = run_gavel(8192, 2048, (8, 32), repeats=1)
         elif name == "pricing":
             lines = run_pricing(int(argv[2]))
+        elif name == "simulate":
+            lines = run_simulate(argv[2])
         else:
             lines = run_psdsf()
         for line in lines:
             print(json.dumps(line), flush=True)
         return 0
-    wanted = set(argv) or {"gavel", "pricing", "psdsf"}
+    wanted = set(argv) or {"gavel", "pricing", "psdsf", "simulate"}
     cases: list[list[str]] = []
     if "gavel" in wanted:
         cases += [["gavel"], ["gavel_large"]]
@@ -230,6 +331,8 @@ def main(argv: list[str]) -> int:
         cases += [["pricing", str(n)] for n in PRICING_NS]
     if "psdsf" in wanted:
         cases.append(["psdsf"])
+    if "simulate" in wanted:
+        cases += [["simulate", p] for p in SIM_POLICIES]
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
     failed = 0
     for case in cases:

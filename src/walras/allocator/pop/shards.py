@@ -17,6 +17,14 @@ collecting the results in order: the answer does not depend on how many workers 
   module-level function.
 - The pool is started lazily on the first parallel ``map`` and reused until ``close`` (the
   price-spread repair maps several times over the same shards).
+- With ``workers=None`` the first ``map`` also decides whether a pool pays at all: it solves
+  the first payload in-process and, when ``first × (payloads − 1) < POOL_MIN_S``, the rest too
+  (``workers`` becomes 1). Otherwise it submits the rest to the pool and keeps working itself,
+  taking pending payloads from the end of the queue (a cancelled future is one no worker has
+  started), so the probe costs no wall time. Why: a pool's fork, pickling and shutdown cost
+  25-70 ms on a loaded 2-core machine, more than eight 256-job shards of Gavel's max-min LP
+  take to solve (``bench/bench_pop.py``; docs/policies.md, POP). An explicit ``workers`` count
+  always uses that many processes.
 
 Called by every POP solve (``pop.pricing_pop``, ``pop.fairness_pop``, ``pop.generic``).
 """
@@ -28,7 +36,7 @@ import multiprocessing
 import os
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Generic, TypeVar
@@ -39,6 +47,10 @@ P = TypeVar("P")
 R = TypeVar("R")
 
 _SHARED: Any = None  # the worker's copy of ``shared`` (set by the pool initializer)
+
+POOL_MIN_S = 0.1
+"""In-process work (seconds, estimated from the first payload) below which ``workers=None`` starts
+no pool: about twice the 25-70 ms a two-process pool costs to start and stop (module doc)."""
 
 
 @dataclass(frozen=True)
@@ -105,12 +117,29 @@ class Runner:
     def __init__(self, shared: Any, count: int, workers: int | None = None) -> None:
         self.shared = shared
         self.workers = choose_workers(count, workers)
+        self._auto = workers is None
         self._pool: Executor | None = None
 
     def map(self, fn: Callable[[Any, P], R], payloads: Sequence[P]) -> list[Timed[R]]:
         """``fn(shared, p)`` for every payload, in order."""
         if self.workers <= 1 or len(payloads) <= 1:
             return [_timed(fn, self.shared, p) for p in payloads]
+        if self._pool is not None or not self._auto:
+            return [f.result() for f in self._submit(fn, payloads)]
+        # Auto mode's first map: probe with the first payload (module docstring).
+        first = _timed(fn, self.shared, payloads[0])
+        if first.wall_s * (len(payloads) - 1) < POOL_MIN_S:
+            self.workers = 1
+            return [first, *(_timed(fn, self.shared, p) for p in payloads[1:])]
+        futures = self._submit(fn, payloads[1:])
+        stolen: dict[int, Timed[R]] = {}
+        for i in reversed(range(len(futures))):
+            if futures[i].cancel():  # no worker has started it: solve it here
+                stolen[i] = _timed(fn, self.shared, payloads[1 + i])
+        rest = [stolen[i] if i in stolen else f.result() for i, f in enumerate(futures)]
+        return [first, *rest]
+
+    def _submit(self, fn: Callable[[Any, P], R], payloads: Sequence[P]) -> list[Future[Timed[R]]]:
         if self._pool is None:
             self._pool = ProcessPoolExecutor(
                 max_workers=self.workers,
@@ -118,8 +147,7 @@ class Runner:
                 initializer=_install,
                 initargs=(self.shared,),
             )
-        futures = [self._pool.submit(_in_worker, fn, p) for p in payloads]
-        return [f.result() for f in futures]
+        return [self._pool.submit(_in_worker, fn, p) for p in payloads]
 
     def close(self) -> None:
         """Stop the worker processes, if any were started."""
