@@ -62,7 +62,7 @@ REPAIR_TOL = 1e-3  # relative price spread the repair aims for (plain POP at 10â
 RDM_TOL = 1e-6
 SIM_TRACE = HERE.parent / "tests" / "data" / "gavel" / "static_multi_seed0_n480.trace"
 SIM_JOBS = 480
-SIM_RATE = 1.5  # jobs/hour on 60 GPUs
+SIM_RATE = 3.0  # jobs/hour on 60 GPUs: about 70 % utilisation (6/h saturates at 73 %)
 SIM_POLICIES = ("max-min-fairness", "price-discovery")
 SIM_SHARDS = 4
 

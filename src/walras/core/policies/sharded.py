@@ -7,7 +7,8 @@ the policy in :class:`Sharded`). Each round:
   keeps its shard across rounds and jobs coming and going never move it;
 - shard ``s`` gets a share of every GPU type's free GPUs proportional to its jobs' GPU demand
   (the paper's 1/k when shards are balanced), in whole GPUs (``pop.split_capacity``: no
-  capacity lost, ``Σ_s capacity_s = capacity``);
+  capacity lost, ``Σ_s capacity_s = capacity``), and at least one GPU of every type when the
+  type has a GPU for every shard with jobs (:func:`at_least_one`);
 - each shard is an ordinary snapshot (its jobs only) and view (its capacity) solved by its own
   instance of the inner policy (its own warm start);
 - the targets are stacked (rows in namespace/name order, as every Solution). Feasible by
@@ -75,8 +76,11 @@ class Sharded:
             dtype=np.float64,
         )
         weights = demand / demand.sum() if demand.sum() > 0 else None
-        parts = pop.split_capacity(
-            view.type_capacity, self.k, weights=weights, integral=True, demand=demand
+        parts = at_least_one(
+            pop.split_capacity(
+                view.type_capacity, self.k, weights=weights, integral=True, demand=demand
+            ),
+            demand > 0,
         )
         results: list[Solution] = []
         for s, inner in enumerate(self._shards):
@@ -92,6 +96,32 @@ class Sharded:
                 "or it places gangs itself"
             )
         return with_seconds(merge(self.name, results, view), time.perf_counter() - start)
+
+
+def at_least_one(parts: np.ndarray, live: np.ndarray) -> np.ndarray:
+    """``parts`` (shards × types, whole GPUs) with every ``live`` shard holding ≥ 1 GPU of every
+    type that has at least as many GPUs as there are live shards.
+
+    Why: a demand-weighted split rounds a small shard's share of a type down to 0 (a shard
+    with 1 of 40 demanded GPUs gets ⌊20/40⌋ = 0 of a 20-GPU type), and price discovery cannot
+    price a type with no capacity (``PricingProblem`` rejects it). Each missing GPU is taken
+    from a shard that can spare it (an idle shard, or a live one keeping ≥ 1), so every column
+    keeps its sum (the merged allocation stays feasible).
+    """
+    out = np.array(parts, dtype=np.float64)
+    rows = np.flatnonzero(live)
+    for t in range(out.shape[1]):
+        if out[:, t].sum() < len(rows):
+            continue  # too few GPUs of this type for every shard: left as split
+        for s in rows:
+            if out[s, t] < 1.0:
+                # GPUs a shard can give: all of an idle shard's, all but one of a live one's.
+                # They sum to Σ − live ≥ 0 with shard s at −1, so some donor has ≥ 1.
+                spare = out[:, t] - live
+                donor = int(np.argmax(spare))
+                out[donor, t] -= 1.0
+                out[s, t] += 1.0
+    return out
 
 
 def merge(name: str, results: Sequence[Solution], view: snapshot.ClusterView) -> Solution:
