@@ -11,6 +11,10 @@ the policy in :class:`Sharded`). Each round:
   type has a GPU for every shard with jobs (:func:`at_least_one`);
 - each shard is an ordinary snapshot (its jobs only) and view (its capacity) solved by its own
   instance of the inner policy (its own warm start);
+- a round in which some job's gang fits the cluster but not its shard's share of any type it
+  runs on is solved exactly (one more instance; ``timings["pop_exact_fallback"] = 1``): POP
+  assumes jobs much smaller than a shard (paper 001's "granular" problems), which a few 8-GPU
+  gangs on 20 GPUs per type split 4 ways are not;
 - the targets are stacked (rows in namespace/name order, as every Solution). Feasible by
   construction: ``Σ_j d_j x_{j,t} = Σ_s Σ_{j∈s} d_j x_{j,t} ≤ Σ_s capacity_{s,t} = capacity_t``.
 
@@ -28,7 +32,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from walras.core import snapshot
+from walras.core import model, snapshot
 from walras.core.policies.base import (
     Policy,
     PolicyUnavailableError,
@@ -45,7 +49,9 @@ class Sharded:
             raise ValueError(f"POP needs k >= 2 shards, got {k}")
         self.name = name
         self.k = k
+        self._make = make
         self._shards = [make() for _ in range(k)]
+        self._exact: Policy | None = None  # made on the first round a gang fits no shard
         self._of: dict[str, int] = {}
 
     def warm_up(self) -> None:
@@ -82,6 +88,23 @@ class Sharded:
             ),
             demand > 0,
         )
+        if any(
+            fits(j, view.type_capacity, view.gpu_types) and not fits(j, parts[s], view.gpu_types)
+            for s, js in enumerate(shard_jobs)
+            for j in js
+            if not j.finished
+        ):
+            # A gang larger than its shard's share of every type it runs on would wait forever
+            # (price discovery drops it as Unsolvable; measured: four 8-GPU jobs on 4 × 5 GPUs
+            # per type never ran). This round is solved exactly instead; shards stay as they are.
+            if self._exact is None:
+                self._exact = self._make()
+            sol = self._exact.solve(snap, view)
+            timings = {**sol.timings, "shards": float(self.k), "pop_exact_fallback": 1.0}
+            return with_seconds(
+                dataclasses.replace(sol, policy=self.name, timings=timings),
+                time.perf_counter() - start,
+            )
         results: list[Solution] = []
         for s, inner in enumerate(self._shards):
             jobs = shard_jobs[s]
@@ -96,6 +119,14 @@ class Sharded:
                 "or it places gangs itself"
             )
         return with_seconds(merge(self.name, results, view), time.perf_counter() - start)
+
+
+def fits(job: model.JobSpec, capacity: np.ndarray, types: Sequence[str]) -> bool:
+    """Whether ``job``'s whole gang fits the GPUs ``capacity`` gives one type it runs on."""
+    gang = job.replicas * max(job.gpu_limits.values(), default=1)
+    return any(
+        capacity[g] >= gang and job.throughput.get(t, 0.0) > 0.0 for g, t in enumerate(types)
+    )
 
 
 def at_least_one(parts: np.ndarray, live: np.ndarray) -> np.ndarray:
