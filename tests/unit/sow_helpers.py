@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -112,11 +112,18 @@ class ExactOracle:
         return q
 
 
-def true_utility(oracle: ExactOracle, true_inst: Instance, adm: Admission, k_true: int) -> float:
+def true_utility(
+    oracle: ExactOracle,
+    true_inst: Instance,
+    adm: Admission,
+    k_true: int,
+    cancelled: Callable[[int, int], bool] | None = None,
+) -> float:
     """Expected TRUE utility of the reporter under the plan and prices of ``adm``.
 
     Outcomes follow the true distribution; the job holds the reported ``k_r`` GPUs; with
     ``k_r < k_true`` it cannot do its work (value 0) but still pays if it "completes".
+    ``cancelled(start, duration)``: outcomes a cancellation rule ends for free (worth 0).
     """
     k_r = adm.instance.demands[0].concurrency
     total = 0.0
@@ -127,6 +134,8 @@ def true_utility(oracle: ExactOracle, true_inst: Instance, adm: Admission, k_tru
         if entry is None or entry.start is None:
             continue
         s = entry.start
+        if cancelled is not None and cancelled(s, d):
+            continue
         q = oracle.failure(k_r, a, s, d)
         v = true_inst.value(s + d - true_inst.release) if k_r >= k_true else 0.0
         total += f * (1.0 - q) * (v - adm.menus[0].bundle(s, k_r, d))

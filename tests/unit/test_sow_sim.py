@@ -92,21 +92,14 @@ def utility_with_rule(
     oracle: H.ExactOracle, true_inst: sow.Instance, adm: sow.Admission, k_true: int
 ) -> float:
     """The reporter's expected TRUE utility when the rule runs on its REPORT (value, k, menu):
-    a cancelled outcome is worth 0; otherwise as ``sow_helpers.true_utility``."""
+    a cancelled outcome (fewer paying rounds than its duration) is worth 0; otherwise as
+    ``sow_helpers.true_utility``."""
     k_r = adm.instance.demands[0].concurrency
-    total = 0.0
-    for a, d, f in zip(
-        true_inst.arrivals, true_inst.durations, true_inst.probabilities, strict=True
-    ):
-        entry = adm.plan.lookup(adm.instance.key(a, d))
-        if entry is None or entry.start is None:
-            continue
-        s = entry.start
-        if paying_rounds(adm.instance, adm.menus[0], k_r, s, d) < d:
-            continue
-        v = true_inst.value(s + d - true_inst.release) if k_r >= k_true else 0.0
-        total += f * (1.0 - oracle.failure(k_r, a, s, d)) * (v - adm.menus[0].bundle(s, k_r, d))
-    return total
+
+    def cancelled(start: int, d: int) -> bool:
+        return paying_rounds(adm.instance, adm.menus[0], k_r, start, d) < d
+
+    return H.true_utility(oracle, true_inst, adm, k_true, cancelled)
 
 
 def plan_bounds_with_rule(
