@@ -477,25 +477,44 @@ def test_hadare_splits_remaining_steps_in_proportion_to_throughput() -> None:
     assert jp.rate == pytest.approx(6.0)
 
 
+def test_hadare_last_round_gives_the_slower_copies_to_another_job() -> None:
+    # Job 0 can finish this round on its fastest copy alone (3 × 350 ≥ 1049); job 1, with a
+    # million steps left, takes the other two nodes (paper 003: the fastest β nodes).
+    remaining = 3.0 * (L - RESTART) - 1.0
+    thr = np.array([[3.0, 2.0, 1.0], [3.0, 2.0, 1.0]])
+    inputs = make_inputs(thr, [1, 1], [remaining, 1e6], [0, 1, 2], [1, 1, 1], forkable=[True, True])
+    plan = plan_round(inputs, fork_jobs=True)
+    first, second = plan.job(0), plan.job(1)
+    assert first is not None and first.last_round
+    assert [k for k, _ in first.placement] == [0]
+    assert first.gangs[0].steps == pytest.approx(remaining)
+    assert second is not None and not second.last_round
+    assert [k for k, _ in second.placement] == [1, 2]
+
+
 @pytest.mark.parametrize(
-    ("remaining", "nodes"),
+    "remaining",
     [
-        (3.0 * (L - RESTART) - 1.0, [0]),  # the fastest copy alone finishes
-        (5.0 * (L - RESTART) - 1.0, [0, 1]),  # the two fastest
-        (6.0 * (L - RESTART) - 1.0, [0, 1, 2]),  # all three, just
+        3.0 * (L - RESTART) - 1.0,  # the fastest copy alone could finish
+        5.0 * (L - RESTART) - 1.0,  # the two fastest could
+        6.0 * (L - RESTART) - 1.0,  # only all three can, just
     ],
 )
-def test_hadare_last_round_keeps_only_the_fastest_copies(
-    remaining: float, nodes: list[int]
+def test_hadare_last_round_alone_keeps_every_copy_and_they_finish_together(
+    remaining: float,
 ) -> None:
+    # No other job wants the slower nodes, so dropping copies would only leave GPUs idle: every
+    # copy stays (all new, same restart) and the shares follow the rates 3 : 2 : 1, so each copy
+    # ends at RESTART + remaining / 6, within the round.
     plan = plan_round(forked_inputs(remaining), fork_jobs=True)
     jp = plan.job(0)
     assert jp is not None and jp.last_round
-    assert sorted(k for k, _ in jp.placement) == nodes
-    caps = [g.rate * (L - RESTART) for g in jp.gangs]
+    assert sorted(k for k, _ in jp.placement) == [0, 1, 2]
     assert sum(g.steps for g in jp.gangs) == pytest.approx(remaining)
-    for g, c in zip(jp.gangs, caps, strict=True):
-        assert g.steps <= c + 1e-9  # each kept copy finishes its share within the round
+    end = RESTART + remaining / 6.0
+    assert end <= L
+    for g in jp.gangs:
+        assert RESTART + g.steps / g.rate == pytest.approx(end)
 
 
 def test_hadare_never_forks_non_forkable_jobs_and_hadar_never_forks() -> None:

@@ -16,14 +16,21 @@ After Hadar has kept, moved and admitted jobs, HadarE puts the GPUs that are sti
    only orders them. Ties: lower node, then lower job. Non-forkable jobs are never copied.
 2. **Last round.** If the job's gangs can finish its remaining work this round
    (``Σ_c cap_c ≥ rem_j`` with ``cap_c = rate_c · (L − restart if not kept)``), only its fastest
-   gangs stay: the fewest, by ``cap_c`` descending (ties: kept first, lower node), whose caps cover
-   ``rem_j`` (the paper's "fastest β nodes"). The others are dropped and their GPUs refilled with
-   copies of other jobs; the job gets no more copies. Repeat until nothing is dropped.
-3. **Split.** A forked job's remaining steps are split across its gangs in proportion to
-   ``cap_c``, i.e. to their throughput over the usable part of the round, so the shares sum to
-   ``rem_j`` and, in the last round, every kept gang finishes its share within the round.
-   Example: gangs at 3 and 1 steps/s, both kept, 800 steps left, ``L = 360``: caps 1080 and 360
-   cover 800, so only the fast gang stays (1080 ≥ 800) and gets all 800 steps.
+   gangs are sure to stay: the fewest, by ``cap_c`` descending (ties: kept first, lower node),
+   whose caps cover ``rem_j`` (the paper's "fastest β nodes"). The others are dropped and their
+   GPUs refilled with copies of other jobs; the job gets no more copies. Repeat until nothing is
+   dropped. **End game** (:func:`restore`, a deviation from the paper): a dropped gang whose node
+   no other job took goes back to its job (kept gangs first), so no GPU idles while the job is
+   not done; the paper's rule would finish the job later and leave those GPUs idle.
+3. **Split.** A forked job's remaining steps are split so that all its gangs finish together
+   (:mod:`~walras.allocator.hadar.endgame`: gang ``c`` works from ``s_c`` = 0 if kept, the
+   restart if new, and gets ``rate_c · max(0, T − s_c)``, with ``T`` the job's earliest finish).
+   The shares sum to ``rem_j``; in the last round every gang finishes its share at ``T ≤ L``; when
+   every gang starts together they are in proportion to the rates.
+   Example: gangs at 3 and 1 steps/s, both kept, 800 steps left, ``L = 360``, and a second job
+   that can use the slower node: caps 1080 and 360 cover 800, so only the fast gang stays
+   (1080 ≥ 800) and gets all 800 steps. With no such job both stay and get 600 and 200 steps
+   (``T = 200 s``).
 
 The copies' progress adds up; the job is done when the sum reaches its total work (the caller's
 tracker, e.g. the simulator, sums it).
@@ -37,6 +44,7 @@ import numpy as np
 import numpy.typing as npt
 
 from walras.allocator.hadar.admission import Market
+from walras.allocator.hadar.endgame import finish_together
 from walras.allocator.hadar.inputs import HadarInputs
 from walras.allocator.hadar.prices import job_utility
 
@@ -80,22 +88,59 @@ def fork(
     gangs: dict[int, list[GangState]],
     free: IntArray,
     market: Market,
+    dropped: dict[int, list[GangState]] | None = None,
 ) -> set[int]:
-    """Fill and trim (steps 1–2) in place; returns the jobs in their last round."""
+    """Fill and trim (steps 1–2) in place; returns the jobs in their last round.
+
+    ``dropped`` collects the gangs the trim took from each job (for :func:`restore`)."""
     last: set[int] = set()
     while True:
         _fill(inputs, jobs, gangs, free, market, last)
-        if not _trim(inputs, jobs, gangs, free, last):
+        if not _trim(inputs, jobs, gangs, free, last, {} if dropped is None else dropped):
             return last
 
 
+def restore(
+    inputs: HadarInputs,
+    dropped: dict[int, list[GangState]],
+    gangs: dict[int, list[GangState]],
+    free: IntArray,
+) -> None:
+    """Step 2, end: a dropped gang whose node no other job took goes back to its job, if it still
+    gets work under the equal-finish split (a new copy only if the job runs past its restart).
+
+    Order: jobs ascending; a job's gangs kept first, then fastest, then lower node."""
+    for j in sorted(dropped):
+        mine = gangs.setdefault(j, [])
+        for g in sorted(dropped[j], key=lambda g: (not g.kept, -g.rate, g.nodes)):
+            if any(free[k] < pods for k, pods in g.nodes):
+                continue
+            if {k for k, _ in g.nodes} & {k for h in mine for k, _ in h.nodes}:
+                continue
+            if mine:
+                finish, _ = finish_together(
+                    [h.rate for h in mine], [_start(inputs, h) for h in mine], inputs.remaining[j]
+                )
+                if finish <= _start(inputs, g):
+                    continue
+            mine.append(g)
+            for k, pods in g.nodes:
+                free[k] -= pods
+
+
 def split_steps(inputs: HadarInputs, job: int, gangs: list[GangState]) -> list[float]:
-    """Step 3: the job's remaining work split in proportion to each gang's capacity this round."""
-    caps = np.array([g.rate * usable_seconds(inputs, g.kept) for g in gangs])
+    """Step 3: the job's remaining work split so that its gangs finish together
+    (:func:`~walras.allocator.hadar.endgame.finish_together`)."""
     rem = float(inputs.remaining[job])
-    if len(gangs) == 1 or caps.sum() <= 0:
+    if len(gangs) == 1 or not any(g.rate > 0 for g in gangs):
         return [rem] + [0.0] * (len(gangs) - 1)
-    return [float(x) for x in rem * caps / caps.sum()]
+    _, steps = finish_together([g.rate for g in gangs], [_start(inputs, g) for g in gangs], rem)
+    return [float(x) for x in steps]
+
+
+def _start(inputs: HadarInputs, gang: GangState) -> float:
+    """Seconds into the round at which ``gang`` starts working (its restart if placed afresh)."""
+    return inputs.round_seconds - usable_seconds(inputs, gang.kept)
 
 
 def _fill(
@@ -159,6 +204,7 @@ def _trim(
     gangs: dict[int, list[GangState]],
     free: IntArray,
     last: set[int],
+    dropped_gangs: dict[int, list[GangState]],
 ) -> bool:
     dropped = False
     for j in (int(x) for x in jobs):
@@ -179,6 +225,7 @@ def _trim(
             if covered >= rem:
                 break
         for c in order[len(keep) :]:
+            dropped_gangs.setdefault(j, []).append(mine[c])
             for k, pods in mine[c].nodes:
                 free[k] += pods
             dropped = True

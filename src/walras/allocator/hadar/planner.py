@@ -69,6 +69,7 @@ from walras.allocator.hadar.forking import (
     fork,
     pooled,
     projected_utility,
+    restore,
     split_steps,
 )
 from walras.allocator.hadar.horizon import Horizon, apply_horizon
@@ -165,10 +166,13 @@ def plan_round(
         # type: a node no job's support covers would otherwise idle (the LP plans fractions, not
         # whole nodes).
         jobs = np.flatnonzero(forked_mode)
-        last = fork(inputs, jobs, gangs, free, market)
+        dropped: dict[int, list[GangState]] = {}
+        last = fork(inputs, jobs, gangs, free, market, dropped)
         if given is not inputs:
-            last |= fork(given, jobs, gangs, free, market)
+            last |= fork(given, jobs, gangs, free, market, dropped)
         inputs = given
+        # End game: GPUs that no other job took go back to the jobs in their last round.
+        restore(inputs, dropped, gangs, free)
 
     plans = [
         _job_plan(inputs, j, gangs[j], bool(forked_mode[j]), j in last, j in filled)

@@ -19,8 +19,8 @@ class Gang:
         nodes: ``(node, pods)`` pairs sorted by node; pods sum to the job's ``replicas``.
         rate: work units per second of this gang (its slowest member's rate).
         steps: work units assigned to this gang this round. A job that is not forked gets all of
-            its remaining work; a forked job's remaining work is split across its gangs in
-            proportion to what each can do this round (``rate × (L − restart if not kept)``).
+            its remaining work; a forked job's remaining work is split across its gangs so that
+            they finish together (:mod:`~walras.allocator.hadar.endgame`).
         kept: the job already has exactly these pods on these nodes (no restart).
     """
 
@@ -45,7 +45,8 @@ class JobPlan:
         kept: the whole placement equals the job's current one (no pod is restarted).
         moved: the job was running and its placement changed.
         forked: the job runs more than one gang (HadarE only).
-        last_round: HadarE found the job can finish this round and kept only its fastest gangs.
+        last_round: HadarE found the job can finish this round on its fastest gangs; its other
+            gangs went to other jobs, or stayed where no other job took their GPUs.
         backfilled: admitted by the opt-in ``backfill`` step at a payoff ≤ 0 (GPUs left idle
             otherwise), not by the primal-dual rule.
     """
