@@ -22,6 +22,15 @@ model that ``walras simulate`` reproduces.
 
 A restarted operator calls :meth:`History.from_status` and continues the schedule. The round loop
 calls :meth:`History.advance` at every round.
+
+**Where it persists.** The operator keeps the authoritative copy in compressed ConfigMaps, many
+jobs per write (``walras.operator.history_store``), as :meth:`History.record`: the same values in a
+compact form (times as epoch seconds). A record is rewritten only when the job's running state
+(group, start, productive start, rate) changes, since between such changes the formulas above
+extrapolate it exactly. ``status_fields`` is still written into a job's status, but only along
+with a status patch that a user-visible change causes (never a write of its own); a record and a
+status both carry ``accountedAt``, and the later one wins on restart (an upgraded operator whose
+ConfigMap does not exist yet continues from the statuses).
 """
 
 from __future__ import annotations
@@ -152,6 +161,63 @@ class History:
                 model.format_time(self.productive_from) if self.productive_from is not None else ""
             ),
         }
+
+
+def _time_or_none(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _record_rate(rate: float) -> float:
+    """Three significant digits: a rate that only wobbles does not rewrite the record."""
+    return float(f"{rate:.3g}") if rate else 0.0
+
+
+def anchor(hist: History) -> tuple[str, float | None, float | None, float]:
+    """What must change for the persisted record to go stale (see the module docstring)."""
+    return (
+        hist.running_group,
+        hist.running_since,
+        hist.productive_from,
+        _record_rate(hist.running_rate),
+    )
+
+
+def record(hist: History) -> dict[str, Any]:
+    """The compact persisted form (``walras.operator.history_store``), times in epoch seconds."""
+    out: dict[str, Any] = {
+        "r": {k: round(v, 3) for k, v in sorted(hist.received.items())},
+        "e": round(hist.elapsed, 3),
+        "w": round(hist.work_done, 6),
+    }
+    if hist.running_group:
+        out["g"] = hist.running_group
+    for key, value in (
+        ("s", hist.running_since),
+        ("a", hist.accounted_at),
+        ("p", hist.productive_from),
+    ):
+        if value is not None:
+            out[key] = round(value, 3)
+    return out
+
+
+def from_record(raw: Mapping[str, Any], rate: float = 0.0) -> History:
+    """Rebuild from :func:`record` (``rate``: the throughput of its running group).
+
+    Raises ``ValueError`` or ``TypeError`` on a malformed record (the caller skips it).
+    """
+    received = {str(k): float(v) for k, v in dict(raw.get("r") or {}).items()}
+    group = str(raw.get("g") or "")
+    return History(
+        received=received,
+        elapsed=float(raw.get("e") or 0.0),
+        work_done=float(raw.get("w") or 0.0),
+        running_group=group,
+        running_rate=rate if group else 0.0,
+        running_since=_time_or_none(raw.get("s")),
+        accounted_at=_time_or_none(raw.get("a")),
+        productive_from=_time_or_none(raw.get("p")),
+    )
 
 
 def realised_share(status: Mapping[str, Any], now: float) -> dict[str, float]:

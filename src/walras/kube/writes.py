@@ -255,6 +255,38 @@ class Api:
     async def patch_pool_status(self, name: str, status: Mapping[str, Any]) -> Result:
         return await self.patch_status(crd.POOL_PLURAL, name, status)
 
+    # ------------------------------------------------------------------ configmaps
+
+    async def put_configmap(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        labels: Mapping[str, str],
+        binary_data: Mapping[str, str],
+    ) -> Result:
+        """Create or overwrite the keys ``binary_data`` (base64 strings) of a ConfigMap.
+
+        A merge patch first (the common case: it exists), a create when it is missing. The
+        schedule history (``walras.operator.history_store``) is its only user.
+        """
+        path = f"/api/v1/namespaces/{quote(namespace)}/configmaps"
+        meta = {"name": name, "namespace": namespace, "labels": dict(labels)}
+        patch = {"metadata": {"labels": dict(labels)}, "binaryData": dict(binary_data)}
+        item = f"{path}/{quote(name)}"
+        result = await self._run(
+            self._request, "PATCH", item, patch, content_type="application/merge-patch+json"
+        )
+        if result.outcome != Outcome.GONE:
+            return result
+        body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, **patch}
+        result = await self._run(self._request, "POST", path, body)
+        if result.outcome == Outcome.EXISTS:  # created meanwhile: overwrite it
+            result = await self._run(
+                self._request, "PATCH", item, patch, content_type="application/merge-patch+json"
+            )
+        return result
+
     # ------------------------------------------------------------------ events
 
     async def post_event(
@@ -336,12 +368,8 @@ def _retry_after(resp: Any) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
-def list_keys(api_client: Any, path: str, *, label_selector: str = "") -> set[tuple[str, str]]:
-    """(namespace, name) of every object under a collection path (one LIST, at start-up only).
-
-    The operator compares it with what its watches delivered to know when its indexes hold the
-    whole cluster (see ``walras.operator.handlers.Readiness``).
-    """
+def list_objects(api_client: Any, path: str, *, label_selector: str = "") -> list[dict[str, Any]]:
+    """Every object under a collection path (one LIST; start-up and Lease take-over only)."""
     query = [("labelSelector", label_selector)] if label_selector else []
     _method, url, headers, data, post = api_client.param_serialize(
         method="GET",
@@ -355,12 +383,21 @@ def list_keys(api_client: Any, path: str, *, label_selector: str = "") -> set[tu
     )
     resp.read()
     if int(resp.status) == 404:
-        return set()  # e.g. the CRD is not installed yet
+        return []  # e.g. the CRD is not installed yet
     if not 200 <= int(resp.status) < 300:
         raise RuntimeError(f"LIST {path}: HTTP {resp.status}: {_message(resp.data)}")
     items = _decode(resp.data).get("items") or []
+    return [item for item in items if isinstance(item, dict)]
+
+
+def list_keys(api_client: Any, path: str, *, label_selector: str = "") -> set[tuple[str, str]]:
+    """(namespace, name) of every object under a collection path (one LIST, at start-up only).
+
+    The operator compares it with what its watches delivered to know when its indexes hold the
+    whole cluster (see ``walras.operator.handlers.Readiness``).
+    """
     out: set[tuple[str, str]] = set()
-    for item in items:
+    for item in list_objects(api_client, path, label_selector=label_selector):
         meta = item.get("metadata") or {}
         out.add((str(meta.get("namespace") or ""), str(meta.get("name") or "")))
     return out

@@ -42,9 +42,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from walras.core import conditions as cond
-from walras.core import crd, cycle, filters, model, policies, realise, snapshot
+from walras.core import crd, cycle, filters, history, model, policies, realise, snapshot
 from walras.kube import writes as kubeapi
-from walras.operator import health, metrics, sow, status, throughputs
+from walras.operator import health, history_store, metrics, sow, status, throughputs
 
 logger = logging.getLogger("walras.operator.loop")
 
@@ -94,6 +94,7 @@ class RoundReport:
     binds: int = 0
     deletes: int = 0
     status_patches: int = 0
+    history_writes: int = 0  # ConfigMap shards of the schedule history (history_store)
     events: int = 0
     errors: int = 0
     iterations: int = 0
@@ -236,6 +237,10 @@ class RoundLoop:
         # The first round after start-up or after winning the Lease rewrites every status: the
         # new leader takes over the persisted history and stamps its own round number.
         self._refresh_all = True
+        # Schedule histories persisted many jobs per write (walras.operator.history_store);
+        # records loaded at start-up or Lease take-over wait here until their job is planned.
+        self.history_store = history_store.HistoryStore()
+        self._restored: dict[str, dict[str, Any]] = {}
         # Statements of work (walras.operator.sow): their ledger, rebuilt from their statuses.
         self.sow = sow.SowRunner(api, config.round_seconds, self.poke)
 
@@ -281,7 +286,9 @@ class RoundLoop:
                 continue
             if self._refresh_all:
                 # Just started or just won the Lease: the previous leader may have used rounds
-                # above ours meanwhile; stay above them so no pod name is ever reused.
+                # above ours meanwhile; stay above them so no pod name is ever reused. Its
+                # persisted histories replace ours.
+                await self._restore_histories()
                 self.round_no = max(self.round_no, self._initial_round())
             full_due = loop.time() >= next_full
             if self._poked and not full_due:
@@ -338,6 +345,7 @@ class RoundLoop:
     async def _round(self, report: RoundReport, incremental: bool, t0: float) -> None:
         now = self.config.clock()
         snap = self._prepare(self.store.freeze(now), now)
+        self._adopt_restored(snap)
         snap = self.throughputs.prepare(snap, now)  # reported progress, effective throughputs
         self.throughputs.observe_metrics()
         # Capacity committed to SoW launch plans is reserved first; the policy plans the rest.
@@ -369,6 +377,7 @@ class RoundLoop:
         t4 = time.perf_counter()
         await self._statuses(planned, report)
         report.status_s = time.perf_counter() - t4
+        await self._save_histories(planned, report)
         report.writes = time.perf_counter() - t3
 
     # ------------------------------------------------------------------ before the plan
@@ -760,8 +769,10 @@ class RoundLoop:
             if extra_conditions:
                 core = {**core, "conditions": [*core["conditions"], *extra_conditions]}
             extra = self.throughputs.status_fields(job, core)
+            # Only what a user sees triggers a patch; the history goes to its ConfigMaps (and
+            # rides along here only when a patch is made anyway).
             if (
-                not (force or refresh)
+                not force
                 and not status.changed(core, old)
                 and not self.throughputs.changed(job, extra)
             ):
@@ -794,7 +805,7 @@ class RoundLoop:
                     job, job.tenant, "spec.template", held.reason, held.message
                 )
                 pending_reasons[held.reason] = pending_reasons.get(held.reason, 0) + 1
-                add(job, core, force=True)
+                add(job, core, force=False)
                 events.append(
                     (
                         job,
@@ -916,6 +927,75 @@ class RoundLoop:
         metrics.PENDING_JOBS.clear()
         for reason, count in pending_reasons.items():
             metrics.PENDING_JOBS.labels(reason=reason).set(count)
+
+    # ------------------------------------------------------------------ history
+
+    async def _restore_histories(self) -> None:
+        """Load the persisted histories (one LIST); they replace what this process had."""
+        client = getattr(self.api, "client", None)
+        if not hasattr(self.api, "put_configmap") or client is None:
+            return  # a stand-in API without ConfigMaps: histories come from the statuses
+        try:
+            loaded = await asyncio.to_thread(history_store.load, client)
+        except Exception as exc:  # not fatal: the statuses carry the pre-ConfigMap history
+            logger.warning("schedule history not loaded (%s); continuing from job statuses", exc)
+            return
+        self.history_store.adopt(loaded)
+        self._restored = loaded.records
+        self.state.histories.clear()
+
+    def _adopt_restored(self, snap: snapshot.Snapshot) -> None:
+        """A loaded record becomes the job's history unless its status is more recent (a job
+        status written after the record's accounting, e.g. by an operator without ConfigMaps)."""
+        if not self._restored:
+            return
+        for job in snap.jobs:
+            raw = self._restored.pop(job.uid, None)
+            if raw is None or job.uid in self.state.histories:
+                continue
+            try:
+                hist = history.from_record(raw)
+            except (TypeError, ValueError):
+                continue
+            from_status = model.parse_time(job.status.get("accountedAt"))
+            if from_status is not None and (
+                hist.accounted_at is None or from_status > hist.accounted_at + 1e-3
+            ):
+                continue  # the cycle rebuilds it from the status
+            if hist.running_group:
+                hist.running_rate = cycle.rate(job, hist.running_group, snap)
+            self.state.histories[job.uid] = hist
+        # Held-out jobs (defects) are adopted once they are planned again.
+        waiting = {d.uid for d in snap.defects}
+        self._restored = {u: r for u, r in self._restored.items() if u in waiting}
+
+    async def _save_histories(self, planned: cycle.CyclePlan, report: RoundReport) -> None:
+        """Persist the histories whose running state changed (writes proportional to change)."""
+        if (
+            not hasattr(self.api, "put_configmap")
+            or not self.is_leader()
+            or self.history_store.forbidden
+        ):
+            return
+        snap = planned.snapshot
+        live: dict[str, set[str]] = {}
+        for key, uid in [
+            *((j.key, j.uid) for j in snap.jobs),
+            *((d.key, d.uid) for d in snap.defects),
+        ]:
+            live.setdefault(key[0], set()).add(uid)
+        by_key = {j.key: j for j in planned.active}
+        self.history_store.update(
+            (
+                (by_key[key].namespace, by_key[key].uid, hist)
+                for key, hist in sorted(planned.histories.items())
+                if key in by_key
+            ),
+            live,
+        )
+        written, errors = await self.history_store.flush(self.api, self.round_no)
+        report.history_writes = written
+        report.errors += errors
 
     # ------------------------------------------------------------------ metrics
 
