@@ -198,6 +198,7 @@ def plan(
             round_no,
             incremental=incremental,
             hold=hold_s,
+            restart_s=restart_s,  # priced against the gain of a switch (core.switching)
             # A policy that guarantees work conservation (PS-DSF, Theorem 2) always gets it.
             backfill=backfill or bool(getattr(policy, "work_conserving", False)),
         )

@@ -37,7 +37,7 @@ import numpy as np
 import numpy.typing as npt
 
 from walras.allocator import rounds
-from walras.core import crd, filters, history, model, pod_env, policies, snapshot
+from walras.core import crd, filters, history, model, pod_env, policies, snapshot, switching
 from walras.core.policies.eligibility import Capacity
 
 
@@ -193,11 +193,14 @@ def realise(
     incremental: bool = False,
     hold: float = 0.0,
     backfill: bool = False,
+    restart_s: float = 0.0,
 ) -> Realisation:
     """Plan this round and diff it against the existing pods (see the module docstring).
 
     ``hold``: seconds of credit a running gang gets on its current group (``plan_round``'s
     ``hold``): it is served in blocks instead of alternating between groups every round.
+    ``restart_s``: a restart's cost; when positive the plan visits pairs by deficit and running
+    gangs get a credit priced from it (``walras.core.switching``), on top of ``hold``.
     ``backfill``: GPUs no positive target could use go to waiting jobs that run on that group's
     GPU type (``plan_round``'s ``backfill``; the filters below still apply).
     """
@@ -238,6 +241,7 @@ def realise(
     for fixed in frozen:
         plan_current[fixed.job] = 0
     if J and K:
+        how = switching.switching(restart_s, hold)
         plan = rounds.plan_round(
             targets=np.clip(targets, 0.0, None),
             received=received,
@@ -247,8 +251,10 @@ def realise(
             node_group=sol.node_group,
             node_free=node_free,
             current=plan_current if plan_current.any() else None,
-            hold=hold,
+            hold=how.hold,
             backfill=_backfill_mask(sol, view, frozen) if backfill else None,
+            order=how.order,
+            hold_fit=how.hold_fit,
         )
         placements = {p.job: p for p in (*plan.placements, *frozen)}
         unplaced: Sequence[int] = plan.unplaced

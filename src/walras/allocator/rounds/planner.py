@@ -51,6 +51,8 @@ def plan_round(
     current: object | None = None,
     hold: float = 0.0,
     backfill: object | None = None,
+    order: str = "gavel",
+    hold_fit: float | None = None,
 ) -> RoundPlan:
     """Choose this round's gang placements from fractional targets and the rounds history.
 
@@ -72,6 +74,14 @@ def plan_round(
         backfill: ``(J, G)`` bool, where each job *could* run; GPUs left free after every
             positive-target pair was tried go to unplaced jobs that can use them (work
             conservation beyond the targets). ``None``: only positive targets are placed.
+        order: ``"gavel"`` visits pairs by Gavel's priority ``targets * elapsed / received``;
+            ``"deficit"`` by the deficit ``targets * elapsed - received`` (seconds owed, plus
+            ``hold`` on a running gang's own pair), so a running gang switches only when a deficit
+            elsewhere exceeds its own by ``hold`` (blocks; ``walras.core.switching`` derives the
+            credit from the restart cost). Ties as in the package docstring.
+        hold_fit: the credit used instead of ``hold`` when every job with a positive target fits
+            in the free GPUs at once (not oversubscribed: only *where* jobs run is at stake).
+            ``None``: ``hold`` always.
 
     Returns:
         The placements (sorted by job) and the jobs with a positive target left unplaced.
@@ -88,18 +98,31 @@ def plan_round(
     e_pair = p.elapsed[jj]
     if hold < 0 or not np.isfinite(hold):
         raise InvalidProblem(f"hold must be a finite number >= 0, got {hold}", field="hold")
+    if hold_fit is not None:
+        if hold_fit < 0 or not np.isfinite(hold_fit):
+            raise InvalidProblem(
+                f"hold_fit must be a finite number >= 0, got {hold_fit}", field="hold_fit"
+            )
+        wanted_gpus = int((p.replicas * p.gpus_per_pod)[np.unique(jj)].sum())
+        if wanted_gpus <= int(p.node_free.sum()):
+            hold = hold_fit  # every job can run at once: only *where* is at stake
     if hold > 0 and p.current is not None:
         # Only a job that can be kept where it is (whole gang, one group) earns the credit.
         running = _current_placements(p)[0]
         on_own = np.array([running[j] == g for j, g in zip(jj.tolist(), gg.tolist(), strict=True)])
         if on_own.size:
             r_pair = np.where(on_own, np.maximum(r_pair - hold, 0.0), r_pair)
-    prio = _priority(t_pair, e_pair, r_pair)
     deficit = t_pair * e_pair - r_pair
+    if order == "deficit":
+        prio = deficit
+    elif order == "gavel":
+        prio = _priority(t_pair, e_pair, r_pair)
+    else:
+        raise InvalidProblem(f"order must be 'gavel' or 'deficit', got {order!r}", field="order")
     # np.lexsort sorts by the last key first.
-    order = np.lexsort((gg, jj, -t_pair, -deficit, -prio))
-    pair_jobs: list[int] = jj[order].tolist()
-    pair_groups: list[int] = gg[order].tolist()
+    visit = np.lexsort((gg, jj, -t_pair, -deficit, -prio))
+    pair_jobs: list[int] = jj[visit].tolist()
+    pair_groups: list[int] = gg[visit].tolist()
 
     # Per-group working copies: a group's nodes in ascending order, their free and reserved GPUs.
     by_group = np.argsort(p.node_group, kind="stable")
