@@ -58,7 +58,7 @@ class Policy(Protocol):
 class GavelPolicy:
     """One of Gavel's policies (:data:`GAVEL_POLICIES`) from :mod:`walras.allocator.gavel`."""
 
-    def __init__(self, name: str, *, seed: int = 0) -> None:
+    def __init__(self, name: str, *, seed: int = 0, lp_solver: str = "highs") -> None:
         if name not in GAVEL_POLICIES:
             raise SimInputError(
                 f"--policy: unknown policy {name!r} (Gavel's: {', '.join(GAVEL_POLICIES)})"
@@ -68,6 +68,12 @@ class GavelPolicy:
         self.name = name
         self._gavel = gavel
         self._policy = gavel.make_policy(name, seed=seed)
+        self._ecos: Policy | None = None
+        if lp_solver != "highs":
+            # Opt-in: Gavel's own solver, cvxpy + ECOS (walras.sim.ecos_lp; extra walras[ecos]).
+            from walras.sim import ecos_lp
+
+            self._ecos = ecos_lp.for_policy(name, lp_solver)
 
     @property
     def heterogeneity_aware(self) -> bool:
@@ -80,6 +86,8 @@ class GavelPolicy:
         return self.name.startswith("fifo")
 
     def allocate(self, view: PolicyView) -> FloatArray:
+        if self._ecos is not None:
+            return self._ecos.allocate(view)
         inputs = self._gavel.GavelInputs(
             throughputs=view.throughputs,
             scale_factors=view.scale_factors,
