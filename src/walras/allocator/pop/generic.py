@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
@@ -32,7 +33,7 @@ import numpy as np
 from walras.allocator.errors import InvalidProblem
 from walras.allocator.pop.clients import merge_virtual
 from walras.allocator.pop.partition import IntArray, check_k
-from walras.allocator.pop.plan import Balance, make_plan
+from walras.allocator.pop.plan import Balance, Plan, make_plan
 from walras.allocator.pop.results import (
     PopAllocation,
     ShardReport,
@@ -49,13 +50,73 @@ ShardSolver = Callable[[Any], Any]
 """``shard problem → (rows, T) allocation`` or ``(allocation, certificate)``."""
 
 
-def _solve(shared: tuple[tuple[Any, ...], ShardSolver], s: int) -> tuple[FloatArray, float]:
+def _solve(shared: tuple[tuple[Any, ...], ShardSolver], s: int) -> Any:
     problems, solver = shared
-    out = solver(problems[s])
+    return solver(problems[s])
+
+
+def _as_allocation(out: Any) -> tuple[FloatArray, float]:
+    """A row-wise solver's answer as ``(allocation, certificate)`` (``nan``: none given)."""
     if isinstance(out, tuple):
         x, cert = out
         return np.asarray(x, dtype=np.float64), float(cert)
     return np.asarray(out, dtype=np.float64), float("nan")
+
+
+@dataclass(frozen=True, eq=False)
+class ShardOutputs:
+    """What :func:`solve_shards` returns: the plan, each shard's raw answer (``None`` for a shard
+    without clients) with the wall/CPU seconds it took where it ran, and the workers used."""
+
+    plan: Plan
+    outputs: tuple[Any, ...]
+    wall_s: tuple[float, ...]
+    cpu_s: tuple[float, ...]
+    workers: int
+
+
+def solve_shards(
+    uids: Sequence[str],
+    capacity: Any,
+    k: int,
+    make_shard: Callable[[IntArray, FloatArray, FloatArray], S],
+    solve_shard: Callable[[S], Any],
+    *,
+    sizes: Any = None,
+    client_split: float = 0.0,
+    balance: Balance = "equal",
+    integral: bool | None = None,
+    workers: int | None = None,
+) -> ShardOutputs:
+    """The partition and solve steps of POP, for any policy; merging is the caller's.
+
+    :func:`solve_rows` merges ``(rows, T)`` answers row by row; a policy whose answer is not one
+    row per client (space sharing's job pairs, ``pop.packed_pop``) merges its own. Arguments as
+    in :func:`solve_rows`; ``solve_shard`` may return anything picklable.
+    """
+    k = check_k(k)
+    plan = make_plan(
+        uids, capacity, k, sizes=sizes, client_split=client_split, balance=balance,
+        integral=integral,
+    )  # fmt: skip
+    owner = plan.clients.owner
+    live = [s for s in range(k) if len(plan.members[s])]
+    problems: list[Any] = [None] * k
+    for s in live:
+        rows = plan.members[s]
+        problems[s] = make_shard(owner[rows], plan.clients.fraction[rows], plan.capacity[s])
+    with Runner((tuple(problems), solve_shard), len(live), workers) as runner:
+        got = runner.map(_solve, live)
+        used = runner.workers
+    by_shard = dict(zip(live, got, strict=True))
+    timed = [by_shard.get(s) for s in range(k)]
+    return ShardOutputs(
+        plan=plan,
+        outputs=tuple(None if t is None else t.value for t in timed),
+        wall_s=tuple(0.0 if t is None else t.wall_s for t in timed),
+        cpu_s=tuple(0.0 if t is None else t.cpu_s for t in timed),
+        workers=used,
+    )
 
 
 def solve_rows(
@@ -87,29 +148,20 @@ def solve_rows(
         client_split, balance, integral: see ``pop.plan.make_plan``.
     """
     wall0, cpu0 = time.perf_counter(), time.process_time()
-    k = check_k(k)
     n = len(uids)
-    plan = make_plan(
-        uids, capacity, k, sizes=sizes, client_split=client_split, balance=balance,
-        integral=integral,
+    done = solve_shards(
+        uids, capacity, k, make_shard, solve_shard, sizes=sizes, client_split=client_split,
+        balance=balance, integral=integral, workers=workers,
     )  # fmt: skip
-    owner = plan.clients.owner
-    live = [s for s in range(k) if len(plan.members[s])]
-    problems: list[Any] = [None] * k
-    for s in live:
-        rows = plan.members[s]
-        problems[s] = make_shard(owner[rows], plan.clients.fraction[rows], plan.capacity[s])
-    with Runner((tuple(problems), solve_shard), len(live), workers) as runner:
-        got = runner.map(_solve, live)
-        used = runner.workers
+    plan = done.plan
     X: FloatArray | None = None
     reports = []
-    by_shard = dict(zip(live, got, strict=True))
-    for s in range(k):
+    for s in range(plan.k):
         rows = plan.members[s]
-        t = by_shard.get(s)
-        if t is not None:
-            x = t.value[0]
+        out = done.outputs[s]
+        cert = float("nan")
+        if out is not None:
+            x, cert = _as_allocation(out)
             if x.shape[0] != len(rows):
                 raise InvalidProblem(
                     f"shard {s}: the policy returned {x.shape[0]} rows for {len(rows)} clients",
@@ -123,16 +175,16 @@ def solve_rows(
                 index=s,
                 rows=len(rows),
                 capacity=frozen(plan.capacity[s]),
-                wall_s=0.0 if t is None else t.wall_s,
-                cpu_s=0.0 if t is None else t.cpu_s,
-                certificate=float("nan") if t is None else t.value[1],
-                solves=0 if t is None else 1,
+                wall_s=done.wall_s[s],
+                cpu_s=done.cpu_s[s],
+                certificate=cert,
+                solves=0 if out is None else 1,
             )
         )
     if X is None:  # pragma: no cover - make_plan rejects n = 0
         raise InvalidProblem("no shard has clients", field="uids")
     merged = merge_virtual(plan.clients, X, n, weighted=True)
-    run = sharded_run(plan, reports, used, wall0, cpu0)
+    run = sharded_run(plan, reports, done.workers, wall0, cpu0)
     return PopAllocation(allocation=frozen(merged), run=run)
 
 
