@@ -102,6 +102,13 @@ def simulate_command(
             help="walras: measured and estimated throughputs replace declared/missing ones.",
         ),
     ] = True,
+    lp_solver: Annotated[
+        str,
+        typer.Option(
+            help="gavel: LP solver of Gavel's LP policies, highs or ecos (Gavel's own; "
+            "extra walras[ecos])."
+        ),
+    ] = "highs",
     round_seconds: Annotated[float, typer.Option(help="Round length (s).")] = 360.0,
     restart_seconds: Annotated[
         float, typer.Option(help="Seconds a job loses in a round when its GPUs change.")
@@ -173,6 +180,7 @@ def simulate_command(
             throughput_noise=throughput_noise,
             hide_fraction=hide_fraction,
             estimate=estimate,
+            lp_solver=lp_solver,
             round_seconds=round_seconds,
             restart_seconds=restart_seconds,
             seed=seed,
@@ -240,14 +248,17 @@ def _run(trace: pathlib.Path, *, progress: bool, **kw: Any) -> Any:
         throughput_noise=kw["throughput_noise"],
         hide_fraction=kw["hide_fraction"],
         estimate=kw["estimate"],
+        lp_solver=kw["lp_solver"],
     )
     if kw["semantics"] != "walras" and (kw["throughput_noise"] or kw["hide_fraction"]):
         raise SimInputError("--throughput-noise and --hide-fraction need --semantics walras")
+    if kw["semantics"] == "walras" and kw["lp_solver"] != "highs":
+        raise SimInputError("--lp-solver applies to Gavel's policies: it needs --semantics gavel")
     try:
         if kw["semantics"] == "walras":
             policy: Any = _core_policy(kw["policy"])
         else:
-            policy = GavelPolicy(kw["policy"], seed=kw["seed"])
+            policy = GavelPolicy(kw["policy"], seed=kw["seed"], lp_solver=kw["lp_solver"])
         with _Progress(enabled=progress) as bar:
             return engine.run(workload, built, policy, config, bar.update)
     except InvalidProblem as exc:

@@ -9,12 +9,17 @@ SEMANTICS = ("gavel", "walras")
 """Round mechanics: ``gavel`` (Gavel's simulator, rebuilt) and ``walras`` (the operator's own
 scheduling core, ``walras.core.cycle.plan``, on a simulated clock and cluster)."""
 
+LP_SOLVERS = ("highs", "ecos")
+"""``--lp-solver`` for Gavel's LP policies: ``highs`` (default, :mod:`walras.allocator.gavel`) or
+``ecos`` (Gavel's own solver, cvxpy + ECOS, extra ``walras[ecos]``; :mod:`walras.sim.ecos_lp`)."""
+
 
 @dataclass(frozen=True, slots=True)
 class SimConfig:
     """``round_s``: round length; ``restart_s``: seconds a (re)started job loses in its round;
     ``min_reset_interval_s``: Gavel's ``minimum_time_between_allocation_resets``; ``window``:
-    job ids ``[a, b)`` whose mean JCT is reported separately (Gavel's ``-s a -e b``). The last six
+    job ids ``[a, b)`` whose mean JCT is reported separately (Gavel's ``-s a -e b``);
+    ``lp_solver``: one of :data:`LP_SOLVERS`, for Gavel's LP policies. The last six
     fields configure ``--semantics walras`` (see ``docs/policies.md``)."""
 
     round_s: float = 360.0
@@ -23,6 +28,7 @@ class SimConfig:
     window: tuple[int, int] | None = None
     semantics: str = "gavel"
     min_reset_interval_s: float = 1920.0
+    lp_solver: str = "highs"
     # --semantics walras only (walras.core.cycle.CycleOptions and walras.core.policies options):
     weighting: str = "none"
     weighting_exponent: float = -0.5

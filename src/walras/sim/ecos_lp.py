@@ -37,11 +37,9 @@ from typing import Any
 
 import numpy as np
 
+from walras.sim.config import LP_SOLVERS
 from walras.sim.errors import SimInputError
 from walras.sim.policies import FloatArray, PolicyView
-
-LP_SOLVERS = ("highs", "ecos")
-"""``--lp-solver`` choices: ``highs`` (default, :mod:`walras.allocator.gavel`) and ``ecos``."""
 
 ECOS_POLICIES = (
     "max_min_fairness_perf",
