@@ -5,9 +5,15 @@ their writes: create pod, bind it through the ``pods/binding`` subresource, dele
 the status of Walras objects (FungibleJob, ResourcePool, StatementOfWork), post Events on them.
 Reads never come here: the watch handlers keep the indexes.
 
-Requests go through the ``kubernetes`` client's REST layer (its authentication, TLS and connection
-pool) with plain dict bodies, in a private thread pool so that many writes of one round run in
-parallel without blocking the event loop. Conflicts are idempotent outcomes, not errors:
+Requests go through the ``kubernetes`` client's connection pool (its TLS settings and
+authentication) with plain dict bodies, in a private thread pool so that many writes of one round
+run in parallel without blocking the event loop. With a real ``ApiClient`` they skip its generic
+request builder (``param_serialize``: a recursive sanitising walk of the body, and an auth refresh
+per request) and go straight to its urllib3 pool: compact JSON, the headers it would send, the
+same pool. Measured with ``cProfile`` against the local API server, 300 sequential status patches:
+the client's own CPU fell from 1.17 ms to about 0.6 ms per request (see ``bench_operator``'s
+``write_cpu`` case); any other client object (the tests' stand-ins) takes the generic path.
+Conflicts are idempotent outcomes, not errors:
 
 - create → 409 AlreadyExists is :attr:`Outcome.EXISTS` (a restarted operator re-creating the
   deterministic pod name);
@@ -107,6 +113,11 @@ class Api:
         self.base_delay = base_delay
         self.max_delay = max_delay
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="walras-api")
+        rest = getattr(api_client, "rest_client", None)
+        self._urllib3 = getattr(rest, "pool_manager", None)
+        self._config = getattr(api_client, "configuration", None)
+        if not isinstance(getattr(self._config, "host", None), str):
+            self._urllib3 = None  # not a kubernetes ApiClient: the generic path
         self.writes = 0  # requests actually sent (retries included)
         self.fenced = 0  # requests the fence stopped
         # Monotonic send time of the latest writes (the fencing test reads them).
@@ -155,6 +166,9 @@ class Api:
         self.writes += 1
         self.sent_at.append(time.monotonic())
         try:
+            if self._urllib3 is not None:
+                resp = self._direct(method, path, body, content_type)
+                return self._outcome(int(resp.status), resp)
             _method, url, headers, data, post = self.client.param_serialize(
                 method=method,
                 resource_path=path,
@@ -175,6 +189,26 @@ class Api:
         except Exception as exc:  # connection reset, timeout, TLS: retried, then the next round
             text = " ".join(str(exc).split())[:300]
             return Result(Outcome.ERROR, 0, f"{type(exc).__name__}: {text}"), None
+        return self._outcome(status, resp)
+
+    def _direct(self, method: str, path: str, body: object, content_type: str) -> Any:
+        """One request on the ApiClient's own urllib3 pool (module docstring): the headers
+        ``param_serialize`` would build (default headers, authentication) and compact JSON."""
+        config: Any = self._config
+        headers = dict(self.client.default_headers)
+        headers["Content-Type"] = content_type
+        headers["Accept"] = "application/json"
+        # auth_settings() runs the token refresh hook (throttled by walras.kube.client).
+        for setting in config.auth_settings().values():
+            if setting.get("in") == "header" and setting.get("value"):
+                headers[str(setting["key"])] = str(setting["value"])
+        data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+        pool: Any = self._urllib3
+        return pool.request(
+            method, config.host + path, body=data, headers=headers, timeout=self.timeout
+        )
+
+    def _outcome(self, status: int, resp: Any) -> tuple[Result, float | None]:
         if 200 <= status < 300:
             return Result(Outcome.OK, status), None
         message, reason = _message(resp.data), _reason(resp.data)
@@ -351,7 +385,10 @@ def _reason(data: object) -> str:
 def _retry_after(resp: Any) -> float | None:
     """Seconds from a ``Retry-After`` header (delta-seconds or an HTTP date), if any."""
     try:
-        headers = resp.getheaders() if hasattr(resp, "getheaders") else resp.headers
+        # ``headers`` first: urllib3 2 deprecates ``getheaders()``.
+        headers = getattr(resp, "headers", None)
+        if headers is None and hasattr(resp, "getheaders"):
+            headers = resp.getheaders()
         value = headers.get("Retry-After") if headers is not None else None
     except Exception:  # a response object without headers: no hint
         return None
