@@ -13,6 +13,17 @@ Cases (issue 12's acceptance numbers):
   ``Σ_t thr_jt x_jt`` of POP over exact; ``objective_ratio`` is POP's max-min value (smallest
   normalised throughput) over the exact one. ``gavel_large``: the same at 8,192 jobs on
   3 × 2,048 GPUs, k = 8 and 32 (where the vertex LP's super-linear cost shows).
+- ``gavel_packed``: Gavel's max-min fairness with space sharing (``gavel.packed``; Gavel's
+  ``max_min_fairness_packed``, paper 001's 22.7× headline at 2,048 jobs): single-GPU jobs of the
+  table's 26 single-GPU job types, every pair co-locatable with Gavel's pair throughputs,
+  ``J/4`` GPUs of each of k80/p100/v100 (the paper harness's cluster). The LP has
+  ``3·J(J−1)/2`` pair columns, so its cost is super-linear: the exact LP at ``PACKED_JS`` (the
+  scaling curve, ``exponent`` = log-log slope of exact CPU time between consecutive sizes),
+  POP at k = 2, 4, 8, 16 at each size. ``mean_ratio``/``min_ratio`` are per-job effective
+  throughput (alone plus in pairs) of POP over exact; ``objective_ratio`` the merged
+  allocation's smallest normalised throughput (full problem's normalisation) over exact ``s*``.
+  ``gavel_packed_large``: the same at ``PACKED_LARGE_JS`` (1,024 jobs exact; 2,048 POP only,
+  ``exact`` skipped: it does not finish in a few minutes on this machine).
 - ``pricing``: price discovery on paper 000's §6.2 data (log utility), n = 10⁶ and 10⁷ (the
   latter when memory allows), exact vs k = 8 without and with the price-spread repair:
   ``loss_per_job = (U_exact − U_POP)/n`` (negative: POP above the exact solver's ε-optimal
@@ -37,7 +48,7 @@ worker processes (``RUSAGE_CHILDREN``; POP's pools are joined when a solve retur
 timings are the fastest of ``GAVEL_REPEATS`` runs; ``shard_sum_s`` is the shards' own solve time
 summed, ``max_shard_s`` the longest. Each case runs in its own interpreter (``peak_rss_mb`` is
 its own).
-Run: ``python bench/bench_pop.py [gavel|pricing|psdsf|simulate]``.
+Run: ``python bench/bench_pop.py [gavel|gavel_packed|pricing|psdsf|simulate]``.
 """
 
 from __future__ import annotations
@@ -62,6 +73,9 @@ PRICING_EPS = (1e-3, 1e-6)
 exact solver and every shard stop after one iteration with identical prices, so the loss is
 solver tolerance and the repair sees no spread)."""
 BIG_NEEDS_GB = 8.0
+PACKED_JS = (128, 256, 512)
+PACKED_LARGE_JS = (1024, 2048)
+PACKED_EXACT_MAX = 1024  # above this the exact packed LP takes far more than a few minutes
 RDM_BUDGET_S = 60.0
 REPAIR_TOL = 1e-3  # relative price spread the repair aims for (plain POP at 10⁷: about 3e-3)
 RDM_TOL = 1e-6
@@ -167,6 +181,86 @@ def run_gavel(J: int = 2048, per_type: int = 512, ks: tuple[int, ...] = GAVEL_KS
                     line["min_ratio"] = round(float(ratio.min()), 5)
                 lines.append(line)
     return lines
+
+
+def packed_tables() -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """Gavel's single-GPU job types: isolated throughputs ``(A, 3)`` and co-located ones
+    ``(A, A, 3, 2)`` (``[a, b, t]`` = (thr of a, thr of b) sharing a type-t GPU)."""
+    from walras.data.gavel import open_throughputs
+
+    types = ("k80", "p100", "v100")
+    with open_throughputs() as f:
+        data = json.load(f)
+    keys = sorted(k for k in data["v100"] if k.endswith(", 1)"))
+    single = np.array([[data[t][a]["null"] for t in types] for a in keys])
+    pair = np.array([[[data[t][a][b] for t in types] for b in keys] for a in keys])
+    return single, pair
+
+
+def run_gavel_packed(
+    sizes: tuple[int, ...], ks: tuple[int, ...] = GAVEL_KS
+) -> list[dict[str, Any]]:
+    from walras.allocator import gavel, pop
+    from walras.allocator.gavel import packed
+
+    single, pair_table = packed_tables()
+    lines: list[dict[str, Any]] = []
+    last: tuple[int, float] | None = None
+    for J in sizes:
+        rng = np.random.default_rng(0)
+        kinds = rng.integers(0, len(single), J)
+        base = gavel.GavelInputs(
+            throughputs=single[kinds],
+            scale_factors=np.ones(J, dtype=np.int64),
+            capacity=np.full(3, float(J // 4)),
+            job_ids=np.arange(J),
+        )
+        inp = packed.PackedInputs(
+            base, *packed.all_pairs(kinds, base.scale_factors, single, pair_table)
+        )
+        common = {"bench": "pop", "problem": "gavel_max_min_fairness_packed", "jobs": J,
+                  "gpus": 3 * (J // 4), "pairs": inp.n_pairs}  # fmt: skip
+        if J > PACKED_EXACT_MAX:
+            lines.append(
+                {
+                    **common,
+                    "case": "exact",
+                    "skipped": f"exact LP only up to {PACKED_EXACT_MAX} jobs",
+                }
+            )
+            exact = None
+        else:
+            wall, cpu = time.perf_counter(), _cpu()
+            exact = pop.solve_packed(inp, 1)
+            t_exact, c_exact = time.perf_counter() - wall, _cpu() - cpu
+            line = {**common, "case": "exact", "time_s": round(t_exact, 3),
+                    "cpu_s": round(c_exact, 3), "value": exact.value,
+                    "peak_rss_mb": _rss()}  # fmt: skip
+            if last is not None:
+                line["exponent"] = round(float(np.log(c_exact / last[1]) / np.log(J / last[0])), 2)
+            last = (J, c_exact)
+            lines.append(line)
+            eff_exact = packed.effective_throughputs(inp, exact.single, exact.pair)
+        print(json.dumps(lines[-1]), flush=True)
+        for k in ks:
+            wall, cpu = time.perf_counter(), _cpu()
+            res = pop.solve_packed(inp, k)
+            t, c = time.perf_counter() - wall, _cpu() - cpu
+            out = {**common, "case": f"k={k}", "workers": res.run.workers, "time_s": round(t, 3),
+                   "cpu_s": round(c, 3), "value": res.value,
+                   "max_shard_s": round(max(s.wall_s for s in res.run.shards), 3),
+                   "shard_sum_s": round(sum(s.wall_s for s in res.run.shards), 3),
+                   "peak_rss_mb": _rss()}  # fmt: skip
+            if exact is not None:
+                ratio = packed.effective_throughputs(inp, res.single, res.pair) / eff_exact
+                low = packed.normalised(inp, res.single, res.pair).min()
+                out.update(speedup=round(t_exact / t, 2), cpu_speedup=round(c_exact / c, 2),
+                           mean_ratio=round(float(ratio.mean()), 5),
+                           min_ratio=round(float(ratio.min()), 5),
+                           objective_ratio=round(float(low / exact.value), 5))  # fmt: skip
+            lines.append(out)
+            print(json.dumps(out), flush=True)
+    return []  # printed as they come (a large size may be stopped by the caller's timeout)
 
 
 def run_pricing(n: int) -> list[dict[str, Any]]:
@@ -324,6 +418,10 @@ def main(argv: list[str]) -> int:
             lines = run_gavel()
         elif name == "gavel_large":
             lines = run_gavel(8192, 2048, (8, 32), repeats=1)
+        elif name == "gavel_packed":
+            lines = run_gavel_packed(PACKED_JS)
+        elif name == "gavel_packed_large":
+            lines = run_gavel_packed(PACKED_LARGE_JS)
         elif name == "pricing":
             lines = run_pricing(int(argv[2]))
         elif name == "simulate":
@@ -333,10 +431,12 @@ def main(argv: list[str]) -> int:
         for line in lines:
             print(json.dumps(line), flush=True)
         return 0
-    wanted = set(argv) or {"gavel", "pricing", "psdsf", "simulate"}
+    wanted = set(argv) or {"gavel", "gavel_packed", "pricing", "psdsf", "simulate"}
     cases: list[list[str]] = []
     if "gavel" in wanted:
         cases += [["gavel"], ["gavel_large"]]
+    if "gavel_packed" in wanted:
+        cases += [["gavel_packed"], ["gavel_packed_large"]]
     if "pricing" in wanted:
         cases += [["pricing", str(n)] for n in PRICING_NS]
     if "psdsf" in wanted:

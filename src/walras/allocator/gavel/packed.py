@@ -41,6 +41,11 @@ from walras.allocator.gavel.inputs import FloatArray, GavelInputs, IntArray
 from walras.allocator.gavel.lp import FEASIBLE, SolverError
 from walras.allocator.gavel.max_min_fairness import proportional_throughputs
 
+METHOD = "highs-ipm"
+"""HiGHS's interior-point method (with its crossover to a vertex): measured on the benchmark's
+256-job instance (32,640 pairs), 2.7 s against 4.6 s for dual simplex and 4.3 s for scipy's
+default choice. Gavel and paper 001 solve this LP with interior-point solvers too (ECOS, MOSEK)."""
+
 
 @dataclass(frozen=True, slots=True)
 class PackedInputs:
@@ -199,7 +204,7 @@ def allocate(inputs: PackedInputs) -> PackedAllocation:
     rhs = np.concatenate([np.zeros(J), np.ones(J), b.capacity])
     c = np.zeros(n_var)
     c[-1] = -1.0
-    res = opt.linprog(c, A_ub=A, b_ub=rhs, bounds=(0.0, None), method="highs")
+    res = opt.linprog(c, A_ub=A, b_ub=rhs, bounds=(0.0, None), method=METHOD)
     if res.status != FEASIBLE:  # x = 0, s = 0 is always feasible: only numerical trouble
         raise SolverError(f"packed max-min LP: HiGHS status {res.status}: {res.message}")
     v = np.asarray(res.x, dtype=np.float64)
