@@ -188,7 +188,7 @@ def simulate_command(
             progress=not json_output and sys.stderr.isatty(),
         )
     except (SimInputError, SimulationStuckError) as exc:
-        raise _fail(str(exc)) from exc
+        raise _fail(escape(str(exc))) from exc  # literal text: "[ecos]" is no markup
     except PolicyError as exc:  # the policy's solver gave up: not the user's input, exit 1
         Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False)
         raise typer.Exit(code=1) from exc
