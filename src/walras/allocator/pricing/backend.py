@@ -33,7 +33,11 @@ class Backend:
     def asarray(self, x: Any, *, integer: bool = False) -> Any:
         """A backend array (float64, or int64 with ``integer``) holding a copy-free view of x."""
         if self.name == "numpy":
-            return np.ascontiguousarray(x, dtype=np.int64 if integer else np.float64)
+            arr = np.asarray(x, dtype=np.int64 if integer else np.float64)
+            if arr.ndim == 1 and arr.strides == (0,):
+                # A constant per-job parameter (``problem._constant``): one number, not n.
+                return arr
+            return np.ascontiguousarray(arr)
         torch = self.xp
         dtype = torch.int64 if integer else torch.float64
         arr = np.ascontiguousarray(x)

@@ -238,7 +238,7 @@ def polish(prep: _Prepared, it: _Iterate, p: FloatArray, r: FloatArray) -> Polis
     if np.all(scale >= 1.0):
         t = np.array(it.t, dtype=np.float64)  # a copy: the iterate's buffer is reused
     else:
-        t = s_ext[it.type_lo] * it.y_lo + s_ext[it.type_hi] * it.y_hi
+        t = subproblem.scaled_throughput(it.type_lo, it.type_hi, it.y_lo, it.y_hi, scale)
     rows = np.concatenate([e.rows for e in groups])
     lo_all, hi_all = np.concatenate(lo), np.concatenate(hi)
     sl, sh = s_ext[lo_all], s_ext[hi_all]

@@ -284,6 +284,8 @@ def _recovered_t(prep: _Prepared, it: _Iterate, scale: FloatArray) -> Any:
     b = prep.b
     if np.all(scale >= 1.0):
         return it.t
+    if b.name == "numpy":
+        return subproblem.scaled_throughput(it.type_lo, it.type_hi, it.y_lo, it.y_hi, scale)
     s_ext = b.asarray(np.append(scale, 0.0))  # index −1 (idle) reads the appended 0
     return s_ext[it.type_lo] * it.y_lo + s_ext[it.type_hi] * it.y_hi
 

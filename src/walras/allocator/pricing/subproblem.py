@@ -295,6 +295,32 @@ def _respond(b: Backend, g: Group, p: Any, s: int, e: int) -> Response:
     return Response(tt, value, e_lo_t, e_hi_t, x_lo, x_hi, y_lo, y_hi, use)
 
 
+SCALE_BLOCK = 65_536
+
+
+def scaled_throughput(
+    type_lo: Any, type_hi: Any, y_lo: Any, y_hi: Any, scale: np.ndarray[Any, Any]
+) -> np.ndarray[Any, Any]:
+    """Each job's throughput after column scaling: s[lo]·y_lo + s[hi]·y_hi (s[−1] = 0, idle).
+
+    numpy arrays (the responses of ``respond``, concatenated). Block by block with ``np.take``
+    on the int8 types: the gathered factors and products stay in cache instead of four fresh
+    n-element temporaries (at n = 10⁶, 32 MB of new pages the kernel must zero each time).
+    Same operations in the same order as the whole-array expression: the same numbers.
+    """
+    s_ext = np.append(np.asarray(scale, dtype=np.float64), 0.0)  # index −1 reads the 0
+    n = y_lo.shape[0]
+    out = np.empty(n)
+    for s in range(0, n, SCALE_BLOCK):
+        e = min(n, s + SCALE_BLOCK)
+        lo = np.take(s_ext, type_lo[s:e])
+        lo *= y_lo[s:e]
+        hi = np.take(s_ext, type_hi[s:e])
+        hi *= y_hi[s:e]
+        np.add(lo, hi, out=out[s:e])
+    return out
+
+
 def _demand_at(b: Backend, g: Group, types: Any, s: int, e: int) -> Any:
     """d_ij of each job at original type ``types`` (−1 gives an arbitrary value)."""
     xp = b.xp

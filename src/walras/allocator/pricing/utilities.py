@@ -24,6 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import numpy as np
+
 from walras.allocator.pricing.backend import Backend
 
 
@@ -47,7 +49,19 @@ class Params:
 
     def take(self, idx: Any) -> Params:
         """The parameters of the jobs ``idx`` (an index array)."""
-        return Params(self.weight[idx], self.target[idx], self.alpha[idx], self.common_weight)
+        return Params(
+            _take(self.weight, idx),
+            _take(self.target, idx),
+            _take(self.alpha, idx),
+            self.common_weight,
+        )
+
+
+def _take(x: Any, idx: Any) -> Any:
+    """x[idx]; a constant numpy parameter (stride 0, ``problem._constant``) stays one number."""
+    if isinstance(x, np.ndarray) and x.ndim == 1 and x.strides == (0,) and x.size > 0:
+        return np.broadcast_to(x[0], (len(idx),))
+    return x[idx]
 
 
 class Utility:
