@@ -313,7 +313,7 @@ class Api:
         )
         if result.outcome != Outcome.GONE:
             return result
-        body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, **patch}
+        body = {"apiVersion": "v1", "kind": "ConfigMap", **patch, "metadata": meta}
         result = await self._run(self._request, "POST", path, body)
         if result.outcome == Outcome.EXISTS:  # created meanwhile: overwrite it
             result = await self._run(

@@ -234,8 +234,8 @@ class RoundLoop:
         self._poked = False
         self._bind_poked = False
         self.rounds_done = 0
-        # The first round after start-up or after winning the Lease rewrites every status: the
-        # new leader takes over the persisted history and stamps its own round number.
+        # The first round after start-up or after winning the Lease reloads the persisted
+        # history (walras.operator.history_store) and refreshes the SoW ledger.
         self._refresh_all = True
         # Schedule histories persisted many jobs per write (walras.operator.history_store);
         # records loaded at start-up or Lease take-over wait here until their job is planned.
@@ -760,7 +760,7 @@ class RoundLoop:
         pending_reasons: dict[str, int] = {}
         by_key = {j.key: j for j in snap.jobs}
 
-        refresh = self._refresh_all
+        # Start-up and Lease take-over reload the history (run()); no status is rewritten.
         self._refresh_all = False
 
         def add(job: model.JobSpec | model.JobDefect, core: dict[str, Any], force: bool) -> None:
@@ -892,7 +892,7 @@ class RoundLoop:
         pool_patches: list[tuple[str, dict[str, Any]]] = []
         for pool in snap.pools:
             core = pool_cores[pool.name]
-            if refresh or status.changed(core, pool.status):
+            if status.changed(core, pool.status):
                 full = dict(core)
                 full["conditions"] = cond.merge_times(
                     core["conditions"], pool.status.get("conditions") or [], stamp
