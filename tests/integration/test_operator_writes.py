@@ -8,8 +8,9 @@ are counts, read from the operator's own per-round report (one JSON log line per
   running state changed, so its persisted record still extrapolates exactly);
 - the schedule history is in one ConfigMap of the namespace and holds every job;
 - a job arriving changes only its own status and its pool's: the round patches at most 2;
-- a restarted operator adopts the persisted history: it rewrites no status and no history shard
-  (a history it had rebuilt differently would differ from the persisted anchors and be written).
+- a restarted operator adopts the persisted history: it writes no history shard (a history it
+  had rebuilt differently would differ from the persisted anchors and be written); it stamps
+  every status once in its first round (its round number), and none after.
 """
 
 from __future__ import annotations
@@ -106,8 +107,10 @@ def test_steady_rounds_write_nothing_and_restart_adopts_the_history(
         second = start_operator(control_plane, tmp_path, round_seconds=1.0, name="second")
         wait_for(lambda: len(reports(second.log_text())) >= 3, 90, "three rounds after restart")
         after = reports(second.log_text())
-        for rep in after:
+        assert after[0]["status_patches"] == 7 + 1, after[0]  # every job and the pool, once
+        for rep in after[1:]:
             assert rep["status_patches"] == 0, rep
+        for rep in after:
             assert (rep["creates"], rep["deletes"], rep["history_writes"]) == (0, 0, 0), rep
         # Nothing was rewritten: the persisted records are the ones the first operator left.
         assert history_records(kube, namespace) == before

@@ -235,7 +235,7 @@ class RoundLoop:
         self._bind_poked = False
         self.rounds_done = 0
         # The first round after start-up or after winning the Lease reloads the persisted
-        # history (walras.operator.history_store) and refreshes the SoW ledger.
+        # history (walras.operator.history_store) and rewrites every status once (_statuses).
         self._refresh_all = True
         # Schedule histories persisted many jobs per write (walras.operator.history_store);
         # records loaded at start-up or Lease take-over wait here until their job is planned.
@@ -760,7 +760,10 @@ class RoundLoop:
         pending_reasons: dict[str, int] = {}
         by_key = {j.key: j for j in snap.jobs}
 
-        # Start-up and Lease take-over reload the history (run()); no status is rewritten.
+        # The first round after start-up or Lease take-over rewrites every status once: the new
+        # leader stamps its round number (who wrote last); the history itself is reloaded from
+        # its ConfigMaps (run()), not taken from these statuses.
+        refresh = self._refresh_all
         self._refresh_all = False
 
         def add(job: model.JobSpec | model.JobDefect, core: dict[str, Any], force: bool) -> None:
@@ -772,7 +775,7 @@ class RoundLoop:
             # Only what a user sees triggers a patch; the history goes to its ConfigMaps (and
             # rides along here only when a patch is made anyway).
             if (
-                not force
+                not (force or refresh)
                 and not status.changed(core, old)
                 and not self.throughputs.changed(job, extra)
             ):
@@ -892,7 +895,7 @@ class RoundLoop:
         pool_patches: list[tuple[str, dict[str, Any]]] = []
         for pool in snap.pools:
             core = pool_cores[pool.name]
-            if status.changed(core, pool.status):
+            if refresh or status.changed(core, pool.status):
                 full = dict(core)
                 full["conditions"] = cond.merge_times(
                     core["conditions"], pool.status.get("conditions") or [], stamp
