@@ -21,6 +21,7 @@ from sim_helpers import DATA, load_replay
 from typer.testing import CliRunner
 
 from walras.allocator import gavel
+from walras.allocator.gavel.finish_time_fairness import FinishTimeFairness
 from walras.allocator.gavel.min_total_duration import MinTotalDuration
 from walras.cli import simulate as _simulate  # noqa: F401  (registers the command on app)
 from walras.cli.app import app
@@ -155,6 +156,54 @@ def test_min_total_duration_ends_on_gavels_horizon(name: str, seed: int) -> None
         thr = np.repeat(thr[:, :1], 3, axis=1)  # Gavel's agnostic variant: v100's on every type
     rate = (thr * x).sum(axis=1)
     assert (rate >= view.num_steps_remaining / ecos.last_horizon * (1 - SOLVER_TOL)).all()
+
+
+@pytest.mark.parametrize("name", ["finish_time_fairness_perf", "finish_time_fairness"])
+def test_finish_time_fairness_reaches_the_highs_optimum(name: str) -> None:
+    # Two calls, so that the second uses the isolated time accumulated by the first (Gavel's
+    # state). Oracle: ρ* of walras.allocator.gavel's finish-time fairness (HiGHS LPs and a root
+    # finding over ρ, an independent method) from the same sequence of inputs; ECOS's point must
+    # have max_j ρ_j(x) = ρ* (the optimal value is unique even where the point is not).
+    first = _random_view(3, J=8)
+    later = PolicyView(
+        throughputs=first.throughputs,
+        scale_factors=first.scale_factors,
+        capacity=first.capacity,
+        job_ids=first.job_ids,
+        priority_weights=first.priority_weights,
+        num_steps_remaining=np.floor(first.num_steps_remaining * 0.7),
+        times_since_start=np.full(8, 3600.0),
+        type_names=first.type_names,
+    )
+    ecos = ecos_lp.EcosGavelLp(name)
+    highs = FinishTimeFairness(aware=name.endswith("_perf"))
+    for view in (first, later):
+        x = ecos.allocate(view)
+        highs.allocate(
+            gavel.GavelInputs(
+                throughputs=view.throughputs,
+                scale_factors=view.scale_factors,
+                capacity=view.capacity,
+                job_ids=view.job_ids,
+                num_steps_remaining=view.num_steps_remaining,
+                times_since_start=view.times_since_start,
+                type_names=view.type_names,
+            )
+        )
+        _feasible(x, view)
+        thr = view.throughputs
+        if not name.endswith("_perf"):
+            thr = np.repeat(thr[:, :1], 3, axis=1)
+        # ρ_j(x) = (age + n / a_j(x)) / E_j with E_j from the HiGHS policy's own state
+        # (iso_time + n / iso), recomputed here from Gavel's isolated split.
+        k = view.scale_factors.astype(float)
+        split = np.tile(view.capacity / 8, (8, 1)) / k[:, None]
+        split /= np.maximum(split.sum(axis=1), 1.0)[:, None]
+        iso = (thr * split).sum(axis=1)
+        E = np.array([highs._iso_time[int(j)] for j in view.job_ids])
+        E = E + view.num_steps_remaining / iso
+        rho = (view.times_since_start + view.num_steps_remaining / (thr * x).sum(axis=1)) / E
+        assert float(rho.max()) == pytest.approx(highs.last_rho, rel=SOLVER_TOL)
 
 
 def test_rows_and_columns_in_any_order_give_the_same_allocation() -> None:

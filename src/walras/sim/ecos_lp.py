@@ -25,6 +25,14 @@ GPUs per type, ``n`` remaining steps; rows sorted by job id, columns by type nam
         [10⁶, 10⁷], …; bisect while 1.05·lo < hi; return the x of the last feasible T tried.
     min_total_duration:     the same with every type's thr replaced by the job's v100 one.
 
+    finish_time_fairness_perf: minimise max_j (age[j] + n[j] · inv_pos(Σ_t thr[j, t] x[j, t]))
+        / (iso_time[j] + n[j] / iso[j]) s.t. base, one cone program (Gavel builds one term per
+        job in a loop; so do we). iso[j] = Σ_t thr[j, t] y[j, t] with Gavel's isolated split
+        y[j, t] = (cap[t]/J) / k[j], rows over 1 scaled to sum 1; iso_time[j] accumulates
+        (n_prev[j] − n[j]) / iso_prev[j] over calls (state kept per job id, as Gavel's policy
+        object keeps it). If ECOS returns no point, Gavel's isolated split y is the allocation.
+    finish_time_fairness:   the same with every type's thr replaced by the job's v100 one.
+
 Gavel clips the returned ``x`` to ``[0, 1]``; so do we. Tiny example (max-min, agnostic): one type
 with 2 GPUs, 1-GPU jobs a, b and a 2-GPU job c: coefficients k = (1, 1, 2) after ``prop = 1``;
 the optimum gives every job k·x = 2/3, so ``x = (2/3, 2/3, 1/3)`` (ECOS to ~1e-9).
@@ -33,6 +41,7 @@ the optimum gives every job k·x = 2/3, so ``x = (2/3, 2/3, 1/3)`` (ECOS to ~1e-
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import Any
 
 import numpy as np
@@ -46,8 +55,10 @@ ECOS_POLICIES = (
     "max_min_fairness",
     "min_total_duration_perf",
     "min_total_duration",
+    "finish_time_fairness_perf",
+    "finish_time_fairness",
 )
-"""Gavel policies this backend solves with ECOS (FIFO has no LP; the others keep HiGHS)."""
+"""Gavel policies this backend solves with ECOS (FIFO has no LP)."""
 
 REFERENCE_TYPE = "v100"
 """The type whose throughput Gavel's agnostic min-total-duration uses on every type."""
@@ -75,6 +86,26 @@ def cvxpy_with_ecos() -> Any:
     return cp
 
 
+def _solve(problem: Any) -> None:
+    """``problem.solve(solver="ECOS")``, as Gavel calls it, without cvxpy's inaccuracy warning.
+
+    Gavel reads ``problem.status`` itself (an inaccurate optimum counts as infeasible in its
+    bisection; max-min and finish-time fairness print a warning and use the point); so do we,
+    and cvxpy's own ``UserWarning`` would only repeat that on stderr.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Solution may be inaccurate", UserWarning)
+        problem.solve(solver="ECOS")
+
+
+def _isolated_split(scale: FloatArray, cap: list[float]) -> FloatArray:
+    """Gavel's isolated split: ``(cap[t]/J) / k[j]``, rows over 1 scaled down to sum 1."""
+    J = scale.shape[0]
+    split = np.array([[c / J for c in cap] for _ in range(J)]) / scale
+    per_row = np.maximum(np.sum(split, axis=1), np.ones(J))
+    return np.asarray(split / per_row[:, None], dtype=np.float64)
+
+
 def for_policy(name: str, lp_solver: str) -> EcosGavelLp | None:
     """The ECOS solver of Gavel policy ``name`` for ``--lp-solver``, or None (no LP: FIFO)."""
     if lp_solver not in LP_SOLVERS:
@@ -97,11 +128,18 @@ class EcosGavelLp:
         self._cp = cvxpy_with_ecos()
         self.last_horizon: float | None = None
         """Min-total-duration: the final ``T`` of the last call (diagnostics, tests)."""
+        # Finish-time fairness's state across calls, keyed by job id, as Gavel's policy object
+        # keeps it: _cumulative_isolated_time and the previous call's remaining steps and
+        # isolated throughputs (numpy scalars of shape (1,), as Gavel's arithmetic makes them).
+        self._iso_time: dict[int, Any] = {}
+        self._prev_remaining: dict[int, float] = {}
+        self._prev_iso: dict[int, Any] = {}
 
     def allocate(self, view: PolicyView) -> FloatArray:
         J = int(view.job_ids.size)
         out = np.zeros((J, len(view.type_names)))
         if J == 0 or not view.type_names:
+            self._prev_remaining, self._prev_iso = {}, {}  # Gavel forgets them on an empty call
             return out  # Gavel's policies return no allocation for no jobs
         # Gavel's row and column order (it flattens dicts by sorted job id and type name).
         rows = np.argsort(view.job_ids, kind="stable")
@@ -115,10 +153,52 @@ class EcosGavelLp:
         scale = np.repeat(view.scale_factors[rows].astype(np.float64)[:, None], len(cols), axis=1)
         if self.name.startswith("max_min_fairness"):
             x = self._max_min(thr, scale, view.priority_weights[rows], cap)
-        else:
+        elif self.name.startswith("min_total_duration"):
             x = self._min_total_duration(thr, scale, view.num_steps_remaining[rows], cap)
+        else:
+            x = self._finish_time_fairness(
+                thr,
+                scale,
+                view.job_ids[rows].tolist(),
+                view.num_steps_remaining[rows],
+                view.times_since_start[rows],
+                cap,
+            )
         out[np.ix_(rows, cols)] = np.clip(x, 0.0, 1.0)
         return out
+
+    def _finish_time_fairness(
+        self,
+        thr: FloatArray,
+        scale: FloatArray,
+        ids: list[int],
+        remaining: FloatArray,
+        age: FloatArray,
+        cap: list[float],
+    ) -> FloatArray:
+        cp = self._cp
+        J = thr.shape[0]
+        isolated = _isolated_split(scale, cap)
+        iso = np.sum(thr * isolated, axis=1).reshape((J, 1))
+        x = cp.Variable(thr.shape)
+        ratios = []
+        for i, job in enumerate(ids):
+            done = self._iso_time.get(job, 0)
+            if job in self._prev_remaining:
+                done = done + (self._prev_remaining[job] - remaining[i]) / self._prev_iso[job]
+            self._iso_time[job] = done
+            rate = cp.sum(cp.multiply(thr[i], x[i]))
+            isolated_time = done + (remaining[i] / iso[i])
+            allocated_time = age[i] + (remaining[i] * cp.inv_pos(rate))
+            ratios.append(allocated_time / isolated_time)
+        worst = ratios[0] if J == 1 else cp.maximum(*ratios)
+        problem = cp.Problem(cp.Minimize(worst), self._base(x, scale, cap))
+        _solve(problem)
+        self._prev_remaining = {job: float(remaining[i]) for i, job in enumerate(ids)}
+        self._prev_iso = {job: iso[i] for i, job in enumerate(ids)}
+        if x.value is None:
+            return isolated  # Gavel falls back to its isolated split
+        return np.asarray(x.value, dtype=np.float64)
 
     def _agnostic(self, thr: FloatArray, names: list[str]) -> FloatArray:
         if self.name == "max_min_fairness":
@@ -158,7 +238,7 @@ class EcosGavelLp:
         problem = cp.Problem(
             cp.Maximize(cp.min(cp.sum(cp.multiply(coef, x), axis=1))), self._base(x, scale, cap)
         )
-        problem.solve(solver="ECOS")
+        _solve(problem)
         if x.value is None:
             raise RuntimeError(f"ECOS returned no point (status {problem.status})")
         return np.asarray(x.value, dtype=np.float64)
@@ -171,7 +251,7 @@ class EcosGavelLp:
         constraints = self._base(x, scale, cap)
         constraints.append(cp.sum(cp.multiply(thr, x), axis=1) >= remaining / T)
         problem = cp.Problem(cp.Maximize(1), constraints)
-        problem.solve(solver="ECOS")
+        _solve(problem)
         if problem.status != "optimal":
             return None
         return np.asarray(x.value, dtype=np.float64)
