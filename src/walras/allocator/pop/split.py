@@ -5,17 +5,22 @@ of one resource) and shard weights ``w`` (equal by default: the paper's 1/k):
 
 - **integral** (GPU counts): shard s gets ``⌊c w_s/W⌋`` whole units; the ``L = c − Σ_s ⌊·⌋``
   units left over (``0 ≤ L < k``) go one each to the ``L`` shards with the largest fractional
-  part ``c w_s/W − ⌊c w_s/W⌋``, ties to the shard with the most demand (``demand``), then by
-  rotation: for entry ``e`` (flat index) shard ``(e + r) mod k`` comes before
-  ``(e + r + 1) mod k``, so the spare units of different GPU types land on different shards.
-  The parts are integers, so they sum to ``c`` exactly.
+  part ``c w_s/W − ⌊c w_s/W⌋`` plus the shard's carry (what the entries before this one, in
+  flat order, gave it below its exact share, negative if above), ties to the shard with the
+  most demand (``demand``), then by rotation: for entry ``e`` (flat index) shard
+  ``(e + r) mod k`` comes before ``(e + r + 1) mod k``. The carry keeps each shard's total
+  over the entries near its exact total: without it, types with equal counts have equal
+  fractions, and a shard whose share is 4.75 GPUs of each of three types got 4 of each (12 for
+  14.25; its max-min value in Gavel's packed LP fell 11 %) while others got a unit of every
+  type. Each part is the floor or the
+  ceiling of its exact share, and the parts are integers, so they sum to ``c`` exactly.
 - **fractional** (divisible resources, time fractions): shard s gets ``c w_s/W``; if rounding
   made the parts add up to more than ``c`` (summed with ``math.fsum``), the largest part is
   nudged down by one ulp until they do not, so the merged allocation stays feasible.
 
 Example: 10 GPUs of type 0 and 7 of type 1 over k = 4 equal shards: type 0 gives
-(3, 3, 2, 2) (spare units to shards 0, 1), type 1 gives (1, 2, 2, 2) (rotation starts at
-shard 1 for entry 1).
+(3, 3, 2, 2) (spare units to shards 0, 1), type 1 gives (1, 2, 2, 2) (shards 2, 3 carry 1/2,
+then the rotation starts at shard 1 for entry 1).
 
 Called by ``pop.plan`` and by the price-spread repair (which moves capacity between shards and
 re-checks the sums with :func:`fit_sum`).
@@ -94,11 +99,16 @@ def split_capacity(
     frac = exact - base
     left = np.rint(flat - base.sum(axis=0)).astype(np.int64)
     dem = np.zeros(k) if d is None else d
-    for e in np.flatnonzero(left > 0).tolist():
-        rotation = (np.arange(k) - e) % k
-        # lexsort: last key is primary → larger fraction, then more demand, then rotation.
-        order = np.lexsort((rotation, -dem, -frac[:, e]))
-        base[order[: left[e]], e] += 1.0
+    carry = np.zeros(k)
+    for e in range(flat.size):
+        if left[e] > 0:
+            rotation = (np.arange(k) - e) % k
+            # Rounded so that float noise in the carry (0.75 − 0.25 vs 0.5) cannot break ties.
+            key = np.round(frac[:, e] + carry, 9)
+            # lexsort: last key is primary → larger key, then more demand, then rotation.
+            order = np.lexsort((rotation, -dem, -key))
+            base[order[: left[e]], e] += 1.0
+        carry += exact[:, e] - base[:, e]
     return base.reshape((k, *c.shape))
 
 
