@@ -12,16 +12,22 @@ Prints one JSON line per case:
 * ``round_<jobs>x<nodes>``: ``jobs`` FungibleJobs (1-2 replicas of 1 GPU, throughputs on four GPU
   types) exist before the operator starts on ``nodes`` kwok nodes of 8 GPUs. The operator's own
   per-round report (one JSON log line per round, ``walras.operator.loop.RoundReport``) gives the
-  round latency split into snapshot, solve, realise, writes and total. Two rounds are reported:
-  ``cold`` (the first round: every pod created and bound) and ``steady`` (the next timer round:
-  sticky placements; jobs whose targets split over two GPU types move between them, Gavel-style).
-  Writes are split into deletes, creates, binds and status patches, with their rates
-  (``binds_per_s`` = binds / bind phase seconds). Pod start-up (kwok making pods Running) is not
-  part of a round. Target: round total <= 2 s at 1,000 jobs / 200 nodes.
+  round latency split into snapshot, solve, realise, writes and total. Rounds reported:
+  ``cold`` (the first round: every pod created and bound), then ``steady`` and ``steady2`` (the
+  next timer rounds: sticky placements; the realiser decides which split jobs move). Writes are
+  split into deletes, creates, binds, status patches and history shards (ConfigMaps,
+  ``walras.operator.history_store``), with their rates (``binds_per_s`` = binds / bind phase
+  seconds) and the operator process's CPU over the round (``cpu_s``, from /proc). Pod start-up
+  (kwok making pods Running) is not part of a round. Targets (issue 15): round total <= 2 s at
+  1,000 jobs / 200 nodes (steady); 5,000 / 1,000: cold <= 60 s, steady <= 10 s.
+* ``write_cpu``: the client's own CPU per write (status patch, pod create, bind), sequential
+  against the local API server, for the generic ``kubernetes`` request builder
+  (``param_serialize``, the path before issue 15) and the direct urllib3 path
+  (``walras.kube.writes``), in the same run; ``ratio`` = generic / direct.
 
 Without built control-plane binaries it prints one ``skipped`` line and exits 0. The 5,000 /
-1,000 control-plane case is skipped with a reason when ``WALRAS_BENCH_QUICK=1``; it reports only
-its cold round (the second would re-place thousands of pods at the API server's write rate).
+1,000 control-plane case is skipped with a reason when ``WALRAS_BENCH_QUICK=1``; it reports its
+cold and first steady round (several minutes on 2 cores).
 """
 
 from __future__ import annotations
@@ -272,10 +278,18 @@ def case_round(
     round_seconds = 30.0
     proc = start_operator(cp, log, round_seconds=round_seconds)
     try:
-        found = wait_rounds(log, count, 1500, proc)
+        cpu: list[float] = []
+        while len(rounds(log)) < count:
+            seen = len(rounds(log))
+            wait_rounds(log, seen + 1, 1500, proc)
+            cpu.append(process_cpu(proc.pid))  # operator CPU when each round is logged
+        found = rounds(log)
         keys = ("snapshot", "solve", "realise", "writes", "total")
-        for label, rep in zip(("cold", "next"), found[:count], strict=False):
+        labels = ("cold", "steady", *(f"steady{i}" for i in range(2, count)))
+        for i, (label, rep) in enumerate(zip(labels, found[:count], strict=False)):
+            history_writes = rep.get("history_writes", 0)
             writes = rep["creates"] + rep["binds"] + rep["deletes"] + rep["status_patches"]
+            writes += history_writes
 
             def rate(n: int, secs: float) -> float | None:
                 return round(n / secs, 1) if secs > 0 and n else None
@@ -291,6 +305,8 @@ def case_round(
                 binds=rep["binds"],
                 deletes=rep["deletes"],
                 status_patches=rep["status_patches"],
+                history_writes=history_writes,
+                cpu_s=round(cpu[i] - (cpu[i - 1] if i else 0.0), 3) if i < len(cpu) else None,
                 creates_per_s=rate(rep["creates"], rep["creates_s"]),
                 binds_per_s=rate(rep["binds"], rep["binds_s"]),
                 deletes_per_s=rate(rep["deletes"], rep["deletes_s"]),
@@ -305,6 +321,84 @@ def case_round(
         stop(proc)
 
 
+def process_cpu(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc; all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def case_write_cpu(cp: devcluster.ControlPlane, kube: Any, requests: int = 300) -> None:
+    """Client CPU per write, generic builder vs direct path (module docstring)."""
+    from walras.kube import writes
+    from walras.kube.client import api_client
+
+    setup_cluster(kube, 4)
+    namespace = "bench-writes"
+    devcluster.create_namespace(kube, namespace)
+    create_jobs(kube, namespace, requests)
+    status = {
+        "phase": "Running",
+        "gpuType": "v100",
+        "allocation": [{"gpuType": "v100", "fraction": 0.5, "nodes": ["v100-0001"]}],
+        "fairShare": 0.5,
+        "conditions": [
+            {"type": t, "status": "True", "reason": "R", "message": "m" * 80}
+            for t in ("Admitted", "Allocated", "Bound", "TimeSliced", "Preempted")
+        ],
+    }
+    for path in ("generic", "direct"):
+        api = writes.Api(api_client(cp.admin_kubeconfig))
+        if path == "generic":
+            api._urllib3 = None  # the request builder every write used before issue 15
+        for op in ("status_patch", "create", "bind"):
+            c0, t0 = time.process_time(), time.perf_counter()
+            for i in range(requests):
+                method, url, body, ctype = write_request(op, path, i, namespace, status)
+                result = api._request(method, url, body, content_type=ctype)
+                if not result.ok:
+                    raise RuntimeError(f"{op} {url}: {result}")
+            cpu_s, wall_s = time.process_time() - c0, time.perf_counter() - t0
+            emit(
+                "write_cpu",
+                path=path,
+                op=op,
+                requests=requests,
+                cpu_ms_per_request=round(1e3 * cpu_s / requests, 3),
+                time_s=round(wall_s, 3),
+                cpu_s=round(cpu_s, 3),
+            )
+        api.close()
+
+
+def write_request(
+    op: str, path: str, i: int, namespace: str, status: dict[str, Any]
+) -> tuple[str, str, dict[str, Any], str]:
+    """Method, URL, body and content type of write ``i`` of kind ``op`` (``case_write_cpu``)."""
+    pod = f"{path}-{i}"
+    if op == "status_patch":
+        url = f"{BASE}/namespaces/{namespace}/fungiblejobs/job-{i:05d}/status"
+        body = {"status": {**status, "round": len(path)}}  # a new value per path: a real write
+        return "PATCH", url, body, "application/merge-patch+json"
+    if op == "create":
+        body = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": pod, "labels": {"walras.dev/job": "x"}},
+            "spec": {
+                "schedulerName": "walras",
+                "containers": [{"name": "c", "image": "example.invalid/x:1"}],
+            },
+        }
+        return "POST", f"/api/v1/namespaces/{namespace}/pods", body, "application/json"
+    body = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": pod},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "v100-0001"},
+    }
+    return "POST", f"/api/v1/namespaces/{namespace}/pods/{pod}/binding", body, "application/json"
+
+
 def main() -> int:
     case_pipeline(1000, 200)
     case_pipeline(5000, 1000)
@@ -316,11 +410,12 @@ def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="walras-bench-operator-"))
     try:
         case_first_binding(cp, kube, workdir)
-        case_round(cp, kube, workdir, 1000, 200)
+        case_write_cpu(cp, kube)
+        case_round(cp, kube, workdir, 1000, 200, count=3)
         if os.environ.get("WALRAS_BENCH_QUICK") == "1":
             emit("round_5000x1000", skipped="WALRAS_BENCH_QUICK=1")
         else:
-            case_round(cp, kube, workdir, 5000, 1000, count=1)
+            case_round(cp, kube, workdir, 5000, 1000, count=2)
     finally:
         kube.close()
         devcluster.stop(cp)
