@@ -97,11 +97,18 @@ class _Elastic:
     pair: IntArray
     count: FloatArray  # jobs per pair, (m + 1)²
     a_lo: FloatArray
+    a_hi: FloatArray
     span: FloatArray
     inv_span: FloatArray
-    d_lo: FloatArray
-    d_hi: FloatArray
+    d_lo: FloatArray | None  # None when ``unit`` (then d_hi = 1, d_lo = 1 where lo ≥ 0)
+    d_hi: FloatArray | None
     unit: bool  # every demand is 1: π = p
+
+    def demands(self) -> tuple[FloatArray, FloatArray]:
+        """(d_lo, d_hi) of every elastic job (0 for the origin end)."""
+        if self.d_lo is None or self.d_hi is None:
+            return (self.lo >= 0).astype(np.float64), np.ones(self.lo.size)
+        return self.d_lo, self.d_hi
 
     def theta(self, q: FloatArray) -> tuple[FloatArray, FloatArray]:
         """(θ, k) at prices q (k = 0 where θ is clipped to 0 or 1)."""
@@ -112,7 +119,7 @@ class _Elastic:
             alpha = self.d_hi * np.take(P, self.hi + 1) - self.d_lo * np.take(P, self.lo + 1)
         alpha *= self.inv_span
         b = self.b
-        t = self.util.best_t(b, alpha, self.a_lo, self.a_lo + self.span, self.par)
+        t = self.util.best_t(b, alpha, self.a_lo, self.a_hi, self.par)
         theta = (t - self.a_lo) * self.inv_span
         inner = (theta > 0.0) & (theta < 1.0)
         np.clip(theta, 0.0, 1.0, out=theta)
@@ -127,17 +134,24 @@ class _Elastic:
             W = np.bincount(self.pair, theta, size * size).reshape(size, size)
             use = W.sum(axis=1) + self.count.reshape(size, size).sum(axis=0) - W.sum(axis=0)
         else:
-            use = np.bincount(self.hi + 1, self.d_hi * theta, size) + np.bincount(
-                self.lo + 1, self.d_lo * (1.0 - theta), size
+            d_lo, d_hi = self.demands()
+            use = np.bincount(self.hi + 1, d_hi * theta, size) + np.bincount(
+                self.lo + 1, d_lo * (1.0 - theta), size
             )
         return np.asarray(use[1:], dtype=np.float64)
 
     def use_of(self, idx: IntArray, theta: FloatArray, m: int) -> FloatArray:
         """The usage (m,) of the elastic jobs ``idx`` at shares ``theta`` (theirs)."""
         size = m + 1
-        use = np.bincount(self.hi[idx] + 1, self.d_hi[idx] * theta, size) + np.bincount(
-            self.lo[idx] + 1, self.d_lo[idx] * (1.0 - theta), size
-        )
+        lo, hi = self.lo[idx], self.hi[idx]
+        if self.d_lo is None or self.d_hi is None:  # unit demand
+            use = np.bincount(hi + 1, theta, size) + np.bincount(
+                lo + 1, np.where(lo >= 0, 1.0 - theta, 0.0), size
+            )
+        else:
+            use = np.bincount(hi + 1, self.d_hi[idx] * theta, size) + np.bincount(
+                lo + 1, self.d_lo[idx] * (1.0 - theta), size
+            )
         return np.asarray(use[1:], dtype=np.float64)
 
     def jacobian(self, neg_k: FloatArray, m: int) -> FloatArray:
@@ -153,10 +167,11 @@ class _Elastic:
         if self.unit:
             hh = ll = hl = table(c)
         else:
+            d_lo, d_hi = self.demands()
             hh, ll, hl = (
-                table(c * self.d_hi * self.d_hi),
-                table(c * self.d_lo * self.d_lo),
-                table(c * self.d_hi * self.d_lo),
+                table(c * d_hi * d_hi),
+                table(c * d_lo * d_lo),
+                table(c * d_hi * d_lo),
             )
         # Job (hi, lo): J[hi, hi] −= k d_hi²/span, J[lo, lo] −= k d_lo²/span, and
         # J[hi, lo] = J[lo, hi] += k d_hi d_lo/span (c carries the sign −k/span).
@@ -213,12 +228,15 @@ def polish(prep: _Prepared, it: _Iterate, p: FloatArray, r: FloatArray) -> Polis
     # types at n = 1e5) although its gap is certified.
     lo, hi, x_lo, x_hi, y_lo, y_hi = [], [], [], [], [], []
     for e, (theta, _) in zip(groups, thetas, strict=True):
-        lo_e, hi_e = e.lo.copy(), e.hi.copy()
-        xh = theta.copy()
+        # theta and the edge arrays are not used after this loop: no copies (at n = 1e6 the
+        # elastic arrays are 2.8 MB each, below numpy's huge-page size: every copy faults).
+        lo_e, hi_e = e.lo, e.hi
+        xh = theta
         xl = np.where(e.lo >= 0, 1.0 - theta, 0.0)
-        yl, yh = xl * e.a_lo, xh * (e.a_lo + e.span)
+        yl, yh = xl * e.a_lo, xh * e.a_hi
         moved = np.flatnonzero((theta <= 0.0) | (theta >= 1.0))
         if moved.size:
+            lo_e, hi_e = lo_e.copy(), hi_e.copy()
             sub = subproblem.subset(prep.b, e.group, e.rows[moved] - e.group.start)
             resp = subproblem.respond(prep.b, sub, q, 0, moved.size)
             use += resp.use - e.use_of(moved, theta[moved], m)
@@ -239,16 +257,16 @@ def polish(prep: _Prepared, it: _Iterate, p: FloatArray, r: FloatArray) -> Polis
         t = np.array(it.t, dtype=np.float64)  # a copy: the iterate's buffer is reused
     else:
         t = subproblem.scaled_throughput(it.type_lo, it.type_hi, it.y_lo, it.y_hi, scale)
-    rows = np.concatenate([e.rows for e in groups])
-    lo_all, hi_all = np.concatenate(lo), np.concatenate(hi)
+    rows = _joined([e.rows for e in groups])
+    lo_all, hi_all = _joined(lo), _joined(hi)
     sl, sh = s_ext[lo_all], s_ext[hi_all]
-    t[rows] = sl * np.concatenate(y_lo) + sh * np.concatenate(y_hi)
+    t[rows] = sl * _joined(y_lo) + sh * _joined(y_hi)
     return Polished(
         rows=rows,
         lo=lo_all,
         hi=hi_all,
-        share_lo=sl * np.concatenate(x_lo),
-        share_hi=sh * np.concatenate(x_hi),
+        share_lo=sl * _joined(x_lo),
+        share_hi=sh * _joined(x_hi),
         scale=scale,
         throughput=t,
         prices=q,
@@ -256,12 +274,17 @@ def polish(prep: _Prepared, it: _Iterate, p: FloatArray, r: FloatArray) -> Polis
     )
 
 
+def _joined(parts: list[Any]) -> Any:
+    """The groups' arrays end to end (the one array itself when there is one group)."""
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
 def _elastic(prep: _Prepared, g: Any, it: _Iterate) -> _Elastic | None:
     x_hi = it.x_hi[g.start : g.stop]
     local = np.flatnonzero((x_hi > 0.0) & (x_hi < 1.0))
     if local.size == 0:
         return None
-    rows = local + g.start
+    rows = local + g.start if g.start else local
     lo = it.type_lo[rows].astype(np.int64)
     hi = it.type_hi[rows].astype(np.int64)
     m = prep.m
@@ -270,19 +293,23 @@ def _elastic(prep: _Prepared, g: Any, it: _Iterate) -> _Elastic | None:
     # the allocation must be that allocation's.
     A = prep.A.reshape(-1)
     has_lo = lo >= 0
-    a_hi = A[rows * m + hi]
-    a_lo = np.where(has_lo, A[rows * m + np.maximum(lo, 0)], 0.0)
+    at_hi = rows * m
+    at_lo = at_hi + np.maximum(lo, 0)
+    at_hi += hi
+    a_hi = A[at_hi]
+    a_lo = np.where(has_lo, A[at_lo], 0.0)
     unit = bool(g.unit)
+    d_hi: FloatArray | None = None
+    d_lo: FloatArray | None = None
     if unit:
-        d_hi = np.ones(rows.size)
-        d_lo = has_lo.astype(np.float64)
+        pass  # d = 1: ``_Elastic.demands`` makes them when a non-unit path needs them
     elif prep.D.ndim == 1:
         d_hi = prep.D[rows]
         d_lo = np.where(has_lo, d_hi, 0.0)
     else:
         D = prep.D.reshape(-1)
-        d_hi = D[rows * m + hi]
-        d_lo = np.where(has_lo, D[rows * m + np.maximum(lo, 0)], 0.0)
+        d_hi = D[at_hi]
+        d_lo = np.where(has_lo, D[at_lo], 0.0)
     pair = (hi + 1) * size + (lo + 1)
     span = a_hi - a_lo
     return _Elastic(
@@ -296,6 +323,7 @@ def _elastic(prep: _Prepared, g: Any, it: _Iterate) -> _Elastic | None:
         pair=pair,
         count=np.bincount(pair, minlength=size * size).astype(np.float64),
         a_lo=a_lo,
+        a_hi=a_hi,
         span=span,
         inv_span=1.0 / span,
         d_lo=d_lo,
