@@ -427,6 +427,31 @@ def list_objects(api_client: Any, path: str, *, label_selector: str = "") -> lis
     return [item for item in items if isinstance(item, dict)]
 
 
+def can_i(api_client: Any, verb: str, resource: str, *, group: str = "") -> bool:
+    """Whether this client may ``verb`` the ``resource`` in every namespace (one
+    SelfSubjectAccessReview, which every authenticated user may create; start-up only). Lets a
+    feature that needs optional RBAC turn itself off quietly instead of logging 403s."""
+    body = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectAccessReview",
+        "spec": {"resourceAttributes": {"verb": verb, "resource": resource, "group": group}},
+    }
+    _method, url, headers, data, post = api_client.param_serialize(
+        method="POST",
+        resource_path="/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+        header_params={"Content-Type": "application/json", "Accept": "application/json"},
+        body=body,
+        auth_settings=["BearerToken"],
+    )
+    resp = api_client.call_api(
+        _method, url, header_params=headers, body=data, post_params=post, _request_timeout=30
+    )
+    resp.read()
+    if not 200 <= int(resp.status) < 300:
+        return False
+    return bool((_decode(resp.data).get("status") or {}).get("allowed"))
+
+
 def list_keys(api_client: Any, path: str, *, label_selector: str = "") -> set[tuple[str, str]]:
     """(namespace, name) of every object under a collection path (one LIST, at start-up only).
 

@@ -18,6 +18,11 @@ persisted; only shards holding a changed anchor, a new job or a job that went aw
 (``walras.core.history``), so a steady round writes nothing. Example: 1,000 jobs in one namespace,
 50 of them switch GPU type in a round: one write (shard 0), instead of 1,000 status patches.
 
+**Permissions.** The store needs ``configmaps`` list/create/patch in the jobs' namespaces. At
+start-up a SelfSubjectAccessReview per verb asks whether RBAC grants them; when it does not, the
+store stays off (one log line) and the history persists only in job statuses, as before it
+existed (written along with the status patches a visible change causes).
+
 **Reading.** One LIST of the labelled ConfigMaps across namespaces when the operator starts or
 wins the Lease (:func:`load`); ``round`` is the highest round a writer used, so a new leader never
 reuses a pod name. A shard that does not decode is skipped (its jobs continue from their statuses,
@@ -87,6 +92,14 @@ class Loaded:
     namespaces: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     shards: dict[str, int] = field(default_factory=dict)
     round_no: int = 0
+
+
+VERBS = ("list", "create", "patch")
+
+
+def permitted(api_client: Any) -> bool:
+    """Whether RBAC lets the operator keep its history in ConfigMaps (blocking, at start-up)."""
+    return all(kubeapi.can_i(api_client, verb, "configmaps") for verb in VERBS)
 
 
 def load(api_client: Any) -> Loaded:

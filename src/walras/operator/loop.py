@@ -939,6 +939,15 @@ class RoundLoop:
         if not hasattr(self.api, "put_configmap") or client is None:
             return  # a stand-in API without ConfigMaps: histories come from the statuses
         try:
+            if not await asyncio.to_thread(history_store.permitted, client):
+                if not self.history_store.forbidden:
+                    logger.info(
+                        "no RBAC for configmaps (list, create, patch): the schedule history "
+                        "persists in job statuses only"
+                    )
+                self.history_store.forbidden = True
+                return
+            self.history_store.forbidden = False
             loaded = await asyncio.to_thread(history_store.load, client)
         except Exception as exc:  # not fatal: the statuses carry the pre-ConfigMap history
             logger.warning("schedule history not loaded (%s); continuing from job statuses", exc)
