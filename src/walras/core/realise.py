@@ -254,7 +254,7 @@ def realise(
             hold=how.hold,
             backfill=_backfill_mask(sol, view, frozen) if backfill else None,
             order=how.order,
-            hold_fit=how.hold_fit,
+            hold_fit=_fit_credit(sol, targets, elapsed, restart_s, how),
         )
         placements = {p.job: p for p in (*plan.placements, *frozen)}
         unplaced: Sequence[int] = plan.unplaced
@@ -466,6 +466,23 @@ def _enforce_filters(
                     why.pop(r, None)
                     break
     return accepted, why
+
+
+def _fit_credit(
+    sol: policies.Solution,
+    targets: npt.NDArray[np.float64],
+    elapsed: npt.NDArray[np.float64],
+    restart_s: float,
+    how: switching.Switching,
+) -> npt.NDArray[np.float64] | None:
+    """Per job, the credit when every job fits (``switching.fit_credit``), or None."""
+    if not how.fit:
+        return None
+    types = sorted(set(sol.group_type))
+    column = {t: c for c, t in enumerate(types)}
+    by_type = np.array([[job.throughput.get(t, 0.0) for t in types] for job in sol.jobs])
+    rates = by_type[:, [column[t] for t in sol.group_type]]
+    return switching.fit_credit(targets, rates, elapsed, restart_s, floor=how.hold)
 
 
 def _backfill_mask(

@@ -18,11 +18,13 @@ when it alternates every round. The price is the realised-share error: ``|receiv
 target| ≤ (θ / 2 + one round) / elapsed``, which still falls like ``1 / elapsed``.
 
 When every job with a positive target fits at once (the cluster is not oversubscribed), who runs
-is settled and only *where* is at stake: a deviation moves throughput between a job's own types
-and is paid back within the cycle, so the realiser lets the blocks grow to
-``FIT_HOLD_PER_RESTART · restart_s`` (restart overhead ≤ 0.06 %). Utility given up (the
-policy's own log utility of the realised work rate against the target rate) is reported beside
-the restarts saved by ``bench/bench_realiser.py``.
+is settled and only *where* is at stake: a lead on one type moves throughput between the job's own
+types, which costs the job utility (price discovery's log utility) only in second order, while
+each restart avoided saves ``restart_s`` of work. :func:`fit_credit` gives each job the credit
+that minimises the two together at its age (blocks grow like ``elapsed^(2/3)``; a split between
+types of the same rate is rounded to one type). Utility given up (the policy's own log utility of
+the realised work rate against the target rate) is reported beside the restarts saved by
+``bench/bench_realiser.py``.
 
 ``restart_s = 0`` (and no explicit ``hold``) keeps Gavel's priority order exactly: with no
 restart cost there is nothing to trade.
@@ -35,36 +37,82 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+
 HOLD_PER_RESTART = 72.0
 """Credit per second of restart cost while the cluster is oversubscribed (overhead ≤ 1/144)."""
 
-FIT_HOLD_PER_RESTART = 864.0
-"""Credit per second of restart cost when every job fits at once (overhead ≤ 1/1728)."""
+FIT_SCALE = 2.0
+""":func:`fit_credit` uses ``FIT_SCALE · θ*``. By the model below the loss at ``2θ*`` is
+``(2²/2 + 1/2) / 1.5 ≈ 1.67×`` its minimum: the price of at most 5 % of pods restarted per round
+(issue 15) on the 1,000-job benchmark, where it still gives up less utility than Gavel's order
+(``bench/bench_realiser.py``)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Switching:
-    """``plan_round``'s ordering and credits (``hold_fit`` None: one credit for both cases)."""
+    """``plan_round``'s ordering and credit; ``fit``: use :func:`fit_credit` when all jobs fit."""
 
     order: str
     hold: float
-    hold_fit: float | None
+    fit: bool
 
 
 def switching(restart_s: float, hold_s: float) -> Switching:
     """The realiser's settings for a restart cost and an explicit extra credit (both seconds).
 
     >>> switching(10.0, 0.0)
-    Switching(order='deficit', hold=720.0, hold_fit=8640.0)
+    Switching(order='deficit', hold=720.0, fit=True)
     >>> switching(0.0, 0.0)
-    Switching(order='gavel', hold=0.0, hold_fit=None)
+    Switching(order='gavel', hold=0.0, fit=False)
     """
-    if restart_s <= 0 and hold_s <= 0:
-        return Switching("gavel", 0.0, None)
     if restart_s <= 0:
-        return Switching("gavel", hold_s, None)  # an explicit hold alone keeps its old meaning
-    return Switching(
-        "deficit",
-        hold_s + HOLD_PER_RESTART * restart_s,
-        hold_s + FIT_HOLD_PER_RESTART * restart_s,
-    )
+        # No restart cost: nothing to trade; an explicit hold alone keeps its old meaning.
+        return Switching("gavel", max(hold_s, 0.0), False)
+    return Switching("deficit", hold_s + HOLD_PER_RESTART * restart_s, True)
+
+
+def fit_credit(
+    targets: FloatArray, rates: FloatArray, elapsed: FloatArray, restart_s: float, floor: float
+) -> FloatArray:
+    """Per job, the credit that minimises its utility given up when every job fits.
+
+    ``targets`` ``(J, G)``, ``rates`` ``(J, G)`` (work per second of the job on each group's
+    type), ``elapsed`` ``(J,)`` seconds. A job split ``(t, 1 − t)`` between types whose rates
+    differ by ``gap``, at target rate ``u``, with a lead ``ℓ`` seconds on one of them after
+    ``e`` seconds, runs at ``u + ℓ · gap / e`` instead of ``u``: its log utility is off by about
+    ``½ (ℓ gap / (u e))²``, ``(θ gap / (u e))² / 24`` on average over the band ``ℓ ∈ [−θ/2, θ/2]``.
+    Its restarts cost ``2 restart_s t (1 − t) / θ`` of its time (two per cycle of
+    ``θ / (t (1 − t))``). The sum is least at
+
+        θ* = (24 · restart_s · t (1 − t) · (u e / gap)²)^(1/3),
+
+    (used times :data:`FIT_SCALE`), which grows like ``e^(2/3)``: the share error
+    ``(θ/2 + one round) / e`` still falls (like ``e^(−1/3)``), and restarts per round fall too.
+    Jobs whose types run at the same rate (``gap = 0``) are never moved (their split is rounded
+    to one type, which costs the job nothing); the credit is capped at ``2 e + floor`` (a lead
+    never exceeds ``e``) and is at least ``floor``.
+
+    Example: ``restart_s = 10``, ``t = 0.5``, ``u / gap = 1``, ``e = 10,800 s`` (30 rounds of
+    360 s): ``θ* = (24 · 10 · 0.25 · 10,800²)^(1/3) ≈ 1,913 s``, about five rounds.
+    """
+    t = np.asarray(targets, dtype=np.float64)
+    a = np.asarray(rates, dtype=np.float64)
+    e = np.asarray(elapsed, dtype=np.float64)
+    pos = t > 0
+    rows = t.sum(axis=1)
+    share = np.where(rows > 0, t.max(axis=1, initial=0.0) / np.where(rows > 0, rows, 1.0), 1.0)
+    spread = share * (1.0 - share)
+    u = (t * a).sum(axis=1)
+    hi = np.where(pos, a, -np.inf).max(axis=1, initial=-np.inf)
+    lo = np.where(pos, a, np.inf).min(axis=1, initial=np.inf)
+    gap = np.where(pos.sum(axis=1) > 1, hi - lo, 0.0)
+    cap = 2.0 * e + floor
+    with np.errstate(divide="ignore", invalid="ignore"):
+        best = FIT_SCALE * np.cbrt(24.0 * restart_s * spread * (u * e / gap) ** 2)
+    best = np.where(gap > 0, best, np.where(spread > 0, cap, floor))
+    best = np.where(np.isfinite(best), best, cap)
+    return np.asarray(np.clip(best, floor, cap), dtype=np.float64)

@@ -52,7 +52,7 @@ def plan_round(
     hold: float = 0.0,
     backfill: object | None = None,
     order: str = "gavel",
-    hold_fit: float | None = None,
+    hold_fit: float | object | None = None,
 ) -> RoundPlan:
     """Choose this round's gang placements from fractional targets and the rounds history.
 
@@ -79,9 +79,9 @@ def plan_round(
             ``hold`` on a running gang's own pair), so a running gang switches only when a deficit
             elsewhere exceeds its own by ``hold`` (blocks; ``walras.core.switching`` derives the
             credit from the restart cost). Ties as in the package docstring.
-        hold_fit: the credit used instead of ``hold`` when every job with a positive target fits
-            in the free GPUs at once (not oversubscribed: only *where* jobs run is at stake).
-            ``None``: ``hold`` always.
+        hold_fit: the credit (one, or ``(J,)`` one per job) used instead of ``hold`` when every
+            job with a positive target fits in the free GPUs at once (not oversubscribed: only
+            *where* jobs run is at stake). ``None``: ``hold`` always.
 
     Returns:
         The placements (sorted by job) and the jobs with a positive target left unplaced.
@@ -98,20 +98,22 @@ def plan_round(
     e_pair = p.elapsed[jj]
     if hold < 0 or not np.isfinite(hold):
         raise InvalidProblem(f"hold must be a finite number >= 0, got {hold}", field="hold")
+    credit: float | FloatArray = hold
     if hold_fit is not None:
-        if hold_fit < 0 or not np.isfinite(hold_fit):
+        fit = np.broadcast_to(np.asarray(hold_fit, dtype=np.float64), (n_jobs,))
+        if fit.size and not (np.isfinite(fit).all() and float(fit.min()) >= 0):
             raise InvalidProblem(
-                f"hold_fit must be a finite number >= 0, got {hold_fit}", field="hold_fit"
+                "hold_fit must be finite numbers >= 0 (one, or one per job)", field="hold_fit"
             )
         wanted_gpus = int((p.replicas * p.gpus_per_pod)[np.unique(jj)].sum())
         if wanted_gpus <= int(p.node_free.sum()):
-            hold = hold_fit  # every job can run at once: only *where* is at stake
-    if hold > 0 and p.current is not None:
+            credit = fit[jj]  # every job can run at once: only *where* is at stake
+    if np.any(np.asarray(credit) > 0) and p.current is not None:
         # Only a job that can be kept where it is (whole gang, one group) earns the credit.
         running = _current_placements(p)[0]
         on_own = np.array([running[j] == g for j, g in zip(jj.tolist(), gg.tolist(), strict=True)])
         if on_own.size:
-            r_pair = np.where(on_own, np.maximum(r_pair - hold, 0.0), r_pair)
+            r_pair = np.where(on_own, np.maximum(r_pair - credit, 0.0), r_pair)
     deficit = t_pair * e_pair - r_pair
     if order == "deficit":
         prio = deficit
@@ -223,12 +225,59 @@ def plan_round(
                 placed[j] = JobPlacement(job=j, group=g, nodes=where, kept=kept)
                 break
 
+    if order == "deficit" and p.current is not None:
+        placed = _keep_first(placed, p, group_nodes, pos_of, cur_group, cur_nodes)
     wanted = np.flatnonzero(np.bincount(jj, minlength=n_jobs) > 0).tolist()
     unplaced = tuple(j for j in wanted if j not in placed)
     return RoundPlan(
         placements=tuple(placed[j] for j in sorted(placed)),
         unplaced=unplaced,
     )
+
+
+def _keep_first(
+    placed: dict[int, JobPlacement],
+    p: Problem,
+    group_nodes: list[IntArray],
+    pos_of: list[int],
+    cur_group: list[int],
+    cur_nodes: list[list[tuple[int, int]]],
+) -> dict[int, JobPlacement]:
+    """The same jobs in the same groups, with every gang that stays in its group kept in place.
+
+    The visit order decides *who* runs *where*; the nodes it packs are a by-product. A job placed
+    early (a lagging job, a job moving in) may take GPUs of a running job whose own pair comes
+    later and that then stays in its group on other nodes: a restart that changes nothing the
+    targets care about. So the nodes are chosen again: first every selected gang whose group is
+    its current one, on its current nodes; then the others, packed (``pack``) into what is left
+    of their group, in the order they were selected. If some gang no longer fits (fragmentation
+    with multi-GPU pods), the visit's own placements are kept as they were.
+    """
+    free = [p.node_free[nodes].copy() for nodes in group_nodes]
+    out: dict[int, JobPlacement] = {}
+    gpus_of = p.gpus_per_pod
+    for j, pl in placed.items():
+        if cur_group[j] != pl.group:
+            continue
+        f, gpus = free[pl.group], int(gpus_of[j])
+        mine = [(pos_of[k], n) for k, n in cur_nodes[j]]
+        if all(f[i] >= n * gpus for i, n in mine):
+            for i, n in mine:
+                f[i] -= n * gpus
+            out[j] = JobPlacement(job=j, group=pl.group, nodes=tuple(cur_nodes[j]), kept=True)
+    for j, pl in placed.items():
+        if j in out:
+            continue
+        f = free[pl.group]
+        choice = pack(f, int(p.replicas[j]), int(gpus_of[j]))
+        if choice is None:
+            return placed
+        for i, n in choice:
+            f[i] -= n * int(gpus_of[j])
+        nodes = group_nodes[pl.group]
+        where = tuple(sorted((int(nodes[i]), n) for i, n in choice))
+        out[j] = JobPlacement(job=j, group=pl.group, nodes=where, kept=False)
+    return out
 
 
 def _current_placements(p: Problem) -> tuple[list[int], list[list[tuple[int, int]]], IntArray]:
