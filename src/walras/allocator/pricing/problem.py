@@ -251,6 +251,19 @@ def _first_bad(mask: npt.NDArray[np.bool_]) -> list[int]:
     return [int(i) for i in np.flatnonzero(mask)]
 
 
+def _failing(x: FloatArray, ok: Any) -> npt.NDArray[np.bool_]:
+    """Mask of the jobs whose value fails ``ok``; one test for a constant (stride-0) array."""
+    if x.ndim == 1 and x.strides == (0,) and x.size > 0:
+        return np.broadcast_to(~ok(x[:1]), x.shape)
+    return np.asarray(~ok(x))
+
+
+def _is_kind(codes: npt.NDArray[np.int8], kind: str) -> npt.NDArray[np.bool_] | None:
+    """Mask of the jobs of ``kind``, or None when there is none (their checks are skipped)."""
+    mask = codes == KINDS.index(kind)
+    return mask if mask.any() else None
+
+
 def screen_jobs(problem: PricingProblem) -> tuple[JobIssue, ...]:
     """Every per-job defect ``solve(problem, strict=False)`` would reject, sorted by job.
 
@@ -300,22 +313,23 @@ def screen_jobs(problem: PricingProblem) -> tuple[JobIssue, ...]:
         w = np.asarray(problem.weight)
         issues += [
             JobIssue(i, "weight", "weight must be finite and > 0")
-            for i in _first_bad(~(np.isfinite(w) & (w > 0)))
+            for i in _first_bad(_failing(w, lambda x: np.isfinite(x) & (x > 0)))
         ]
         codes = np.asarray(problem.kind_codes)
         tgt = np.asarray(problem.target)
-        is_target = codes == KINDS.index("target")
-        issues += [
-            JobIssue(i, "target", "target must be finite and ≥ 0")
-            for i in _first_bad(is_target & ~(np.isfinite(tgt) & (tgt >= 0)))
-        ]
+        is_target = _is_kind(codes, "target")
+        if is_target is not None:
+            issues += [
+                JobIssue(i, "target", "target must be finite and ≥ 0")
+                for i in _first_bad(is_target & ~(np.isfinite(tgt) & (tgt >= 0)))
+            ]
         al = np.asarray(problem.alpha)
-        is_alpha = codes == KINDS.index("alpha")
-        issues += [
-            JobIssue(i, "alpha", "alpha must be finite, > 0 and ≠ 1 (use kind='log')")
-            for i in _first_bad(is_alpha & ~(np.isfinite(al) & (al > 0) & (al != 1)))
-        ]
-        clean = ~(bad_a | neg_a | bad_d | tiny_a)
+        is_alpha = _is_kind(codes, "alpha")
+        if is_alpha is not None:
+            issues += [
+                JobIssue(i, "alpha", "alpha must be finite, > 0 and ≠ 1 (use kind='log')")
+                for i in _first_bad(is_alpha & ~(np.isfinite(al) & (al > 0) & (al != 1)))
+            ]
         if a_ok and a_lo > 0:
             has_a = ~none
         else:
@@ -323,7 +337,11 @@ def screen_jobs(problem: PricingProblem) -> tuple[JobIssue, ...]:
             for j in range(problem.m):  # column by column: faster than a reduction along rows
                 has_a |= A[:, j] > 0
         d_max = D2.max(axis=0) if bad_d is none else np.where(np.isfinite(D2), D2, 0.0).max(axis=0)
-        if (d_max > R).any():
+        over = bool((d_max > R).any())
+        all_have_a = bool(has_a.all())
+        # The common case (every demand fits, every job has throughput) needs no per-job mask.
+        clean = ~(bad_a | neg_a | bad_d | tiny_a) if over or not all_have_a else none
+        if over:
             fits = (usable(problem, strict=False) & clean[:, None]).any(axis=1)
             issues += [
                 JobIssue(
@@ -333,16 +351,19 @@ def screen_jobs(problem: PricingProblem) -> tuple[JobIssue, ...]:
                 )
                 for i in _first_bad(clean & has_a & ~fits)
             ]
-        needs_t = (codes == KINDS.index("log")) | (is_alpha & (al >= 1))
-        issues += [
-            JobIssue(
-                i,
-                "throughput",
-                "zero throughput on every type; log/α-fair (α ≥ 1) "
-                "utility needs positive throughput",
-            )
-            for i in _first_bad(clean & needs_t & ~has_a)
-        ]
+        if not all_have_a:  # else no log job can be stuck at −∞
+            needs_t = codes == KINDS.index("log")
+            if is_alpha is not None:
+                needs_t |= is_alpha & (al >= 1)
+            issues += [
+                JobIssue(
+                    i,
+                    "throughput",
+                    "zero throughput on every type; log/α-fair (α ≥ 1) "
+                    "utility needs positive throughput",
+                )
+                for i in _first_bad(clean & needs_t & ~has_a)
+            ]
     issues.sort(key=lambda x: (x.index, x.field))
     return tuple(issues)
 
