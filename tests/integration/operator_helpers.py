@@ -150,6 +150,10 @@ def start_operator(
         str(port),
         "--metrics-port",
         str(port),
+        # Rounds of seconds here: restarts priced at the default 10 s would hold every gang for
+        # hundreds of rounds. The tests check Gavel's rotation; ``extra`` may set it again.
+        "--restart-seconds",
+        "0",
         *extra,
     ]
     with log.open("ab") as handle:

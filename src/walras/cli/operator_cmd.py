@@ -136,9 +136,12 @@ def operator_command(
         typer.Option(
             envvar="WALRAS_RESTART_SECONDS",
             min=0.0,
-            help="Seconds a gang placed afresh does no work (checkpoint reload); accounting.",
+            help=(
+                "Seconds a gang placed afresh does no work (checkpoint reload): accounting, and "
+                "the realiser's price of a restart (0: Gavel's order, a switch every round)."
+            ),
         ),
-    ] = 0.0,
+    ] = 10.0,
     hold_seconds: Annotated[
         float,
         typer.Option(
