@@ -50,12 +50,38 @@ against a 360 s round but not free, and repeated moves churn API writes. So the 
   operator deletes its pods at the round boundary (the workload checkpoints). A running job whose
   top pair is now another group moves there (Gavel's migration across types); that is how its
   per-type shares converge.
-- The realiser never trades a restart against priority: a job behind its target is not held back
-  to spare a running job its 10 s, because over a 360 s round the lagging job's loss is larger,
-  and holding it back would break convergence of the realised shares.
+- With Gavel's order (``order="gavel"``, ``hold = 0``) the realiser never trades a restart against
+  priority: a job behind its target is not held back to spare a running job its 10 s. The
+  deficit order below does trade, by a bounded credit, so the shares still converge.
 - Consequence: a job whose share is well below 1 alternates by design (its priority drops each
   round it runs), so ``kept`` is common for jobs with shares near 1 and rare under heavy
   oversubscription. Stickiness saves restarts; it never changes who runs, only where.
+
+Restart-priced blocks (``order="deficit"``, the operator's default through ``walras.core``)
+-----------------------------------------------------------------------------------------
+Gavel's order moves a job whose targets split over two groups between them every round (its
+priority drops on the group it just used), so each such job restarts every round although, on a
+cluster that is not oversubscribed, everything fits. With ``order="deficit"`` pairs are visited by
+the deficit ``targets * elapsed - received`` (seconds owed) instead, and a running gang's own pair
+gets the credit ``hold``::
+
+    key[j, g] = targets[j, g] * elapsed[j] - received[j, g] + hold * [g is j's current group]
+
+So a running gang switches only when a deficit elsewhere (its own on another group, or another
+job's) exceeds its own by ``hold``: split shares are served in contiguous blocks, and a gang stays
+wherever its share is not exhausted by more than ``hold``. For a job alone split ``(t, 1 − t)`` its
+lead swings within ``±(hold/2 + one round)``: the share error is at most ``(hold/2 + 1) / R``
+after ``R`` rounds, and switches are at least ``hold / max(t, 1 − t)`` rounds apart
+(``tests/unit/test_rounds_blocks.py`` derives both). ``hold_fit`` (one or one per job) replaces
+``hold`` when every job with a target fits at once. ``walras.core.switching`` prices both from the
+restart cost. Once the visit has settled who runs in which group, the nodes are chosen again:
+every gang that stays in its group keeps its nodes, the others are packed into what is left (a
+running gang is never restarted only because a mover visited first took its GPUs).
+
+Worked example: one job split 0.5/0.5 over two 1-GPU groups, ``hold = 2`` rounds. Gavel's order
+alternates every round; here it runs ``000111110000011111…``: after a first block of 3, blocks of 5
+rounds (it leaves a group once it leads there by about ``hold / 2``; ties go to the lower group),
+a fifth of the switches, with the share error at most ``(hold/2 + 1) / R = 2 / R``.
 
 Work conservation and convergence
 ---------------------------------
