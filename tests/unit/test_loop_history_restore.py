@@ -1,0 +1,153 @@
+"""A restarted round loop continues every job's schedule history from the persisted ConfigMaps.
+
+Oracle: a loop that never stopped. Two loops plan the same cluster on the same clock; one is
+replaced after round 3 by a fresh loop that reloads the history (through a stand-in API keeping
+the ConfigMaps). At every later round both hold the same history for every job. A second check:
+a job status accounted later than the record wins (an operator without ConfigMaps wrote it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from walras.core import history, model
+from walras.kube import writes
+from walras.operator import history_store, loop
+
+pytestmark = pytest.mark.slow  # a dozen rounds of the real loop (numpy backend)
+
+GPU = "nvidia.com/gpu"
+
+
+class FakeApi:
+    """Accepts every write; keeps ConfigMaps (for ``history_store.load``)."""
+
+    client = object()  # not None: the loop may use the history store
+
+    def __init__(self) -> None:
+        self.maps: dict[tuple[str, str], dict[str, str]] = {}
+        self.configmap_writes = 0
+
+    async def create_pod(self, namespace: str, manifest: Mapping[str, Any]) -> writes.Result:
+        return writes.Result(writes.Outcome.OK, 201)
+
+    async def bind_pod(self, namespace: str, name: str, node: str) -> writes.Result:
+        return writes.Result(writes.Outcome.OK, 201)
+
+    async def delete_pod(self, namespace: str, name: str, **_: Any) -> writes.Result:
+        return writes.Result(writes.Outcome.OK, 200)
+
+    async def patch_job_status(self, namespace: str, name: str, status: Any) -> writes.Result:
+        return writes.Result(writes.Outcome.OK, 200)
+
+    async def patch_pool_status(self, name: str, status: Any) -> writes.Result:
+        return writes.Result(writes.Outcome.OK, 200)
+
+    async def post_event(self, job: Any, **_: Any) -> writes.Result:
+        return writes.Result(writes.Outcome.OK, 201)
+
+    async def put_configmap(
+        self, namespace: str, name: str, *, labels: Any, binary_data: Mapping[str, str]
+    ) -> writes.Result:
+        self.configmap_writes += 1
+        self.maps[(namespace, name)] = dict(binary_data)
+        return writes.Result(writes.Outcome.OK, 200)
+
+    def loaded(self) -> history_store.Loaded:
+        out = history_store.Loaded()
+        for (namespace, name), data in sorted(self.maps.items()):
+            round_no, records = history_store.decode(data[history_store.KEY])
+            index = int(name.removeprefix(history_store.PREFIX))
+            out.round_no = max(out.round_no, round_no)
+            out.shards[namespace] = max(out.shards.get(namespace, 0), index + 1)
+            out.namespaces.setdefault(namespace, {}).update(records)
+            out.records.update(records)
+        return out
+
+
+def make_loop(api: FakeApi, clock: list[float], statuses: Mapping[str, Any]) -> loop.RoundLoop:
+    rounds = loop.RoundLoop(
+        loop.snapshot.Store(),
+        api,  # type: ignore[arg-type]  # duck-typed stand-in for walras.kube.writes.Api
+        loop.LoopConfig(backend="numpy", clock=lambda: clock[0]),
+    )
+    store = rounds.store
+    store.upsert("pool", {"metadata": {"name": "g", "generation": 1}, "spec": {"gpuType": "g"}})
+    store.upsert(
+        "node",
+        {
+            "metadata": {"name": "n0", "labels": {"walras.dev/gpu-type": "g"}},
+            "status": {
+                "allocatable": {GPU: "2", "cpu": "32", "memory": "64Gi", "pods": "110"},
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
+        },
+    )
+    for i in range(3):  # three jobs on two GPUs: slices rotate, histories differ
+        store.upsert(
+            "job",
+            {
+                "metadata": {"namespace": "ns", "name": f"j{i}", "uid": f"u{i}", "generation": 1},
+                "spec": {
+                    "replicas": 1,
+                    "throughput": {"g": 1.0 + i},
+                    "template": {"spec": {"containers": [{"name": "c", "image": "i"}]}},
+                },
+                "status": dict(statuses.get(f"u{i}", {})),
+            },
+        )
+    return rounds
+
+
+def same(a: history.History, b: history.History) -> None:
+    assert a.received == pytest.approx(b.received, abs=2e-3)  # records keep 1 ms
+    assert a.elapsed == pytest.approx(b.elapsed, abs=2e-3)
+    assert a.work_done == pytest.approx(b.work_done, abs=1e-2)
+    assert a.running_group == b.running_group
+
+
+def test_a_restarted_loop_continues_the_histories(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [1000.0]
+    api = FakeApi()
+    monkeypatch.setattr(history_store, "permitted", lambda client: True)
+    monkeypatch.setattr(history_store, "load", lambda client: api.loaded())
+    never = make_loop(FakeApi(), clock, {})
+    first = make_loop(api, clock, {})
+    for _ in range(3):
+        asyncio.run(never.run_round())
+        asyncio.run(first.run_round())
+        clock[0] += 10.0
+    assert api.configmap_writes >= 1
+    second = make_loop(api, clock, {})
+    asyncio.run(second._restore_histories())
+    for _ in range(2):
+        asyncio.run(never.run_round())
+        asyncio.run(second.run_round())
+        for uid in ("u0", "u1", "u2"):
+            same(second.state.histories[uid], never.state.histories[uid])
+        clock[0] += 10.0
+    assert never.state.histories["u0"].elapsed == pytest.approx(40.0)
+
+
+def test_a_status_accounted_later_than_the_record_wins(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [1000.0]
+    api = FakeApi()
+    monkeypatch.setattr(history_store, "permitted", lambda client: True)
+    monkeypatch.setattr(history_store, "load", lambda client: api.loaded())
+    first = make_loop(api, clock, {})
+    asyncio.run(first.run_round())
+    clock[0] += 10.0
+    later = history.History(received={"g": 7.0}, elapsed=9.0, accounted_at=clock[0] - 1.0)
+    second = make_loop(api, clock, {"u1": later.status_fields()})
+    asyncio.run(second._restore_histories())
+    asyncio.run(second.run_round())
+    # u1 continues from its status (accounted at t - 1, not running): elapsed 9 + 1 s.
+    assert second.state.histories["u1"].elapsed == pytest.approx(10.0)
+    assert second.state.histories["u1"].received["g"] == pytest.approx(7.0)
+    # The others continue from their records (round 1 at t - 10): elapsed 10 s.
+    assert second.state.histories["u0"].elapsed == pytest.approx(10.0, abs=2e-3)
+    assert model.parse_time(later.status_fields()["accountedAt"]) == pytest.approx(clock[0] - 1)
