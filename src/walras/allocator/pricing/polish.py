@@ -120,11 +120,16 @@ class _Elastic:
         alpha *= self.inv_span
         b = self.b
         t = self.util.best_t(b, alpha, self.a_lo, self.a_hi, self.par)
-        theta = (t - self.a_lo) * self.inv_span
-        inner = (theta > 0.0) & (theta < 1.0)
+        # In place where possible: each temporary is 2.8 MB at n = 1e6, below numpy's
+        # huge-page size, so every fresh one costs ~700 page faults.
+        theta = t - self.a_lo
+        theta *= self.inv_span
+        inner = theta > 0.0
+        inner &= theta < 1.0
         np.clip(theta, 0.0, 1.0, out=theta)
-        dt = self.util.slope_derivative(b, t, alpha, self.par)
-        k = np.where(inner, dt * self.inv_span, 0.0)  # = −k_i (dt/dα ≤ 0)
+        k = np.asarray(self.util.slope_derivative(b, t, alpha, self.par), dtype=np.float64)
+        k *= self.inv_span  # = −k_i (dt/dα ≤ 0)
+        np.copyto(k, 0.0, where=~inner)
         return theta, k
 
     def use(self, theta: FloatArray, m: int) -> FloatArray:
@@ -260,13 +265,18 @@ def polish(prep: _Prepared, it: _Iterate, p: FloatArray, r: FloatArray) -> Polis
     rows = _joined([e.rows for e in groups])
     lo_all, hi_all = _joined(lo), _joined(hi)
     sl, sh = s_ext[lo_all], s_ext[hi_all]
-    t[rows] = sl * _joined(y_lo) + sh * _joined(y_hi)
+    share_lo, share_hi = sl * _joined(x_lo), sh * _joined(x_hi)
+    # The factors become the scaled throughputs in place (no more 2.8 MB temporaries).
+    sl *= _joined(y_lo)
+    sh *= _joined(y_hi)
+    sl += sh
+    t[rows] = sl
     return Polished(
         rows=rows,
         lo=lo_all,
         hi=hi_all,
-        share_lo=sl * _joined(x_lo),
-        share_hi=sh * _joined(x_hi),
+        share_lo=share_lo,
+        share_hi=share_hi,
         scale=scale,
         throughput=t,
         prices=q,
@@ -294,7 +304,8 @@ def _elastic(prep: _Prepared, g: Any, it: _Iterate) -> _Elastic | None:
     A = prep.A.reshape(-1)
     has_lo = lo >= 0
     at_hi = rows * m
-    at_lo = at_hi + np.maximum(lo, 0)
+    at_lo = np.maximum(lo, 0)
+    at_lo += at_hi
     at_hi += hi
     a_hi = A[at_hi]
     a_lo = np.where(has_lo, A[at_lo], 0.0)
@@ -310,7 +321,10 @@ def _elastic(prep: _Prepared, g: Any, it: _Iterate) -> _Elastic | None:
         D = prep.D.reshape(-1)
         d_hi = D[at_hi]
         d_lo = np.where(has_lo, D[at_lo], 0.0)
-    pair = (hi + 1) * size + (lo + 1)
+    pair = hi + 1
+    pair *= size
+    pair += lo
+    pair += 1  # (hi + 1)(m + 1) + (lo + 1)
     span = a_hi - a_lo
     return _Elastic(
         rows=rows,
