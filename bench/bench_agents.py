@@ -1,18 +1,24 @@
 """Node agents against the real API server: convergence time and API traffic vs number of agents.
 
-One JSON line per case (20, 100, 500 agents; τ = 1 s and the other shipped defaults unless a
-case says otherwise). Agents are simulated as concurrent asyncio tasks in a few worker processes
-(each step runs the real ``walras.agent.runner.Agent.step`` in a small thread pool; agents of one
-worker share the job/pool/totals reads), the aggregator is a real ``walras agent --aggregate``
-process. Nodes are kwok nodes of 3 GPU types; 6 tenants, two restricted by a node label.
+One JSON line per case (``DEFAULT_CASES``: 100 and 500 agents; τ = 1 s and the other shipped
+defaults unless a case says otherwise). Agents are simulated as concurrent asyncio tasks in a few
+worker processes (each step runs the real ``walras.agent.runner.Agent.step`` in a thread pool;
+agents of one worker share one ``SharedReads``: informers, or polling for ``legacy``), the
+aggregator is a real ``walras agent --aggregate`` process. Nodes are kwok nodes of 3 GPU types
+(``mixed``: of varied sizes); 6 tenants, two restricted by a node label. ``legacy`` runs the
+previous agents in the same run for a ratio: damped water-fill, polling reads, aggregator
+publishing every 0.1 s.
 
-Fields: ``converge_s`` (until the published totals stay within 1e-3 of ``fairness.solve``; null if
-not within ``timeout_s``), ``steps_per_agent`` (mean agent steps until then), ``api_writes_per_
-agent_step`` / ``api_requests_per_agent_step`` (until convergence) and ``steady_writes_per_agent_
-step`` (5 s after it: converged agents only heartbeat), ``aggregator_period_s`` (published).
+Fields: ``converge_s`` (from starting the workers until the published totals stay within 1e-3 of
+``fairness.solve``; null if not within ``timeout_s``), ``steps_per_agent`` (mean agent steps
+until then), ``api_writes_per_agent_step`` / ``api_requests_per_agent_step`` (until
+convergence), ``steady_writes_per_agent_step`` and ``steady_requests_per_agent_s`` (API requests
+of the agents per agent per second over ``STEADY_S`` seconds after convergence; LISTs and WATCH
+starts count), ``aggregator_period_s`` (published staleness). The machine is shared: times
+include waiting for the CPU (``load_avg_1m``).
 
 Run: ``python bench/bench_agents.py`` (starts its own control plane; needs ``make tools``).
-``python bench/bench_agents.py 20 100 100@2`` runs a subset (``N@θ₀``: base damping θ₀).
+``python bench/bench_agents.py 100 100:mixed:legacy 100@2`` runs a subset (``N@θ₀``: base θ₀).
 """
 
 from __future__ import annotations
@@ -42,26 +48,49 @@ TENANTS = {
     "gan": ({"a100": 3.5, "v100": 3.0}, 1, "4", 1.5, {"zone": "east"}),
 }
 TOL = 1e-3
+STEADY_S = 10.0
+# "N[@theta][:mixed][:legacy]": N agents, base damping theta, varied node sizes, the previous
+# agents (damped water-fill, polling reads, aggregator publishing every 0.1 s).
+DEFAULT_CASES = ("100", "500", "100:mixed", "100:mixed:legacy", "500:mixed", "500:mixed:legacy")
+
+
+def parse_case(text: str) -> tuple[int, float | None, bool, bool]:
+    head, *flags = text.split(":")
+    n, _, theta = head.partition("@")
+    return int(n), float(theta) if theta else None, "mixed" in flags, "legacy" in flags
 
 
 # ---------------------------------------------------------------------------------- worker
 
 
-def worker(kubeconfig: str, nodes: list[str], stop_file: str, out: str, damping: float) -> None:
+def worker(
+    kubeconfig: str, nodes: list[str], stop_file: str, out: str, damping: float, legacy: bool
+) -> None:
     """Run ``nodes``' agents as asyncio tasks until ``stop_file`` exists; dump counters to ``out``
-    every second."""
+    every second. ``legacy``: the previous agents (damped water-fill, polling reads)."""
+    import threading
+
     from walras.agent.runner import Agent, AgentConfig, SharedReads
     from walras.kube.agents import Kube
     from walras.testing import devcluster
 
     api = devcluster.new_client(kubeconfig)
-    api.configuration.connection_pool_maxsize = 16
-    api.rest_client.pool_manager.connection_pool_kw["maxsize"] = 16
+    api.configuration.connection_pool_maxsize = 32
+    api.rest_client.pool_manager.connection_pool_kw["maxsize"] = 32
     kube = Kube(api)
-    reads = SharedReads(kube, ttl=1.0, totals_ttl=0.05)
-    agents = [Agent(kube, AgentConfig(node_name=n, damping=damping), reads) for n in nodes]
+    stop = threading.Event()
+    if legacy:
+        reads = SharedReads(kube, ttl=1.0, totals_ttl=0.05)
+    else:
+        reads = SharedReads(kube, watch=True, nodes=nodes, stop=stop)
+    method = "waterfill" if legacy else "scaled"
+    agents = [
+        Agent(kube, AgentConfig(node_name=n, damping=damping, method=method), reads) for n in nodes
+    ]
     counters = {"steps": 0, "wrote": 0, "skipped": 0, "errors": 0}
-    pool = ThreadPoolExecutor(max_workers=12)
+    # Watching, a step may wait (on a condition, no CPU) for the totals that include its own
+    # last write; enough threads that those waits do not hold back the other agents.
+    pool = ThreadPoolExecutor(max_workers=12 if legacy else 64)
 
     async def one(agent: Agent) -> None:
         loop = asyncio.get_running_loop()
@@ -88,6 +117,7 @@ def worker(kubeconfig: str, nodes: list[str], stop_file: str, out: str, damping:
         await asyncio.gather(dump(), *(one(a) for a in agents))
 
     asyncio.run(main())
+    stop.set()
     data = {**counters, "reads": kube.reads, "writes": kube.writes, "t": time.time()}
     Path(out).write_text(json.dumps(data))
     pool.shutdown()
@@ -96,8 +126,15 @@ def worker(kubeconfig: str, nodes: list[str], stop_file: str, out: str, damping:
 # ------------------------------------------------------------------------------------ main
 
 
-def setup(kube: Any, n_nodes: int) -> list[str]:
+def setup(kube: Any, n_nodes: int, mixed: bool = False) -> list[str]:
+    """Pools, kwok nodes and the six tenants' jobs. ``mixed``: node sizes vary (GPUs: the
+    type's count or half of it; CPUs 16, 32 or 64, seeded), so no node's first answer is already
+    the fair one and the agents must actually iterate."""
+    import random
+
     from walras.testing import devcluster
+
+    rng = random.Random(15)
 
     devcluster.reset(kube)
     devcluster.install_crds(kube, CRDS)
@@ -115,8 +152,12 @@ def setup(kube: Any, n_nodes: int) -> list[str]:
         gpu_type, gpus = TYPES[k % 3]
         name = f"{gpu_type}-{k}"
         zone = "east" if (k // 3) % 2 == 0 else "west"
+        cpu = "32"
+        if mixed:
+            gpus = rng.choice([gpus, gpus // 2])
+            cpu = rng.choice(["16", "32", "64"])
         devcluster.create_gpu_node(
-            kube, name, gpu_type=gpu_type, gpus=gpus, labels={"zone": zone}, wait=False
+            kube, name, gpu_type=gpu_type, gpus=gpus, cpu=cpu, labels={"zone": zone}, wait=False
         )
         names.append(name)
     devcluster.wait_nodes_ready(kube, names, timeout=300)
@@ -191,16 +232,25 @@ def read_counters(paths: list[str]) -> dict[str, float]:
 
 
 def run_case(
-    cp: Any, kube: Any, n_agents: int, workers: int, timeout: float, damping: float
+    cp: Any,
+    kube: Any,
+    n_agents: int,
+    workers: int,
+    timeout: float,
+    damping: float,
+    *,
+    mixed: bool = False,
+    legacy: bool = False,
 ) -> dict[str, Any]:
-    names = setup(kube, n_agents)
+    names = setup(kube, n_agents, mixed)
     want = reference(kube)
     work = Path(tempfile.mkdtemp(prefix="bench-agents-"))
     stop_file = str(work / "stop")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     with open(work / "aggregator.log", "wb") as log:
         agg = subprocess.Popen(
-            [WALRAS, "agent", "--aggregate", "--kubeconfig", cp.admin_kubeconfig],
+            [WALRAS, "agent", "--aggregate", "--kubeconfig", cp.admin_kubeconfig]
+            + (["--no-watch"] if legacy else []),
             stdout=log,
             stderr=subprocess.STDOUT,
             env=env,
@@ -217,6 +267,7 @@ def run_case(
                 stop_file,
                 outs[w],
                 str(damping),
+                "1" if legacy else "0",
             ],
             env=env,
         )
@@ -241,8 +292,15 @@ def run_case(
     if converged_at is None:
         at_convergence = read_counters(outs)
     period = float(published(kube).get("period") or 0.0)
-    time.sleep(5.0)
+    # Steady state: a short settling pause, then API requests over a measured window.
+    time.sleep(2.0)
+    before_steady, steady_start = read_counters(outs), time.monotonic()
+    time.sleep(STEADY_S)
     after = read_counters(outs)
+    steady_s = time.monotonic() - steady_start
+    steady_requests = (after["reads"] + after["writes"]) - (
+        before_steady["reads"] + before_steady["writes"]
+    )
     Path(stop_file).touch()
     for proc in [*procs, agg]:
         if proc is agg:
@@ -254,9 +312,11 @@ def run_case(
             proc.wait(timeout=30)
     steps = max(at_convergence["steps"], 1.0)
     steady_steps = max(after["steps"] - at_convergence["steps"], 1.0)
+    suffix = ("_mixed" if mixed else "") + ("_legacy" if legacy else "")
     return {
         "bench": "agents",
-        "case": f"{n_agents}_agents",
+        "case": f"{n_agents}_agents{suffix}",
+        "method": "waterfill+poll" if legacy else "scaled+watch",
         "agents": n_agents,
         "worker_processes": workers,
         "tau_s": 1.0,
@@ -274,6 +334,7 @@ def run_case(
         "steady_writes_per_agent_step": round(
             (after["writes"] - at_convergence["writes"]) / steady_steps, 3
         ),
+        "steady_requests_per_agent_s": round(steady_requests / n_agents / steady_s, 4),
         "step_errors": int(after["errors"]),
         "aggregator_period_s": round(period, 3),
         # The machine is shared: a 1-minute load average far above the core count slows all.
@@ -284,13 +345,11 @@ def run_case(
 
 def main(argv: list[str]) -> int:
     if argv and argv[0] == "--worker":
-        worker(argv[1], argv[2].split(","), argv[3], argv[4], float(argv[5]))
+        worker(argv[1], argv[2].split(","), argv[3], argv[4], float(argv[5]), argv[6] == "1")
         return 0
     from walras.testing import devcluster
 
-    # "N" runs N agents with the shipped damping, "N@theta" with base damping theta.
-    cases = [(int(a.split("@")[0]), float(a.split("@")[1]) if "@" in a else None) for a in argv]
-    cases = cases or [(20, None), (100, None), (500, None)]
+    cases = [parse_case(a) for a in argv] or [parse_case(a) for a in DEFAULT_CASES]
     if not devcluster.binaries_available():
         print(json.dumps({"bench": "agents", "error": "control plane binaries not built"}))
         return 0
@@ -299,10 +358,11 @@ def main(argv: list[str]) -> int:
         kube = devcluster.new_client(cp.admin_kubeconfig)
         from walras.agent.steps import DEFAULT_DAMPING
 
-        for n, theta in cases:
+        for n, theta, mixed, legacy in cases:
             workers, timeout = (1, 60.0) if n <= 20 else (2, 60.0) if n <= 100 else (2, 90.0)
             damping = DEFAULT_DAMPING if theta is None else theta
-            print(json.dumps(run_case(cp, kube, n, workers, timeout, damping)), flush=True)
+            result = run_case(cp, kube, n, workers, timeout, damping, mixed=mixed, legacy=legacy)
+            print(json.dumps(result), flush=True)
         devcluster.reset(kube)
     finally:
         devcluster.stop(cp)

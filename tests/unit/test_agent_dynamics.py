@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from walras.agent import simulate as sim
+from walras.agent import steps
 from walras.allocator import fairness
 
 TOL = 1e-3
@@ -85,11 +86,11 @@ def test_shipped_defaults_converge_to_central_psdsf(jitter: float) -> None:
     [
         (
             "fixed theta 1, 0.5 s aggregator",
-            sim.SimConfig(adaptive=False, damping=1.0, aggregate_period=0.5),
+            sim.SimConfig(adaptive=False, damping=1.0, aggregate_period=0.5, method="waterfill"),
         ),
         (
             "fixed theta 0.5, 0.5 s aggregator",
-            sim.SimConfig(adaptive=False, damping=0.5, aggregate_period=0.5),
+            sim.SimConfig(adaptive=False, damping=0.5, aggregate_period=0.5, method="waterfill"),
         ),
     ],
 )
@@ -97,17 +98,43 @@ def test_fixed_damping_oscillates_where_adaptive_converges(
     name: str, config: sim.SimConfig
 ) -> None:
     """About 10 agents act on each snapshot here; a fixed θ overshoots and keeps cycling, the
-    adaptive θ = θ₀/c with the same timing settles."""
+    adaptive θ = θ₀/c with the same timing settles, and so does the scaled best response."""
     inst = instance()
     ref = reference(inst)
     cols = sim.columns_from_arrays(**inst)
     fixed = sim.simulate(cols, dataclasses.replace(config, horizon=30.0))
     late = errors(fixed, ref)[fixed.times > 25.0]
     assert late.min() > 10 * TOL, name  # never settles in the last 5 s
-    adaptive = sim.simulate(
-        cols, sim.SimConfig(aggregate_period=config.aggregate_period, horizon=30.0)
-    )
-    assert sim.convergence_time(adaptive, ref, tol=TOL) is not None, name
+    for method in steps.METHODS:
+        adaptive = sim.simulate(
+            cols,
+            sim.SimConfig(aggregate_period=config.aggregate_period, horizon=30.0, method=method),
+        )
+        assert sim.convergence_time(adaptive, ref, tol=TOL) is not None, (name, method)
+
+
+# Issue 15's acceptance: 100 agents converge to 1e-3 within 30 s, 500 within 90 s (real
+# clusters add API latency, which the simulated aggregator's period stands in for).
+ISSUE_BOUND_S = {100: 30.0, 500: 90.0}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n_nodes", [100, 500])
+def test_scaled_best_response_meets_the_issue_bounds(n_nodes: int) -> None:
+    """Damping every node's whole move by θ₀/c slows the support of the allocation by c ∝ K;
+    the scaled best response does not (walras.agent.steps). The damped method's time is
+    printed for comparison (it depends much on the instance)."""
+    inst = instance(n_nodes=n_nodes)
+    ref = reference(inst)
+    cols = sim.columns_from_arrays(**inst)
+    bound = ISSUE_BOUND_S[n_nodes]
+    horizon = bound + 10.0  # a converged tail of 10 s: convergence_time needs it to hold
+    scaled = sim.simulate(cols, sim.SimConfig(horizon=horizon))
+    t_scaled = sim.convergence_time(scaled, ref, tol=TOL)
+    damped = sim.simulate(cols, sim.SimConfig(horizon=horizon, method="waterfill"))
+    t_damped = sim.convergence_time(damped, ref, tol=TOL)
+    print(f"simulated {n_nodes} nodes: scaled {t_scaled} s, damped {t_damped} s")
+    assert t_scaled is not None and t_scaled <= bound
 
 
 @pytest.mark.slow

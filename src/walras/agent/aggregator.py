@@ -1,19 +1,23 @@
 """Tenant totals for the node agents: ``walras agent --aggregate``.
 
-Every ``period`` seconds (default 0.1) :func:`aggregate_once` lists the NodeAllocations and the
-Node names, deletes allocations that are stale (older than ``stale_after`` or whose node is gone),
-sums the fresh ones (``walras.core.totals``) and publishes the result in ONE object, the
+:func:`run` keeps the NodeAllocations in an informer (LIST, then WATCH) and publishes when one
+changes, ``COALESCE_SECONDS`` (50 ms) after the first unpublished change, so that agents stepping
+together land in one publish; a quiet cluster is published every ``HOUSEKEEPING_SECONDS`` only.
+Each publish (:func:`aggregate_once`) takes the cached NodeAllocations and the Node names,
+deletes allocations that are stale (older than ``stale_after`` or whose node is gone), sums the
+fresh ones (``walras.core.totals``) and publishes the result in ONE object, the
 cluster-scoped ``NodeAllocation/walras-tenant-totals`` (label ``walras.dev/role=tenant-totals``):
 
 - ``status.tasks``: tenant → x_n; ``status.nodes``: tenant → fresh nodes where it is eligible;
-- ``status.nodeCount``, ``status.period`` (seconds between publishes: a decaying maximum),
+- ``status.nodeCount``, ``status.period`` (age of the oldest change when it is published, i.e.
+  how stale the totals an agent acts on can be; a decaying maximum),
   ``status.sourceResourceVersion`` (resourceVersion of the list it summed), ``status.iteration``,
   ``status.timestamp``, ``status.residual`` (largest relative change of x_n).
 
 Why a NodeAllocation and not a ConfigMap: agents and operator already have RBAC on
 ``nodeallocations`` and ``nodeallocations/status``; a ConfigMap would need ConfigMap rights and a
-namespace. Agents GET this one object per step, so their cost does not grow with the number of
-nodes; the aggregator's cost is one LIST per period, O(nodes), in one process.
+namespace. Agents watch this one object, so their cost does not grow with the number of nodes;
+the aggregator's cost is O(changed allocations) per publish, in one process.
 
 :func:`distributed_tasks` is what the operator's ``psdsf-distributed`` policy calls to read the
 converged x_{n,i} as a matrix.
@@ -25,11 +29,12 @@ import datetime as dt
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
-from kubernetes import client, watch
+from kubernetes import client
 
+from walras.agent import metrics
 from walras.core import totals as totals_mod
 from walras.core.totals import (
     ROLE_LABEL,
@@ -39,7 +44,7 @@ from walras.core.totals import (
     format_time,
     parse_time,
 )
-from walras.kube.agents import ALLOCATIONS, GROUP, VERSION, Kube, NotFoundError
+from walras.kube.agents import ALLOCATIONS, Informer, Kube, NotFoundError
 
 log = logging.getLogger("walras.agent.aggregator")
 
@@ -47,6 +52,10 @@ log = logging.getLogger("walras.agent.aggregator")
 PERIOD_DECAY = 0.9
 #: Seconds between Node LISTs in :func:`run` (a deleted node's allocation goes within this).
 NODE_LIST_SECONDS = 1.0
+#: Coalescing window: a publish waits this long after the first unpublished change.
+COALESCE_SECONDS = 0.05
+#: Longest time between publishes of a quiet cluster (stale allocations are deleted then).
+HOUSEKEEPING_SECONDS = 5.0
 
 
 def aggregate_once(
@@ -56,11 +65,14 @@ def aggregate_once(
     now: dt.datetime | None = None,
     node_names: Callable[[], set[str]] | None = None,
     allocations: Callable[[], tuple[list[dict[str, Any]], str | None]] | None = None,
+    delay: float | None = None,
 ) -> Totals:
     """List, clean up, sum and publish once; returns what was published.
 
     ``node_names`` replaces the Node LIST (the loop passes a cache refreshed every second) and
-    ``allocations`` the NodeAllocation LIST (the loop passes its watch cache).
+    ``allocations`` the NodeAllocation LIST (the loop passes its watch cache). ``delay``: how
+    old the oldest change in this publish is (the event-driven loop); without it, the time since
+    the previous publish (the periodic loop).
     """
     kube = api_client if isinstance(api_client, Kube) else Kube(api_client)
     items, rv = allocations() if allocations is not None else kube.list_custom(ALLOCATIONS)
@@ -69,9 +81,12 @@ def aggregate_once(
     prior = next((i for i in items if totals_mod.is_totals(i)), None)
     prior_status = (prior or {}).get("status") or {}
     prior_time = parse_time(prior_status.get("timestamp"))
-    interval = (
-        0.0 if prior_time is None else min(60.0, max(0.0, (when - prior_time).total_seconds()))
-    )
+    if delay is not None:
+        interval = min(60.0, max(0.0, delay))
+    else:
+        interval = (
+            0.0 if prior_time is None else min(60.0, max(0.0, (when - prior_time).total_seconds()))
+        )
     # A slowly decaying maximum of the publish interval: after a stall (CPU contention, API
     # latency) agents keep assuming the longer window, and hence more concurrency, for a while.
     period = max(interval, PERIOD_DECAY * float(prior_status.get("period") or 0.0))
@@ -116,76 +131,27 @@ def aggregate_once(
     return result
 
 
-class AllocationCache:
-    """NodeAllocations kept current by LIST then WATCH (thread); relists on 410 Gone.
+class _Dirty:
+    """Time of the first NodeAllocation change not yet published (None: nothing pending)."""
 
-    ``snapshot()`` returns the cached objects and the resourceVersion of the last event applied:
-    watch events arrive in resourceVersion order, so every write up to that version is in the
-    snapshot — what the agents' version check needs. One publish then costs O(changed objects)
-    instead of a LIST of every allocation.
-    """
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self.since: float | None = None
 
-    def __init__(self, kube: Kube) -> None:
-        self.kube = kube
-        self._lock = threading.Lock()
-        self._items: dict[str, dict[str, Any]] = {}
-        self._rv: str | None = None
-        self.synced = threading.Event()
+    def mark(self, name: str) -> None:
+        if name == TOTALS_NAME:  # our own publish: not a change to publish
+            return
+        with self._cond:
+            if self.since is None:
+                self.since = time.monotonic()
+            self._cond.notify_all()
 
-    def snapshot(self) -> tuple[list[dict[str, Any]], str | None]:
-        with self._lock:
-            return list(self._items.values()), self._rv
-
-    def _relist(self) -> None:
-        items, rv = self.kube.list_custom(ALLOCATIONS)
-        with self._lock:
-            self._items = {str(i["metadata"]["name"]): i for i in items}
-            self._rv = rv
-        self.synced.set()
-
-    def _apply(self, event: Mapping[str, Any]) -> bool:
-        """Apply one watch event; False when the watch must be restarted with a relist."""
-        kind = event.get("type")
-        obj = event.get("raw_object") or event.get("object") or {}
-        if not isinstance(obj, Mapping):
-            return True
-        meta = obj.get("metadata") or {}
-        if kind == "ERROR":
-            return False
-        with self._lock:
-            if kind in ("ADDED", "MODIFIED"):
-                self._items[str(meta.get("name"))] = dict(obj)
-            elif kind == "DELETED":
-                self._items.pop(str(meta.get("name")), None)
-            if meta.get("resourceVersion"):
-                self._rv = str(meta["resourceVersion"])
-        return True
-
-    def run(self, stop: threading.Event) -> None:
-        """Keep the cache current until ``stop`` is set."""
-        relist = True
-        while not stop.is_set():
-            try:
-                if relist:
-                    self._relist()
-                    relist = False
-                stream = watch.Watch().stream(  # type: ignore[no-untyped-call]  # untyped library
-                    self.kube.custom.list_cluster_custom_object,
-                    GROUP,
-                    VERSION,
-                    ALLOCATIONS,
-                    resource_version=self._rv,
-                    allow_watch_bookmarks=True,
-                    timeout_seconds=5,
-                )
-                for event in stream:
-                    if not self._apply(event) or stop.is_set():
-                        relist = not stop.is_set()
-                        break
-            except Exception:  # 410 Gone, connection reset: start over from a fresh LIST
-                log.info("NodeAllocation watch restarted", exc_info=True)
-                relist = True
-                stop.wait(0.2)
+    def wait(self, timeout: float) -> float | None:
+        """Wait for a pending change; returns (and clears) its time, or None on timeout."""
+        with self._cond:
+            self._cond.wait_for(lambda: self.since is not None, timeout=timeout)
+            since, self.since = self.since, None
+            return since
 
 
 def run(
@@ -195,35 +161,67 @@ def run(
     stale_after: float = 30.0,
     period: float = 0.1,
     use_watch: bool = True,
+    window: float = COALESCE_SECONDS,
+    metrics_port: int = 0,
 ) -> None:
-    """Aggregate every ``period`` seconds until ``stop`` is set; errors are logged and retried.
+    """Publish until ``stop`` is set; errors are logged and retried.
 
-    With ``use_watch`` the allocations come from an :class:`AllocationCache` (LIST + WATCH), not
-    from a LIST per publish.
+    With ``use_watch`` (the default) the NodeAllocations come from an informer (LIST + WATCH)
+    and a publish follows each change after a coalescing ``window``: the writes of agents that
+    step within the window go out together, and a quiet cluster costs no publishes. Every
+    ``stale_after / 3`` seconds (at most ``HOUSEKEEPING_SECONDS``) a publish runs anyway, which
+    deletes allocations that went stale. Without ``use_watch`` it lists and publishes every
+    ``period`` seconds (the old loop, kept for comparison).
     """
     kube = api_client if isinstance(api_client, Kube) else Kube(api_client)
+    metrics.serve(metrics_port, kube)
     nodes_seen: dict[str, Any] = {"at": -1e18, "names": set()}
 
     def node_names() -> set[str]:
-        # Nodes come and go rarely; listing them (full objects) every 0.1 s would dominate.
+        # Nodes come and go rarely; listing them (full objects) every publish would dominate.
         if time.monotonic() - nodes_seen["at"] > NODE_LIST_SECONDS:
             nodes_seen["names"] = kube.node_names()
             nodes_seen["at"] = time.monotonic()
         names: set[str] = nodes_seen["names"]
         return names
 
-    allocations = None
-    if use_watch:
-        cache = AllocationCache(kube)
-        threading.Thread(target=cache.run, args=(stop,), name="nodeallocation-watch").start()
-        cache.synced.wait(30.0)
-        allocations = cache.snapshot
+    if not use_watch:
+        while not stop.is_set():
+            started = time.monotonic()
+            try:
+                aggregate_once(kube, stale_after=stale_after, node_names=node_names)
+                metrics.AGGREGATOR_PUBLISHES.inc()
+            except Exception:  # keep publishing through API hiccups
+                log.exception("aggregation failed")
+            stop.wait(max(0.0, period - (time.monotonic() - started)))
+        return
+    dirty = _Dirty()
+    informer = Informer(kube, ALLOCATIONS, on_change=dirty.mark).start(stop)
+
+    def allocations() -> tuple[list[dict[str, Any]], str | None]:
+        items, version, _ = informer.snapshot()
+        return items, version
+
+    housekeeping = min(HOUSEKEEPING_SECONDS, stale_after / 3.0)
     while not stop.is_set():
-        started = time.monotonic()
+        since = dirty.wait(housekeeping)
+        if stop.is_set():
+            break
+        if since is not None:
+            # Coalesce: let the agents stepping right now land in this publish.
+            stop.wait(max(0.0, since + window - time.monotonic()))
         try:
+            started = since if since is not None else time.monotonic()
             aggregate_once(
-                kube, stale_after=stale_after, node_names=node_names, allocations=allocations
+                kube,
+                stale_after=stale_after,
+                node_names=node_names,
+                allocations=allocations,
+                delay=time.monotonic() - started,
             )
+            delay = time.monotonic() - started
+            metrics.AGGREGATOR_PUBLISHES.inc()
+            metrics.AGGREGATOR_DELAY.set(delay)
         except Exception:  # keep publishing through API hiccups
             log.exception("aggregation failed")
-        stop.wait(max(0.0, period - (time.monotonic() - started)))
+            stop.wait(0.2)

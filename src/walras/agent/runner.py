@@ -26,7 +26,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,11 +34,18 @@ from kubernetes.client import ApiException
 
 from walras.agent import columns, metrics, steps
 from walras.core.totals import TOTALS_NAME, format_time, parse_time
-from walras.kube.agents import JOBS, POOLS, Kube, NotFoundError
+from walras.kube.agents import (
+    ALLOCATIONS,
+    JOBS,
+    NODES,
+    POOLS,
+    TENANTS,
+    Informer,
+    Kube,
+    NotFoundError,
+)
 
 log = logging.getLogger("walras.agent")
-# Tenant objects (walras.core.governance): cluster-scoped, listed like jobs and pools.
-TENANTS = "tenants"
 
 
 @dataclass(frozen=True)
@@ -54,6 +61,7 @@ class AgentConfig:
     heartbeat: float | None = None
     write_threshold: float = 1e-9
     seed: int | None = None
+    method: str = steps.DEFAULT_METHOD
 
     @property
     def heartbeat_seconds(self) -> float:
@@ -96,13 +104,29 @@ def parse_totals(obj: Mapping[str, Any] | None) -> steps.PublishedTotals | None:
 
 
 class SharedReads:
-    """Cached cluster-wide reads (jobs, pools, totals), shareable by agents of one process.
+    """Cluster-wide reads (jobs, pools, tenants, totals, nodes), shareable by the agents of one
+    process.
 
-    ``ttl`` bounds the age of the job/pool lists; ``totals_ttl`` that of the totals (0: a GET per
-    call). A caller that needs totals newer than a version forces one refresh.
+    ``watch=True`` (what ``walras agent`` runs): each kind is an :class:`~walras.kube.agents.
+    Informer` — one LIST, then a WATCH that streams changes — so a step reads memory, not the
+    API, and a published totals object reaches the agents as soon as the aggregator writes it.
+    ``nodes``: the node names this process serves; one node is watched by a field selector
+    (the DaemonSet), several by watching every Node (the benchmark's worker processes).
+
+    ``watch=False`` polls instead: job/pool lists at most every ``ttl`` seconds, the totals
+    object at most every ``totals_ttl`` (0: a GET per call), a GET of the node per step.
     """
 
-    def __init__(self, kube: Kube, *, ttl: float = 1.0, totals_ttl: float = 0.0) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        *,
+        ttl: float = 1.0,
+        totals_ttl: float = 0.0,
+        watch: bool = False,
+        nodes: Sequence[str] = (),
+        stop: threading.Event | None = None,
+    ) -> None:
         self.kube = kube
         self.ttl = ttl
         self.totals_ttl = totals_ttl
@@ -114,21 +138,57 @@ class SharedReads:
         self._generation = 0
         self._totals: steps.PublishedTotals | None = None
         self._totals_at = -1e18
+        self._informers: dict[str, Informer] = {}
+        if watch:
+            self.stop = stop if stop is not None else threading.Event()
+            self._start_informers(list(nodes))
+
+    def _start_informers(self, nodes: list[str]) -> None:
+        one = f"metadata.name={nodes[0]}" if len(nodes) == 1 else None
+        specs: list[tuple[str, str, str | None, bool]] = [
+            ("jobs", JOBS, None, False),
+            ("pools", POOLS, None, False),
+            ("tenants", TENANTS, None, True),
+            ("totals", ALLOCATIONS, f"metadata.name={TOTALS_NAME}", False),
+            ("nodes", NODES, one, False),
+        ]
+        for key, kind, selector, optional in specs:
+            informer = Informer(self.kube, kind, field_selector=selector, optional=optional)
+            self._informers[key] = informer.start(self.stop)
+
+    @property
+    def watching(self) -> bool:
+        return bool(self._informers)
+
+    def node(self, name: str) -> dict[str, Any]:
+        """This node's Node object; raises :class:`NotFoundError`."""
+        if not self.watching:
+            return self.kube.read_node(name)
+        found = self._informers["nodes"].get(name)
+        if found is None:
+            raise NotFoundError(name)
+        return found
 
     def jobs_and_pools(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
-        """Jobs, pools and a generation number that changes whenever they were re-listed."""
+        """Jobs, pools and a generation number that changes whenever either changed."""
+        if self.watching:
+            jobs, pools, tenants = (self._informers[k] for k in ("jobs", "pools", "tenants"))
+            generation = jobs.generation + pools.generation + tenants.generation
+            return jobs.items(), pools.items(), generation
         with self._lock:
             if time.monotonic() - self._objects_at > self.ttl:
-                jobs, _ = self.kube.list_custom(JOBS)
-                pools, _ = self.kube.list_custom(POOLS)
+                jobs_list, _ = self.kube.list_custom(JOBS)
+                pools_list, _ = self.kube.list_custom(POOLS)
                 self._tenants = self._list_tenants()
-                self._objects = (jobs, pools)
+                self._objects = (jobs_list, pools_list)
                 self._objects_at = time.monotonic()
                 self._generation += 1
             return self._objects[0], self._objects[1], self._generation
 
     def tenants(self) -> list[dict[str, Any]]:
-        """The Tenant objects of the last :meth:`jobs_and_pools` listing."""
+        """The Tenant objects (of the last :meth:`jobs_and_pools` listing when polling)."""
+        if self.watching:
+            return self._informers["tenants"].items()
         with self._lock:
             return self._tenants
 
@@ -150,7 +210,27 @@ class SharedReads:
                 self._tenants_warned = True
             return []
 
-    def totals(self, newer_than: int | None = None) -> steps.PublishedTotals | None:
+    def totals(
+        self, newer_than: int | None = None, *, wait: float = 0.0
+    ) -> steps.PublishedTotals | None:
+        """The published totals; when watching, waits up to ``wait`` seconds for totals whose
+        source version is at least ``newer_than`` (the caller's own last write)."""
+        if self.watching:
+            informer = self._informers["totals"]
+            deadline = time.monotonic() + wait
+            while True:
+                generation = informer.generation
+                parsed = parse_totals(informer.get(TOTALS_NAME))
+                behind = (
+                    newer_than is not None
+                    and parsed is not None
+                    and parsed.source_version is not None
+                    and parsed.source_version < newer_than
+                )
+                left = deadline - time.monotonic()
+                if not behind or left <= 0:
+                    return parsed
+                informer.wait_change(generation, left)
         with self._lock:
             cached = self._totals
             behind = (
@@ -222,7 +302,7 @@ class Agent:
         """One agent iteration (see the module docstring)."""
         cfg = self.config
         try:
-            node = self.kube.read_node(cfg.node_name)
+            node = self.reads.node(cfg.node_name)
         except NotFoundError:
             return StepOutcome(False, 0.0, 0.0, "node not found", self.iteration)
         if not self.started:
@@ -235,7 +315,10 @@ class Agent:
             self._column_key = key
         column = self._column
         read_at = time.monotonic()
-        totals = self.reads.totals(None if self.first else self.version)
+        # Watching, the totals that include our own last write usually arrive within the
+        # aggregator's coalescing window: wait for them (up to half a period) instead of
+        # skipping the step and acting a whole period later.
+        totals = self.reads.totals(None if self.first else self.version, wait=cfg.tau / 2)
         if totals is None:
             totals = steps.PublishedTotals({}, {}, 0.0, None, 0)
             if not self.first:
@@ -256,8 +339,9 @@ class Agent:
             mode=cfg.mode,
             first=self.first,
             latency=self.latency,
+            method=cfg.method,
         )
-        metrics.AGENT_RESIDUAL.labels(node=cfg.node_name).set(result.residual)
+        metrics.observe_step(cfg.node_name, result.residual, result.damping, result.method)
         now_mono = time.monotonic()
         unchanged = (
             result.residual < cfg.write_threshold
@@ -311,6 +395,8 @@ class Agent:
             started = time.monotonic()
             try:
                 outcome = self.step()
+                kind = "wrote" if outcome.wrote else "skipped" if outcome.skipped else "unchanged"
+                metrics.AGENT_STEPS.labels(node=self.config.node_name, outcome=kind).inc()
                 log.debug(
                     "node=%s iteration=%d wrote=%s residual=%.3g damping=%.3g skipped=%s",
                     self.config.node_name,
@@ -323,3 +409,29 @@ class Agent:
             except Exception:  # the loop must survive API hiccups; the next step retries
                 log.exception("agent step failed on node %s", self.config.node_name)
             stop.wait(max(0.0, self.next_delay() - (time.monotonic() - started)))
+
+
+def run_agents(
+    kube: Kube,
+    configs: Sequence[AgentConfig],
+    stop: threading.Event,
+    *,
+    metrics_port: int = 0,
+    watch: bool = True,
+) -> None:
+    """Run the agents of ``configs`` as threads of this process until ``stop`` is set (what
+    ``walras agent --node-name`` does); they share one :class:`SharedReads` (informers when
+    ``watch``) and serve ``/metrics`` on ``metrics_port`` (0: not served)."""
+    metrics.serve(metrics_port, kube)
+    tau = min((c.tau for c in configs), default=1.0)
+    reads = SharedReads(kube, ttl=tau, watch=watch, nodes=[c.node_name for c in configs], stop=stop)
+    threads = [
+        threading.Thread(target=Agent(kube, cfg, reads).run, args=(stop,), name=cfg.node_name)
+        for cfg in configs
+    ]
+    for thread in threads:
+        thread.start()
+    while any(t.is_alive() for t in threads):
+        stop.wait(0.5)
+        for thread in threads:
+            thread.join(timeout=0.01)

@@ -40,6 +40,7 @@ class SimConfig:
     adaptive: bool = True
     horizon: float = 60.0
     seed: int = 0
+    method: str = steps.DEFAULT_METHOD
 
 
 @dataclass(frozen=True)
@@ -180,6 +181,7 @@ def simulate(
                         refill=config.refill,
                         adaptive=config.adaptive,
                         node_update=node_update,
+                        method=config.method,
                     )
                     version += 1
                     n_writes += 1

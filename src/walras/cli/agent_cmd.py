@@ -26,6 +26,11 @@ class Mode(StrEnum):
     rdm = "rdm"
 
 
+class Method(StrEnum):
+    scaled = "scaled"
+    waterfill = "waterfill"
+
+
 @app.command("agent")
 def agent_command(
     node_name: Annotated[
@@ -79,9 +84,32 @@ def agent_command(
     aggregate_period: Annotated[
         float,
         typer.Option(
-            envvar="WALRAS_AGGREGATE_PERIOD", min=0.01, help="--aggregate: seconds per publish."
+            envvar="WALRAS_AGGREGATE_PERIOD",
+            min=0.01,
+            help="--aggregate --no-watch: seconds per publish.",
         ),
     ] = 0.1,
+    method: Annotated[
+        Method,
+        typer.Option(
+            envvar="WALRAS_METHOD",
+            help="Agent update: scaled (best response of the concurrent nodes) or waterfill.",
+        ),
+    ] = Method.scaled,
+    watch: Annotated[
+        bool,
+        typer.Option(
+            envvar="WALRAS_WATCH",
+            help="List then watch (agents: jobs, pools, tenants, totals, node; aggregator: "
+            "allocations, publishing on change) instead of polling.",
+        ),
+    ] = True,
+    metrics_port: Annotated[
+        int,
+        typer.Option(
+            envvar="WALRAS_METRICS_PORT", min=0, help="Serve /metrics on this port (0: off)."
+        ),
+    ] = 0,
 ) -> None:
     """Run a node agent (distributed PS-DSF) or the tenant-totals aggregator."""
     from walras.agent import aggregator, runner
@@ -100,7 +128,14 @@ def agent_command(
         raise typer.BadParameter("--node-name is required (or --aggregate)")
     kube = Kube(kubeclient.api_client(kubeconfig))
     if aggregate:
-        aggregator.run(kube, stop=stop, stale_after=stale_after, period=aggregate_period)
+        aggregator.run(
+            kube,
+            stop=stop,
+            stale_after=stale_after,
+            period=aggregate_period,
+            use_watch=watch,
+            metrics_port=metrics_port,
+        )
         return
     configs = [
         runner.AgentConfig(
@@ -110,19 +145,8 @@ def agent_command(
             damping=damping,
             mode=mode.value,
             stale_after=stale_after,
+            method=method.value,
         )
         for name in names
     ]
-    reads = runner.SharedReads(kube, ttl=tau)
-    threads = [
-        threading.Thread(
-            target=runner.Agent(kube, cfg, reads).run, args=(stop,), name=cfg.node_name
-        )
-        for cfg in configs
-    ]
-    for thread in threads:
-        thread.start()
-    while any(t.is_alive() for t in threads):
-        stop.wait(0.5)
-        for thread in threads:
-            thread.join(timeout=0.01)
+    runner.run_agents(kube, configs, stop, metrics_port=metrics_port, watch=watch)

@@ -10,17 +10,25 @@ per agent step.
 from __future__ import annotations
 
 import json
+import logging
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from kubernetes import client
+
+log = logging.getLogger("walras.kube.agents")
 
 GROUP = "walras.dev"
 VERSION = "v1alpha1"
 ALLOCATIONS = "nodeallocations"
 JOBS = "fungiblejobs"
 POOLS = "resourcepools"
+TENANTS = "tenants"
+NODES = "nodes"
+#: Server-side timeout of one WATCH request; the informer then re-watches from its version.
+WATCH_SECONDS = 300
 
 Obj = dict[str, Any]
 _METADATA_ONLY = "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io,application/json"
@@ -171,3 +179,183 @@ class Kube:
         except client.ApiException as exc:
             if _status(exc) != 404:
                 raise
+
+
+# --------------------------------------------------------------------------------- informer
+
+
+def _lines(response: Any) -> Iterator[bytes]:
+    """Newline-delimited JSON events of a streaming WATCH response."""
+    buffer = b""
+    for chunk in response.stream(amt=None, decode_content=True):
+        buffer += chunk
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            if line.strip():
+                yield line
+    if buffer.strip():
+        yield buffer
+
+
+class Informer:
+    """One resource kept current by LIST then WATCH from the list's resourceVersion, as
+    client-go's informers do (raw JSON, no model classes; a thread per informer).
+
+    After the LIST, changes arrive as ADDED/MODIFIED/DELETED events in resourceVersion order;
+    BOOKMARK events only advance the version. A WATCH ends after ``WATCH_SECONDS`` and resumes
+    from the last version; ``410 Gone`` (the version was compacted) or any error relists. Steady
+    state therefore costs one request per ``WATCH_SECONDS`` per informer, however often the
+    caller reads. ``version`` is the resourceVersion of the last LIST or event applied: every
+    write up to it is in :meth:`items`.
+
+    ``kind``: ``"nodes"`` or a walras.dev plural. ``optional``: a 403/404 on the LIST (CRD not
+    installed, no RBAC) gives an empty, synced cache retried every ``retry`` seconds.
+    ``on_change(name)`` runs on the informer's thread after each applied change.
+    """
+
+    def __init__(
+        self,
+        kube: Kube,
+        kind: str,
+        *,
+        field_selector: str | None = None,
+        optional: bool = False,
+        on_change: Callable[[str], None] | None = None,
+        retry: float = 30.0,
+    ) -> None:
+        self.kube = kube
+        self.kind = kind
+        self.field_selector = field_selector
+        self.optional = optional
+        self.on_change = on_change
+        self.retry = retry
+        self._lock = threading.Condition()
+        self._items: dict[str, Obj] = {}
+        self.version: str | None = None
+        self.generation = 0  # +1 per applied change (and per relist)
+        self.synced = threading.Event()
+        self.forbidden: int | None = None  # HTTP status of an optional LIST that was refused
+
+    # ---------------------------------------------------------------- reading
+
+    def items(self) -> list[Obj]:
+        """The cached objects, sorted by name (stable order for the callers' models)."""
+        with self._lock:
+            return [self._items[k] for k in sorted(self._items)]
+
+    def get(self, name: str) -> Obj | None:
+        with self._lock:
+            return self._items.get(name)
+
+    def snapshot(self) -> tuple[list[Obj], str | None, int]:
+        """Objects, the version they include, and the generation, read together."""
+        with self._lock:
+            return [self._items[k] for k in sorted(self._items)], self.version, self.generation
+
+    def wait_change(self, generation: int, timeout: float) -> int:
+        """Block until the generation differs from ``generation`` (or ``timeout``); returns it."""
+        with self._lock:
+            self._lock.wait_for(lambda: self.generation != generation, timeout=timeout)
+            return self.generation
+
+    # ---------------------------------------------------------------- the loop
+
+    def _call(self, **kwargs: Any) -> Any:
+        extra: dict[str, Any] = {"_preload_content": False}
+        if self.field_selector:
+            extra["field_selector"] = self.field_selector
+        if self.kind == NODES:
+            return self.kube.core.list_node(**kwargs, **extra)
+        return self.kube.custom.list_cluster_custom_object(
+            GROUP, VERSION, self.kind, **kwargs, **extra
+        )
+
+    def _relist(self) -> None:
+        self.kube._count(write=False)
+        try:
+            data = Kube._json(self._call())
+        except client.ApiException as exc:
+            if not (self.optional and _status(exc) in (403, 404)):
+                raise
+            if self.forbidden is None:
+                log.warning("cannot list %s (HTTP %s): treated as empty", self.kind, _status(exc))
+            self.forbidden = _status(exc)
+            data = {"items": [], "metadata": {}}
+        else:
+            self.forbidden = None
+        items = {str(i["metadata"]["name"]): i for i in data.get("items", [])}
+        rv = (data.get("metadata") or {}).get("resourceVersion")
+        with self._lock:
+            self._items = items
+            self.version = None if rv is None else str(rv)
+            self.generation += 1
+            self._lock.notify_all()
+        self.synced.set()
+        if self.on_change is not None:
+            self.on_change("")
+
+    def apply(self, event: Mapping[str, Any]) -> bool:
+        """Apply one watch event; False when the watch must restart with a relist."""
+        kind = event.get("type")
+        obj = event.get("object")
+        if kind == "ERROR" or not isinstance(obj, Mapping):
+            return False
+        meta = obj.get("metadata") or {}
+        name = str(meta.get("name"))
+        with self._lock:
+            if kind in ("ADDED", "MODIFIED"):
+                self._items[name] = dict(obj)
+            elif kind == "DELETED":
+                self._items.pop(name, None)
+            if meta.get("resourceVersion"):
+                self.version = str(meta["resourceVersion"])
+            if kind == "BOOKMARK":
+                return True
+            self.generation += 1
+            self._lock.notify_all()
+        if self.on_change is not None:
+            self.on_change(name)
+        return True
+
+    def run(self, stop: threading.Event) -> None:
+        """Keep the cache current until ``stop`` is set (a WATCH ends within WATCH_SECONDS)."""
+        relist = True
+        while not stop.is_set():
+            try:
+                if relist:
+                    self._relist()
+                    relist = False
+                    if self.forbidden is not None:
+                        stop.wait(self.retry)
+                        relist = True
+                        continue
+                self.kube._count(write=False)
+                response = self._call(
+                    watch=True,
+                    resource_version=self.version,
+                    allow_watch_bookmarks=True,
+                    timeout_seconds=WATCH_SECONDS,
+                )
+                try:
+                    for line in _lines(response):
+                        if not self.apply(json.loads(line)):
+                            relist = True
+                            break
+                        if stop.is_set():
+                            break
+                finally:
+                    response.release_conn()
+            except Exception:  # 410 Gone, connection reset: start over from a fresh LIST
+                log.info("%s watch restarted", self.kind, exc_info=True)
+                relist = True
+                stop.wait(0.5)
+
+    def start(self, stop: threading.Event, *, wait: float = 30.0) -> Informer:
+        """Run in a daemon thread; wait up to ``wait`` seconds for the first LIST."""
+        thread = threading.Thread(target=self.run, args=(stop,), name=f"informer-{self.kind}")
+        thread.daemon = True
+        thread.start()
+        started = time.monotonic()
+        while not self.synced.wait(0.1) and time.monotonic() - started < wait:
+            pass
+        return self
