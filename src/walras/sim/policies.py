@@ -56,7 +56,8 @@ class Policy(Protocol):
 
 
 class GavelPolicy:
-    """One of Gavel's policies (:data:`GAVEL_POLICIES`) from :mod:`walras.allocator.gavel`."""
+    """One of Gavel's policies (:data:`GAVEL_POLICIES`) from :mod:`walras.allocator.gavel`
+    (HiGHS), or with ``lp_solver="ecos"`` solved by Gavel's own solver (:mod:`.ecos_lp`)."""
 
     def __init__(self, name: str, *, seed: int = 0, lp_solver: str = "highs") -> None:
         if name not in GAVEL_POLICIES:
