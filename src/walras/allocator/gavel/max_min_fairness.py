@@ -28,15 +28,30 @@ Worked examples (derived by hand; the unit tests check them):
   ``x = (2/3, 2/3, 1/3)``: every job gets 2/3 of a GPU's time.
 
 Gavel clips the solver's ``x`` to ``[0, 1]``; so does :func:`.lp.finish`.
+
+Warm start: consecutive solves in a simulation differ by the jobs that finished (Gavel re-solves
+when jobs leave). Dropping jobs keeps a point strictly feasible (capacity only frees up, the other
+jobs' rows are unchanged) at the same level, so the policy keeps the central point where the
+previous path's relative gap bound first fell below :data:`WARM_GAP` and starts the next path
+there, restricted to the remaining jobs, when every job of the new call was in the previous one
+with the same row (throughputs, scale factor, weight) and capacity is unchanged; otherwise it
+starts cold. Both paths end at the same point, the analytic center of the optimal face, to the
+path's tolerance (``center.GAP_REL``); the warm one skips the early stages.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
 from walras.allocator.errors import InvalidProblem
 from walras.allocator.gavel import center, lp
-from walras.allocator.gavel.inputs import FloatArray, GavelInputs
+from walras.allocator.gavel.inputs import FloatArray, GavelInputs, IntArray
+
+WARM_GAP = 0.05
+"""Relative gap bound of the central point kept for the next solve's warm start: far enough from
+the optimal face that dropping a few jobs (which raises ``s*``) leaves it well inside."""
 
 
 def proportional_throughputs(throughputs: FloatArray, capacity: FloatArray) -> FloatArray:
@@ -64,17 +79,48 @@ def coefficients(inputs: GavelInputs, throughputs: FloatArray) -> FloatArray:
     return np.asarray(throughputs * scale[:, None], dtype=np.float64)
 
 
+@dataclass(frozen=True, slots=True)
+class _Checkpoint:
+    """A central point of the previous solve (see the module docstring) and what it solved."""
+
+    job_ids: IntArray
+    coef: FloatArray
+    scale_factors: IntArray
+    capacity: FloatArray
+    x: FloatArray
+    level: float
+
+    def start_for(self, inputs: GavelInputs, coef: FloatArray) -> tuple[FloatArray, float] | None:
+        """``(x, level)`` restricted to ``inputs``' jobs, or None if it does not apply."""
+        if not np.array_equal(self.capacity, inputs.capacity):
+            return None
+        where = {int(j): i for i, j in enumerate(self.job_ids)}
+        rows = [where.get(int(j), -1) for j in inputs.job_ids]
+        if -1 in rows:  # a job it has not seen: no strictly feasible point at this level
+            return None
+        idx = np.asarray(rows, dtype=np.int64)
+        if not (
+            np.array_equal(self.coef[idx], coef)
+            and np.array_equal(self.scale_factors[idx], inputs.scale_factors)
+        ):
+            return None
+        return self.x[idx], self.level
+
+
 class MaxMinFairness:
     """``max_min_fairness_perf`` (``aware=True``) or ``max_min_fairness`` (``aware=False``).
 
     ``central=True`` returns the analytic center of the optimal face (:mod:`.center`), the
-    optimum Gavel's interior-point solver returns; ``False`` returns HiGHS's vertex.
+    optimum Gavel's interior-point solver returns; ``False`` returns HiGHS's vertex. ``warm``
+    (central only) starts each path from the previous solve's checkpoint when it applies.
     """
 
-    def __init__(self, *, aware: bool, central: bool = True) -> None:
+    def __init__(self, *, aware: bool, central: bool = True, warm: bool = True) -> None:
         self.aware = aware
         self.central = central
+        self.warm = warm
         self.name = "max_min_fairness_perf" if aware else "max_min_fairness"
+        self._checkpoint: _Checkpoint | None = None
 
     def allocate(self, inputs: GavelInputs) -> FloatArray:
         J, T = inputs.n_jobs, inputs.n_types
@@ -83,8 +129,32 @@ class MaxMinFairness:
         thr = inputs.throughputs if self.aware else np.ones((J, T))
         coef = coefficients(inputs, thr)
         if self.central and bool((inputs.capacity > 0.0).any()):
-            start = lp.strictly_inside(inputs.scale_factors, inputs.capacity)
-            x, _ = center.central_max_min(start, coef, inputs.scale_factors, inputs.capacity)
+            x = self._central(inputs, coef)
         else:
             x, _ = lp.max_min(lp.base_polytope(inputs.scale_factors, inputs.capacity), coef)
         return lp.finish(x, inputs.scale_factors, inputs.capacity)
+
+    def _central(self, inputs: GavelInputs, coef: FloatArray) -> FloatArray:
+        k, cap = inputs.scale_factors, inputs.capacity
+        warm = None
+        if self.warm and self._checkpoint is not None:
+            warm = self._checkpoint.start_for(inputs, coef)
+        if warm is None:
+            end = center.central_path(
+                lp.strictly_inside(k, cap), coef, k, cap, checkpoint_gap=WARM_GAP
+            )
+        else:
+            end = center.central_path(
+                warm[0], coef, k, cap, start_level=warm[1], checkpoint_gap=WARM_GAP
+            )
+        self._checkpoint = None
+        if self.warm and end.checkpoint_x is not None and end.checkpoint_level is not None:
+            self._checkpoint = _Checkpoint(
+                inputs.job_ids.copy(),
+                coef,
+                k.copy(),
+                cap.copy(),
+                end.checkpoint_x,
+                end.checkpoint_level,
+            )
+        return end.x
