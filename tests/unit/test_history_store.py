@@ -43,16 +43,11 @@ class FakeApi:
         return writes.Result(writes.Outcome.OK, 200)
 
     def loaded(self) -> hs.Loaded:
-        """What ``history_store.load`` would read back (same parsing, without the LIST)."""
-        out = hs.Loaded()
-        for (namespace, name), data in sorted(self.maps.items()):
-            round_no, records = hs.decode(data[hs.KEY])
-            out.round_no = max(out.round_no, round_no)
-            index = int(name.removeprefix(hs.PREFIX))
-            out.shards[namespace] = max(out.shards.get(namespace, 0), index + 1)
-            out.namespaces.setdefault(namespace, {}).update(records)
-            out.records.update(records)
-        return out
+        """What ``history_store.load`` reads back from these ConfigMaps."""
+        return hs.parse(
+            {"metadata": {"namespace": ns, "name": name}, "binaryData": data}
+            for (ns, name), data in self.maps.items()
+        )
 
 
 def flush(store: hs.HistoryStore, api: FakeApi, round_no: int) -> tuple[int, int]:

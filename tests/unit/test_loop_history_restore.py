@@ -58,15 +58,11 @@ class FakeApi:
         return writes.Result(writes.Outcome.OK, 200)
 
     def loaded(self) -> history_store.Loaded:
-        out = history_store.Loaded()
-        for (namespace, name), data in sorted(self.maps.items()):
-            round_no, records = history_store.decode(data[history_store.KEY])
-            index = int(name.removeprefix(history_store.PREFIX))
-            out.round_no = max(out.round_no, round_no)
-            out.shards[namespace] = max(out.shards.get(namespace, 0), index + 1)
-            out.namespaces.setdefault(namespace, {}).update(records)
-            out.records.update(records)
-        return out
+        """What ``history_store.load`` reads back from these ConfigMaps."""
+        return history_store.parse(
+            {"metadata": {"namespace": ns, "name": name}, "binaryData": data}
+            for (ns, name), data in self.maps.items()
+        )
 
 
 def make_loop(api: FakeApi, clock: list[float], statuses: Mapping[str, Any]) -> loop.RoundLoop:

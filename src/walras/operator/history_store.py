@@ -104,7 +104,11 @@ def permitted(api_client: Any) -> bool:
 
 def load(api_client: Any) -> Loaded:
     """Every persisted shard in the cluster (one LIST; blocking, call it in a thread)."""
-    items = kubeapi.list_objects(api_client, "/api/v1/configmaps", label_selector=LABEL)
+    return parse(kubeapi.list_objects(api_client, "/api/v1/configmaps", label_selector=LABEL))
+
+
+def parse(items: Iterable[Mapping[str, Any]]) -> Loaded:
+    """The shards among ConfigMap objects (``metadata``, ``binaryData``), merged."""
     out = Loaded()
     for item in sorted(items, key=lambda i: str((i.get("metadata") or {}).get("name"))):
         meta = item.get("metadata") or {}
