@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import itertools
 
+import cvxpy as cp
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from walras.allocator.errors import InvalidProblem
+from walras.allocator.hadar import Horizon, make_inputs
 from walras.allocator.hadar.endgame import finish_together
+from walras.allocator.hadar.horizon import apply_horizon, fluid_makespan
 
 
 def brute_force_finish(rates: list[float], starts: list[float], work: float) -> float:
@@ -81,7 +84,7 @@ def test_against_brute_force(copies: list[tuple[float, float]], work: float) -> 
     assert t == pytest.approx(brute_force_finish(rates, starts, work), rel=1e-9)
     scale = max(1.0, t)
     for r, s, x in zip(rates, starts, steps, strict=True):
-        if x > 1e-9 * max(1.0, work):
+        if x > 1e-9 * work:
             assert s + x / r == pytest.approx(t, rel=1e-9, abs=1e-9 * scale)  # ends at T
         elif r > 0:
             assert s >= t - 1e-9 * scale  # it would start only when the others are done
@@ -104,3 +107,55 @@ def test_invalid_inputs_name_the_field(
     with pytest.raises(InvalidProblem) as err:
         finish_together(rates, starts, work)
     assert err.value.field == field
+
+
+# ---------------------------------------------------------------------------------------------
+# The fluid plan the end game follows (``HorizonResult.share``) and the per-node copy limit
+# ---------------------------------------------------------------------------------------------
+
+
+def test_share_is_each_jobs_average_gpus_of_the_fluid_plan() -> None:
+    # One type, 2 one-GPU nodes; two forked jobs needing 10 h and 2 h alone. Copies run in
+    # parallel, so T* = 12 GPU-hours / 2 GPUs = 6 h (each job's copies are on 2 nodes at most,
+    # 10 h ≤ 2 × 6 h), and the fluid plan gives them 10/6 and 2/6 GPUs on average.
+    hour = 3600.0
+    inputs = make_inputs([[1.0], [1.0]], [1, 1], [10 * hour, 2 * hour], [0, 0], [1, 1])
+    forked = np.ones(2, dtype=bool)
+    result = apply_horizon(inputs, Horizon(), np.zeros(2, dtype=bool), forked=forked)
+    assert result.t_star == pytest.approx(6 * hour)
+    assert result.share[:, 0].tolist() == pytest.approx([10 / 6, 2 / 6])
+
+
+def cvxpy_parallel_makespan(
+    thr: np.ndarray, rem: np.ndarray, cap: np.ndarray, copies: np.ndarray
+) -> float:
+    """The forking LP modelled independently: 1-GPU jobs, copies in parallel, at most
+    ``copies_jr`` of them on type ``r`` at once."""
+    n, T = thr.shape
+    dur = rem[:, None] / thr
+    x = cp.Variable((n, T), nonneg=True)
+    t = cp.Variable()
+    cons = [cp.sum(x, axis=1) == 1]
+    cons += [cp.sum(cp.multiply(x[:, r], dur[:, r])) <= cap[r] * t for r in range(T)]
+    cons += [cp.multiply(x, dur) <= copies * t]
+    cp.Problem(cp.Minimize(t), cons).solve(solver=cp.CLARABEL)
+    return float(t.value)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_fluid_makespan_with_copy_limits_matches_cvxpy(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n, T = 6, 3
+    thr = rng.uniform(0.5, 5.0, (n, T))
+    rem = rng.uniform(1e3, 1e5, n)
+    cap = np.array([4.0, 4.0, 12.0])  # 1, 1 and 3 nodes of 4 GPUs
+    copies = np.tile([1.0, 1.0, 3.0], (n, 1))
+    ones = np.ones(n, dtype=np.int64)
+    par = np.ones(n, dtype=bool)
+    allowed = np.ones((n, T), dtype=bool)
+    _, t_free = fluid_makespan(thr, ones, rem, cap, allowed, parallel=par)
+    x, t_star = fluid_makespan(thr, ones, rem, cap, allowed, parallel=par, copies=copies)
+    assert t_star == pytest.approx(cvxpy_parallel_makespan(thr, rem, cap, copies), rel=1e-5)
+    assert t_star >= t_free * (1 - 1e-9)  # one more constraint never shortens the plan
+    dur = rem[:, None] / thr
+    assert (x * dur <= copies * t_star * (1 + 1e-7) + 1e-6).all()

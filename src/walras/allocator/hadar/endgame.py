@@ -70,6 +70,7 @@ def finish_together(
         if t <= nxt:
             break
     steps[live] = r[live] * np.maximum(t - s[live], 0.0)
-    # Rounding: the shares add up to ``work`` exactly (the largest share absorbs it).
-    steps[int(np.argmax(steps))] += work - float(steps.sum())
+    # Rounding: the shares add up to ``work`` exactly; the earliest copy, which always works,
+    # absorbs the difference.
+    steps[int(order[0])] += work - float(steps.sum())
     return float(t), steps

@@ -102,12 +102,15 @@ class HorizonResult:
         t_star: the LP's ``T*`` in seconds (0 when no job is covered).
         eligible: ``(J, T)`` types each job may use (the original usable types where uncovered).
         critical: ``(J,)`` jobs whose weight was raised.
+        share: ``(J, T)`` GPUs of each type the LP's plan gives each job on average until
+            ``T*`` (``x_jr · W_j · d_jr / T*``; 0 for uncovered jobs).
     """
 
     inputs: HadarInputs
     t_star: float
     eligible: BoolArray
     critical: BoolArray
+    share: FloatArray
 
 
 def apply_horizon(
@@ -130,8 +133,9 @@ def apply_horizon(
     eligible = thr > 0
     critical = np.zeros(inputs.n_jobs, dtype=bool)
     jobs = np.flatnonzero(covered)
+    share = np.zeros(thr.shape)
     if jobs.size == 0:
-        return HorizonResult(inputs, 0.0, eligible, critical)
+        return HorizonResult(inputs, 0.0, eligible, critical, share)
     on = np.zeros((jobs.size, inputs.n_types), dtype=bool)
     for r in range(inputs.n_types):
         on[:, r] = inputs.current[jobs][:, inputs.node_type == r].sum(axis=1) > 0
@@ -145,6 +149,12 @@ def apply_horizon(
         restart_seconds=inputs.restart_seconds,
         parallel=par[jobs],
     )
+    if t_star > 0:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            seconds = np.where(
+                fits[jobs], rem[jobs, None] / np.where(fits[jobs], thr[jobs], 1.0), 0
+            )
+        share[jobs] = x * inputs.replicas[jobs, None] * seconds / t_star
     eligible = eligible.copy()
     support = x > SUPPORT_TOL
     # A running job whose types are all in its support stays on them: moving between types the
@@ -171,7 +181,7 @@ def apply_horizon(
         weight[crit[usable]] = weight[crit[usable]] * level[usable] / per_gpu[usable]
         critical[crit[usable]] = True
     out = dataclasses.replace(inputs, throughput=new_thr, weight=weight)
-    return HorizonResult(out, t_star, eligible, critical)
+    return HorizonResult(out, t_star, eligible, critical, share)
 
 
 def fluid_makespan(
@@ -184,6 +194,7 @@ def fluid_makespan(
     running_on: BoolArray | None = None,
     restart_seconds: float = 0.0,
     parallel: BoolArray | None = None,
+    copies: FloatArray | None = None,
 ) -> tuple[FloatArray, float]:
     """Solve the fluid makespan LP; returns ``(x (n, T), T*)`` (seconds).
 
@@ -193,7 +204,9 @@ def fluid_makespan(
     restart counted for a type the job does not run on now (``running_on (n, T)``; a job that
     runs nowhere pays it everywhere). Faster types are preferred where capacity allows, and a
     job stays on its type when moving gains nothing, so the support does not flip between
-    rounds. Jobs flagged ``parallel (n,)`` (forked copies) have no one-type-at-a-time row.
+    rounds. Jobs flagged ``parallel (n,)`` (forked copies) have no one-type-at-a-time row; with
+    ``copies (n, T)``, the most copies of a parallel job's gang that type ``r`` can hold at once
+    (one per node with room), they get ``x_jr · d_jr ≤ copies_jr · T`` instead.
     """
     n, T = throughput.shape
     dur = np.where(allowed, remaining[:, None] / np.where(allowed, throughput, 1.0), 0.0)
@@ -212,8 +225,17 @@ def fluid_makespan(
     rows += [T + np.repeat(np.arange(n), T), T + np.arange(n)]
     cols += [var.ravel(), np.full(n, nv - 1)]
     vals += [dur_row.ravel(), -np.ones(n)]
+    n_rows = T + n
+    if parallel is not None and copies is not None:
+        # Per (parallel job, type): its copies there work at most copies_jr · T seconds.
+        pj, pr = np.nonzero(np.asarray(parallel, dtype=bool)[:, None] & allowed)
+        m = pj.size
+        rows += [n_rows + np.arange(m), n_rows + np.arange(m)]
+        cols += [var[pj, pr], np.full(m, nv - 1)]
+        vals += [dur[pj, pr], -np.asarray(copies, dtype=np.float64)[pj, pr]]
+        n_rows += m
     a_ub = sp.csr_matrix(
-        (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(T + n, nv)
+        (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(n_rows, nv)
     )
     a_eq = sp.csr_matrix((np.ones(n * T), (np.repeat(np.arange(n), T), var.ravel())), (n, nv))
     upper = np.append(np.where(allowed, 1.0, 0.0).ravel(), np.inf)
@@ -222,7 +244,7 @@ def fluid_makespan(
     res = linprog(
         cost,
         A_ub=a_ub,
-        b_ub=np.zeros(T + n),
+        b_ub=np.zeros(n_rows),
         A_eq=a_eq,
         b_eq=np.ones(n),
         bounds=np.stack([np.zeros(nv), upper], axis=1),
@@ -244,7 +266,7 @@ def fluid_makespan(
     res2 = linprog(
         second / max(float(second.max()), 1.0),
         A_ub=a_ub,
-        b_ub=np.zeros(T + n),
+        b_ub=np.zeros(n_rows),
         A_eq=a_eq,
         b_eq=np.ones(n),
         bounds=np.stack([np.zeros(nv), upper], axis=1),

@@ -41,8 +41,10 @@ Pipeline (each step only sees the GPUs the previous ones left free):
    re-plans every round anyway, so an operator that values utilisation (makespan) can give them
    to the remaining waiting jobs: in queue order, each at its FIND_ALLOC allocation, whatever
    its payoff (``JobPlan.backfilled``). Off by default: it departs from the paper's rule.
-4. **HadarE only**: :mod:`~walras.allocator.hadar.forking` fills the remaining room with copies,
-   trims jobs in their last round to their fastest gangs and splits the steps.
+4. **HadarE only**: :mod:`~walras.allocator.hadar.forking` fills the remaining room with copies
+   (in the end game, after the horizon's fluid plan), trims jobs in their last round to their
+   fastest gangs, gives back the dropped gangs no other job took, and splits the steps so that a
+   job's gangs finish together (:mod:`~walras.allocator.hadar.endgame`).
 
 Prices follow every allocation (pooled per type, :mod:`~walras.allocator.hadar.prices`).
 """
@@ -108,10 +110,12 @@ def plan_round(
     biggest = int(inputs.node_free.max()) if inputs.n_nodes else 0
     forking = inputs.forkable & (inputs.replicas <= biggest) & fork_jobs
     given = inputs
+    share = None
     if horizon is not None:
         # Forked-mode jobs are covered with the forking LP (no one-type-at-a-time row).
         none = np.zeros(inputs.n_jobs, dtype=bool)
-        inputs = apply_horizon(inputs, horizon, none, forked=forking).inputs
+        planned = apply_horizon(inputs, horizon, none, forked=forking)
+        inputs, share = planned.inputs, planned.share
     cap = capacity(inputs)
     u_min, u_max = default_bounds(inputs)
     market = Market(cap, u_min, u_max)
@@ -167,9 +171,9 @@ def plan_round(
         # whole nodes).
         jobs = np.flatnonzero(forked_mode)
         dropped: dict[int, list[GangState]] = {}
-        last = fork(inputs, jobs, gangs, free, market, dropped)
+        last = fork(inputs, jobs, gangs, free, market, dropped, share)
         if given is not inputs:
-            last |= fork(given, jobs, gangs, free, market, dropped)
+            last |= fork(given, jobs, gangs, free, market, dropped, share)
         inputs = given
         # End game: GPUs that no other job took go back to the jobs in their last round.
         restore(inputs, dropped, gangs, free)
