@@ -204,8 +204,15 @@ class Api:
                 headers[str(setting["key"])] = str(setting["value"])
         data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
         pool: Any = self._urllib3
+        # retries=False: urllib3 would otherwise re-send a DELETE after a 429's Retry-After by
+        # itself, past the fence and the cap; every attempt goes through _request instead.
         return pool.request(
-            method, config.host + path, body=data, headers=headers, timeout=self.timeout
+            method,
+            config.host + path,
+            body=data,
+            headers=headers,
+            timeout=self.timeout,
+            retries=False,
         )
 
     def _outcome(self, status: int, resp: Any) -> tuple[Result, float | None]:
