@@ -10,7 +10,7 @@ Both behaviours run in the same process on the same instance:
 
 - ``old``: ``restart_s = 0`` to the realiser (Gavel's priority order, no credit);
 - ``new``: ``restart_s = 10`` (``walras.core.switching``: deficit order with a credit of
-  ``72 · restart_s``, ``864 · restart_s`` when every job fits).
+  ``72 · restart_s``; when every job fits, each job's utility-priced credit ``fit_credit``).
 
 Reported per case and behaviour (one JSON line each): ``restarts_per_round`` (pods created per
 round over the steady window), ``restarts_pct`` (of the pods the jobs have), ``restarts_total``
