@@ -18,13 +18,20 @@ Called by :mod:`.max_min_fairness`, :mod:`.min_total_duration`, :mod:`.finish_ti
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
-import scipy.optimize as opt
-import scipy.sparse as sp
 
 from walras.allocator.gavel.inputs import FloatArray, IntArray
+
+if TYPE_CHECKING:
+    import scipy.optimize as opt
+    import scipy.sparse as sp
+
+# scipy is imported inside the functions that build or solve LPs: importing scipy.optimize costs
+# ~0.4 s CPU, a tenth of a whole `walras simulate` run of max-min fairness, which needs none of it
+# (its path-following is numpy only, :mod:`.center`).
 
 FEASIBLE = 0
 INFEASIBLE = 2
@@ -51,6 +58,8 @@ class Polytope:
 
 def base_polytope(scale_factors: IntArray, capacity: FloatArray) -> Polytope:
     """Row-sum and capacity rows of Gavel's ``get_base_constraints`` (``x ≥ 0`` is a bound)."""
+    import scipy.sparse as sp
+
     J, T = scale_factors.shape[0], capacity.shape[0]
     cols = np.arange(J * T)
     job_of_col, type_of_col = np.divmod(cols, T)
@@ -62,6 +71,8 @@ def base_polytope(scale_factors: IntArray, capacity: FloatArray) -> Polytope:
 
 def per_job_rows(coef: FloatArray) -> sp.csr_matrix:
     """``(J, J·T)`` matrix whose row ``j`` is ``Σ_t coef[j, t] · x[j, t]``."""
+    import scipy.sparse as sp
+
     J, T = coef.shape
     cols = np.arange(J * T)
     return sp.csr_matrix((coef.ravel(), (cols // T, cols)), shape=(J, J * T))
@@ -71,6 +82,8 @@ def solve(
     c: FloatArray, A: sp.csr_matrix, b: FloatArray, bounds: list[Bound]
 ) -> opt.OptimizeResult:
     """``min c·v  s.t.  A v ≤ b`` with HiGHS; optimal or infeasible, else :class:`SolverError`."""
+    import scipy.optimize as opt
+
     res = opt.linprog(c, A_ub=A, b_ub=b, bounds=bounds, method="highs")
     if res.status not in (FEASIBLE, INFEASIBLE):
         raise SolverError(f"HiGHS stopped with status {res.status}: {res.message}")
@@ -84,6 +97,8 @@ def max_min(
 
     Returns ``(x, s*)``; ``s*`` is ``inf`` when no job is active.
     """
+    import scipy.sparse as sp
+
     J, T = poly.n_jobs, poly.n_types
     rows = per_job_rows(coef)
     if active is not None:
