@@ -22,9 +22,10 @@ keep their GPUs unless a move gains more than the restart) and adds the makespan
 forking form (``walras.allocator.hadar.horizon``: forked jobs' copies may run on several types at
 once, so the LP has no one-type-at-a-time row for them; the LP's support decides which types a
 job is admitted on and where its copies go first, copies then fill every idle node). On the cases
-of ``docs/forking.md``: the dozen jobs on 20 GPUs finish in 21.9 h instead of 27.4 h without the
-horizon, and the paper's mixes M-1 … M-12 on 5 one-GPU nodes 1.485× sooner than ``hadar`` on
-average (1.39× without it).
+of ``docs/forking.md``: the dozen jobs on 20 GPUs finish in 21.8 h instead of 27.4 h without the
+horizon, and the paper's mixes M-1 … M-12 on 5 one-GPU nodes 1.509× sooner than ``hadar`` on
+average (1.39× without it), within 0.1–0.8 % of the fluid bound (end game:
+``walras.allocator.hadar.forking``).
 
 Inputs from the snapshot: ``throughput[j, t]`` = ``spec.throughput[t]`` (0 where the gang cannot
 run), ``replicas`` = gang size (one GPU per pod), ``remaining`` = ``totalWork − work done``
