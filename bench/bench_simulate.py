@@ -87,7 +87,9 @@ def run_case(record: dict[str, Any]) -> dict[str, Any]:
 
 def run_cli(record: dict[str, Any]) -> dict[str, Any]:
     """The whole ``walras simulate --json`` process (start-up and imports included), as Gavel's
-    ``wall_s`` is its whole process."""
+    ``wall_s`` is its whole process. ``cpu_s`` is the child's user + system CPU: on a shared
+    machine it is what the process would take on an idle one, where wall ≈ CPU (one thread)."""
+    import resource
     import subprocess
 
     cmd = [sys.executable, "-c", "from walras.cli import main; main()", "simulate",
@@ -95,18 +97,23 @@ def run_cli(record: dict[str, Any]) -> dict[str, Any]:
            "--policy", record["policy"], "--cluster", record["cluster"],
            "--gpus-per-node", record["gpus_per_server"],
            "--restart-seconds", str(record["restart_seconds"]), "--json"]  # fmt: skip
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     wall = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     time_s = time.perf_counter() - wall
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     line = {"bench": "simulate", "case": case_name(record) + "/cli"}
     if proc.returncode != 0:
         return line | {"error": proc.stderr.strip().splitlines()[-1:]}
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     return line | {
         "time_s": round(time_s, 3),
+        "cpu_s": round(cpu_s, 3),
         "sim_wall_s": round(out["wall_s"], 3),
         "gavel_wall_s": record["wall_s"],
         "wall_ratio": round(time_s / record["wall_s"], 3),
+        "cpu_ratio": round(cpu_s / record["wall_s"], 3),
         "err_makespan": round(out["makespan_s"] / record["makespan_s"] - 1, 4),
     }
 
