@@ -6,6 +6,9 @@ has started by then (``T_S ≥ max_S s``); the true finish is the smallest valid
 subset does at least ``W`` by its ``T_S``, and the set of copies started by the true finish is a
 valid subset with ``T_S`` equal to it). The split itself is checked by its defining property:
 every copy that gets work ends at ``T``, the others start at or after ``T``.
+
+The end game's fluid plan (``HorizonResult.share``) and the per-node copy limit of the forking LP
+are checked against LPs solved by hand and an independent cvxpy model.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from walras.allocator.errors import InvalidProblem
-from walras.allocator.hadar import Horizon, make_inputs
+from walras.allocator.hadar import Horizon, InverseSlowdown, make_inputs, plan_round
 from walras.allocator.hadar.endgame import finish_together
 from walras.allocator.hadar.horizon import apply_horizon, fluid_makespan
 
@@ -159,3 +162,31 @@ def test_fluid_makespan_with_copy_limits_matches_cvxpy(seed: int) -> None:
     assert t_star >= t_free * (1 - 1e-9)  # one more constraint never shortens the plan
     dur = rem[:, None] / thr
     assert (x * dur <= copies * t_star * (1 + 1e-7) + 1e-6).all()
+
+
+def test_end_game_spare_node_follows_the_fluid_plan() -> None:
+    # Nodes: one A, two B (one GPU each). Job 0 does 1/s on A, 3/s on B, 21,600 steps left (7,200 s
+    # on one B); job 1 does 6/s on A, 1/s on B, 64,800 left (10,800 s on A, 64,800 s on B).
+    # The forking LP by hand: A alone cannot take all of job 1 by T, so with x = job 1's part on A
+    #   10,800 x = T,   64,800 (1 − x) + 7,200 = 2 T   ⇒   T* = 9,000 s, x = 5/6,
+    # and both types are saturated, so the plan is unique: job 0 holds 7,200 / 9,000 = 0.8 B GPUs
+    # on average, job 1 1.0 A and 10,800 / 9,000 = 1.2 B. Two jobs on three nodes is the end game:
+    # each job runs one gang, and the spare B node goes to job 1, the job below its B share.
+    inputs = make_inputs(
+        [[1.0, 3.0], [6.0, 1.0]],
+        [1, 1],
+        [21_600.0, 64_800.0],
+        [0, 1, 1],
+        [1, 1, 1],
+        forkable=[True, True],
+        utility=InverseSlowdown(),
+    )
+    forked = np.ones(2, dtype=bool)
+    plan = apply_horizon(inputs, Horizon(), np.zeros(2, dtype=bool), forked=forked)
+    assert plan.t_star == pytest.approx(9_000.0)
+    assert plan.share.tolist() == [pytest.approx([0.0, 0.8]), pytest.approx([1.0, 1.2])]
+    result = plan_round(inputs, fork_jobs=True, horizon=Horizon())
+    first, second = result.job(0), result.job(1)
+    assert first is not None and second is not None
+    assert [k for k, _ in first.placement] in ([1], [2])
+    assert sorted(k for k, _ in second.placement) == sorted({0, 1, 2} - {first.placement[0][0]})
