@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from tests.unit.hadar_helpers import PAPER_CLUSTER, paper_mix, simulate_manifests
 
 ROUND_S = 360.0
@@ -43,3 +44,19 @@ def test_hadare_beats_hadar_on_single_job_mix_by_the_forking_bound() -> None:
     assert hadar["makespan_s"] / hadare["makespan_s"] >= hadar_lower / hadare_upper
     # The bound itself is a real speed-up on this mix (Σ rates / best rate > 1 with room to spare).
     assert hadar_lower / hadare_upper > 1.5
+
+
+def test_hadare_alone_reaches_the_lower_bound_of_any_schedule() -> None:
+    # Any schedule of the single job: every GPU reloads the checkpoint once (R) before it works,
+    # and the job never runs faster than on all five nodes at once (A), so TTD ≥ R + W / A.
+    # HadarE reaches it: all five copies start at t = 0 and stay (the end game keeps the slower
+    # copies while no other job wants their GPUs, so none is dropped or restarted), and the
+    # simulator finishes the job at R + W / A.
+    docs = paper_mix(1)
+    spec = docs[0]["spec"]
+    work = float(spec["totalWork"])
+    counts = {t: int(c) for t, c in (p.split("=") for p in PAPER_CLUSTER.split(","))}
+    total = sum(float(spec["throughput"][t]) * c for t, c in counts.items())
+    hadare = simulate_manifests(docs, "hadare", restart_seconds=RESTART_S, round_seconds=ROUND_S)
+    assert hadare["makespan_s"] == pytest.approx(RESTART_S + work / total, rel=1e-9)
+    assert hadare["restarts"] == 1
