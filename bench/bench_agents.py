@@ -47,6 +47,8 @@ TENANTS = {
     "speech": ({"a100": 2.0, "t4": 1.5}, 1, "4", 1.0, {}),
     "gan": ({"a100": 3.5, "v100": 3.0}, 1, "4", 1.5, {"zone": "east"}),
 }
+# Churn after the steady state: a tenant whose job runs on every type arrives.
+LATE = ("late", ({"a100": 1.0, "v100": 1.0, "t4": 1.0}, 1, "4", 1.0, {}))
 TOL = 1e-3
 STEADY_S = 10.0
 # "N[@theta][:mixed][:legacy]": N agents, base damping theta, varied node sizes, the previous
@@ -90,7 +92,7 @@ def worker(
     counters = {"steps": 0, "wrote": 0, "skipped": 0, "errors": 0}
     # Watching, a step may wait (on a condition, no CPU) for the totals that include its own
     # last write; enough threads that those waits do not hold back the other agents.
-    pool = ThreadPoolExecutor(max_workers=12 if legacy else 64)
+    pool = ThreadPoolExecutor(max_workers=12 if legacy else 256)
 
     async def one(agent: Agent) -> None:
         loop = asyncio.get_running_loop()
@@ -161,29 +163,36 @@ def setup(kube: Any, n_nodes: int, mixed: bool = False) -> list[str]:
         )
         names.append(name)
     devcluster.wait_nodes_ready(kube, names, timeout=300)
-    for tenant, (throughput, gpus, cpu, weight, selector) in TENANTS.items():
-        container = {
-            "name": "train",
-            "image": "x",
-            "resources": {"limits": {"nvidia.com/gpu": str(gpus)}, "requests": {"cpu": cpu}},
-        }
-        spec: dict[str, Any] = {"containers": [container]}
-        if selector:
-            spec["nodeSelector"] = selector
-        job = {
-            "apiVersion": "walras.dev/v1alpha1",
-            "kind": "FungibleJob",
-            "metadata": {"name": f"{tenant}-job", "namespace": "bench"},
-            "spec": {
-                "replicas": min(10 * n_nodes, 4096),  # caps never bind (schema max 4096)
-                "throughput": throughput,
-                "template": {"spec": spec},
-                "utility": {"kind": "log", "weight": weight},
-                "tenant": tenant,
-            },
-        }
-        devcluster.request(kube, "POST", f"{BASE}/namespaces/bench/fungiblejobs", body=job)
+    for tenant, spec_row in TENANTS.items():
+        create_job(kube, tenant, spec_row, n_nodes)
     return names
+
+
+def create_job(kube: Any, tenant: str, row: tuple[Any, ...], n_nodes: int) -> None:
+    from walras.testing import devcluster
+
+    throughput, gpus, cpu, weight, selector = row
+    container = {
+        "name": "train",
+        "image": "x",
+        "resources": {"limits": {"nvidia.com/gpu": str(gpus)}, "requests": {"cpu": cpu}},
+    }
+    spec: dict[str, Any] = {"containers": [container]}
+    if selector:
+        spec["nodeSelector"] = selector
+    job = {
+        "apiVersion": "walras.dev/v1alpha1",
+        "kind": "FungibleJob",
+        "metadata": {"name": f"{tenant}-job", "namespace": "bench"},
+        "spec": {
+            "replicas": min(10 * n_nodes, 4096),  # caps never bind (schema max 4096)
+            "throughput": throughput,
+            "template": {"spec": spec},
+            "utility": {"kind": "log", "weight": weight},
+            "tenant": tenant,
+        },
+    }
+    devcluster.request(kube, "POST", f"{BASE}/namespaces/bench/fungiblejobs", body=job)
 
 
 def reference(kube: Any) -> dict[str, float]:
@@ -217,6 +226,26 @@ def rel_error(got: dict[str, float], want: dict[str, float]) -> float:
         if want
         else 0.0
     )
+
+
+def wait_converged(
+    kube: Any, want: dict[str, float], start: float, timeout: float
+) -> tuple[float | None, float]:
+    """Seconds from ``start`` until 3 consecutive polls (0.1 s apart) of the published totals
+    are within TOL of ``want`` (None after ``timeout``), and the last error."""
+    streak, first_ok, err = 0, None, float("inf")
+    while time.monotonic() - start < timeout:
+        status = published(kube)
+        err = rel_error({k: float(v) for k, v in (status.get("tasks") or {}).items()}, want)
+        if err <= TOL:
+            streak += 1
+            first_ok = first_ok if first_ok is not None else time.monotonic()
+            if streak >= 3:
+                return first_ok - start, err
+        else:
+            streak, first_ok = 0, None
+        time.sleep(0.1)
+    return None, err
 
 
 def read_counters(paths: list[str]) -> dict[str, float]:
@@ -274,23 +303,8 @@ def run_case(
         for w in range(workers)
     ]
     start = time.monotonic()
-    streak, first_ok, converged_at, err = 0, None, None, float("inf")
-    at_convergence: dict[str, float] = {}
-    while time.monotonic() - start < timeout:
-        status = published(kube)
-        err = rel_error({k: float(v) for k, v in (status.get("tasks") or {}).items()}, want)
-        if err <= TOL:
-            streak += 1
-            first_ok = first_ok if first_ok is not None else time.monotonic()
-            if streak >= 3:
-                converged_at = first_ok - start
-                at_convergence = read_counters(outs)
-                break
-        else:
-            streak, first_ok = 0, None
-        time.sleep(0.1)
-    if converged_at is None:
-        at_convergence = read_counters(outs)
+    converged_at, err = wait_converged(kube, want, start, timeout)
+    at_convergence = read_counters(outs)
     period = float(published(kube).get("period") or 0.0)
     # Steady state: a short settling pause, then API requests over a measured window.
     time.sleep(2.0)
@@ -301,6 +315,11 @@ def run_case(
     steady_requests = (after["reads"] + after["writes"]) - (
         before_steady["reads"] + before_steady["writes"]
     )
+    # Re-convergence of warm agents after a tenant arrives: the algorithm, not process start.
+    create_job(kube, LATE[0], LATE[1], n_agents)
+    churn_start = time.monotonic()
+    churn_at, churn_err = wait_converged(kube, reference(kube), churn_start, timeout)
+    after_churn = read_counters(outs)
     Path(stop_file).touch()
     for proc in [*procs, agg]:
         if proc is agg:
@@ -335,6 +354,9 @@ def run_case(
             (after["writes"] - at_convergence["writes"]) / steady_steps, 3
         ),
         "steady_requests_per_agent_s": round(steady_requests / n_agents / steady_s, 4),
+        "reconverge_s": None if churn_at is None else round(churn_at, 2),
+        "reconverge_steps_per_agent": round((after_churn["steps"] - after["steps"]) / n_agents, 2),
+        "reconverge_final_rel_error": float(f"{churn_err:.3g}"),
         "step_errors": int(after["errors"]),
         "aggregator_period_s": round(period, 3),
         # The machine is shared: a 1-minute load average far above the core count slows all.

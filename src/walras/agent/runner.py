@@ -314,11 +314,12 @@ class Agent:
             self._column = columns.node_column(node, jobs, pools, self.reads.tenants())
             self._column_key = key
         column = self._column
-        read_at = time.monotonic()
         # Watching, the totals that include our own last write usually arrive within the
-        # aggregator's coalescing window: wait for them (up to half a period) instead of
-        # skipping the step and acting a whole period later.
-        totals = self.reads.totals(None if self.first else self.version, wait=cfg.tau / 2)
+        # aggregator's coalescing window: wait for them (up to a period) instead of skipping
+        # the step and acting a whole period later. A slow aggregator (a loaded API server)
+        # thus paces the agents rather than making them skip.
+        totals = self.reads.totals(None if self.first else self.version, wait=cfg.tau)
+        read_at = time.monotonic()  # the agent's latency counts from here, not the wait
         if totals is None:
             totals = steps.PublishedTotals({}, {}, 0.0, None, 0)
             if not self.first:
