@@ -340,7 +340,8 @@ def run_psdsf() -> list[dict[str, Any]]:
          "converged": res.converged, "shard_certificate": res.shard_violation,
          "merged_certificate": res.certificate_violation,
          "reached_target": res.shard_violation <= RDM_TOL,
-         "max_shard_s": round(max(s.wall_s for s in res.run.shards), 3)}
+         "max_shard_s": round(max(s.wall_s for s in res.run.shards), 3),
+         "shard_cpu_sum_s": round(sum(s.cpu_s for s in res.run.shards), 3)}
     )  # fmt: skip
     return lines
 
