@@ -98,6 +98,8 @@ def plan_round(
     e_pair = p.elapsed[jj]
     if hold < 0 or not np.isfinite(hold):
         raise InvalidProblem(f"hold must be a finite number >= 0, got {hold}", field="hold")
+    if order not in ("gavel", "deficit"):
+        raise InvalidProblem(f"order must be 'gavel' or 'deficit', got {order!r}", field="order")
     credit: float | FloatArray = hold
     if hold_fit is not None:
         fit = np.broadcast_to(np.asarray(hold_fit, dtype=np.float64), (n_jobs,))
@@ -113,14 +115,12 @@ def plan_round(
         running = _current_placements(p)[0]
         on_own = np.array([running[j] == g for j, g in zip(jj.tolist(), gg.tolist(), strict=True)])
         if on_own.size:
-            r_pair = np.where(on_own, np.maximum(r_pair - credit, 0.0), r_pair)
+            less = r_pair - credit
+            if order == "gavel":
+                less = np.maximum(less, 0.0)  # Gavel's ratio needs received >= 0
+            r_pair = np.where(on_own, less, r_pair)
     deficit = t_pair * e_pair - r_pair
-    if order == "deficit":
-        prio = deficit
-    elif order == "gavel":
-        prio = _priority(t_pair, e_pair, r_pair)
-    else:
-        raise InvalidProblem(f"order must be 'gavel' or 'deficit', got {order!r}", field="order")
+    prio = deficit if order == "deficit" else _priority(t_pair, e_pair, r_pair)
     # np.lexsort sorts by the last key first.
     visit = np.lexsort((gg, jj, -t_pair, -deficit, -prio))
     pair_jobs: list[int] = jj[visit].tolist()
