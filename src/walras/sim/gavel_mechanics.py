@@ -184,7 +184,9 @@ def run(
         for j, gpus in assign.items():
             c = gpu_col[gpus[0]]
             t = thr_rows[j][c]
-            restarted = j not in prev_assign or set(prev_assign[j]) != set(gpus)
+            prev = prev_assign.get(j)
+            # A kept gang is the very tuple of last round, so the set comparison is rarely needed.
+            restarted = prev is None or (prev != gpus and set(prev) != set(gpus))
             span = round_s - restart_s if restarted and restart_s > 0 else round_s
             steps = min(int(t * span), ledger.remaining(j))
             finish = now + steps / t
