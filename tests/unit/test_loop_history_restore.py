@@ -65,11 +65,15 @@ class FakeApi:
         )
 
 
-def make_loop(api: FakeApi, clock: list[float], statuses: Mapping[str, Any]) -> loop.RoundLoop:
+def make_loop(
+    api: FakeApi, clock: list[float], statuses: Mapping[str, Any], history_namespace: str = ""
+) -> loop.RoundLoop:
     rounds = loop.RoundLoop(
         loop.snapshot.Store(),
         api,  # type: ignore[arg-type]  # duck-typed stand-in for walras.kube.writes.Api
-        loop.LoopConfig(backend="numpy", clock=lambda: clock[0]),
+        loop.LoopConfig(
+            backend="numpy", clock=lambda: clock[0], history_namespace=history_namespace
+        ),
     )
     store = rounds.store
     store.upsert("pool", {"metadata": {"name": "g", "generation": 1}, "spec": {"gpuType": "g"}})
@@ -106,20 +110,31 @@ def same(a: history.History, b: history.History) -> None:
     assert a.running_group == b.running_group
 
 
-def test_a_restarted_loop_continues_the_histories(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("history_namespace", ["", "walras-system"])
+def test_a_restarted_loop_continues_the_histories(
+    monkeypatch: pytest.MonkeyPatch, history_namespace: str
+) -> None:
     clock = [1000.0]
     api = FakeApi()
-    monkeypatch.setattr(history_store, "permitted", lambda client: True)
-    monkeypatch.setattr(history_store, "load", lambda client: api.loaded())
+    asked: list[str] = []
+
+    def permitted(client: object, namespace: str) -> bool:
+        asked.append(namespace)
+        return True
+
+    monkeypatch.setattr(history_store, "permitted", permitted)
+    monkeypatch.setattr(history_store, "load", lambda client, namespace: api.loaded())
     never = make_loop(FakeApi(), clock, {})
-    first = make_loop(api, clock, {})
+    first = make_loop(api, clock, {}, history_namespace)
     for _ in range(3):
         asyncio.run(never.run_round())
         asyncio.run(first.run_round())
         clock[0] += 10.0
     assert api.configmap_writes >= 1
-    second = make_loop(api, clock, {})
+    assert {ns for ns, _ in api.maps} == {history_namespace or "ns"}
+    second = make_loop(api, clock, {}, history_namespace)
     asyncio.run(second._restore_histories())
+    assert asked == [history_namespace]
     for _ in range(2):
         asyncio.run(never.run_round())
         asyncio.run(second.run_round())
@@ -132,8 +147,8 @@ def test_a_restarted_loop_continues_the_histories(monkeypatch: pytest.MonkeyPatc
 def test_a_status_accounted_later_than_the_record_wins(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = [1000.0]
     api = FakeApi()
-    monkeypatch.setattr(history_store, "permitted", lambda client: True)
-    monkeypatch.setattr(history_store, "load", lambda client: api.loaded())
+    monkeypatch.setattr(history_store, "permitted", lambda client, namespace: True)
+    monkeypatch.setattr(history_store, "load", lambda client, namespace: api.loaded())
     first = make_loop(api, clock, {})
     asyncio.run(first.run_round())
     clock[0] += 10.0

@@ -434,14 +434,18 @@ def list_objects(api_client: Any, path: str, *, label_selector: str = "") -> lis
     return [item for item in items if isinstance(item, dict)]
 
 
-def can_i(api_client: Any, verb: str, resource: str, *, group: str = "") -> bool:
-    """Whether this client may ``verb`` the ``resource`` in every namespace (one
-    SelfSubjectAccessReview, which every authenticated user may create; start-up only). Lets a
-    feature that needs optional RBAC turn itself off quietly instead of logging 403s."""
+def can_i(
+    api_client: Any, verb: str, resource: str, *, group: str = "", namespace: str = ""
+) -> bool:
+    """Whether this client may ``verb`` the ``resource`` in ``namespace`` (empty: in every
+    namespace): one SelfSubjectAccessReview, which every authenticated user may create; start-up
+    only. Lets a feature that needs optional RBAC turn itself off quietly instead of logging 403s.
+    """
+    attributes = {"verb": verb, "resource": resource, "group": group, "namespace": namespace}
     body = {
         "apiVersion": "authorization.k8s.io/v1",
         "kind": "SelfSubjectAccessReview",
-        "spec": {"resourceAttributes": {"verb": verb, "resource": resource, "group": group}},
+        "spec": {"resourceAttributes": attributes},
     }
     _method, url, headers, data, post = api_client.param_serialize(
         method="POST",

@@ -18,6 +18,10 @@ persisted; only shards holding a changed anchor, a new job or a job that went aw
 (``walras.core.history``), so a steady round writes nothing. Example: 1,000 jobs in one namespace,
 50 of them switch GPU type in a round: one write (shard 0), instead of 1,000 status patches.
 
+**One namespace instead.** With ``LoopConfig.history_namespace`` set (for example the
+operator's own namespace), every job's record goes into the shards of that one namespace, so a
+namespaced Role suffices; shards then hold jobs of all namespaces (uids are cluster-unique).
+
 **Permissions.** The store needs ``configmaps`` list/create/patch in the jobs' namespaces. At
 start-up a SelfSubjectAccessReview per verb asks whether RBAC grants them; when it does not, the
 store stays off (one log line) and the history persists only in job statuses, as before it
@@ -97,14 +101,17 @@ class Loaded:
 VERBS = ("list", "create", "patch")
 
 
-def permitted(api_client: Any) -> bool:
-    """Whether RBAC lets the operator keep its history in ConfigMaps (blocking, at start-up)."""
-    return all(kubeapi.can_i(api_client, verb, "configmaps") for verb in VERBS)
+def permitted(api_client: Any, namespace: str = "") -> bool:
+    """Whether RBAC lets the operator keep its history in ConfigMaps of ``namespace`` (empty:
+    of every namespace); blocking, at start-up."""
+    return all(kubeapi.can_i(api_client, verb, "configmaps", namespace=namespace) for verb in VERBS)
 
 
-def load(api_client: Any) -> Loaded:
-    """Every persisted shard in the cluster (one LIST; blocking, call it in a thread)."""
-    return parse(kubeapi.list_objects(api_client, "/api/v1/configmaps", label_selector=LABEL))
+def load(api_client: Any, namespace: str = "") -> Loaded:
+    """Every persisted shard in ``namespace`` (empty: the cluster); one LIST, blocking."""
+    scope = f"namespaces/{namespace}/" if namespace else ""
+    path = f"/api/v1/{scope}configmaps"
+    return parse(kubeapi.list_objects(api_client, path, label_selector=LABEL))
 
 
 def parse(items: Iterable[Mapping[str, Any]]) -> Loaded:

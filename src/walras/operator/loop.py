@@ -71,6 +71,9 @@ class LoopConfig:
     psdsf_mode: str = "tdm"
     # Progress and throughput estimation thresholds (walras.operator.throughputs; issue 16).
     progress: throughputs.Settings = field(default_factory=throughputs.Settings)
+    # Where the schedule history's ConfigMaps live (walras.operator.history_store): "" = in each
+    # job's namespace; a name = all in that namespace (a namespaced Role is enough).
+    history_namespace: str = ""
 
 
 @dataclass(slots=True)
@@ -939,7 +942,8 @@ class RoundLoop:
         if not hasattr(self.api, "put_configmap") or client is None:
             return  # a stand-in API without ConfigMaps: histories come from the statuses
         try:
-            if not await asyncio.to_thread(history_store.permitted, client):
+            where = self.config.history_namespace
+            if not await asyncio.to_thread(history_store.permitted, client, where):
                 if not self.history_store.forbidden:
                     logger.info(
                         "no RBAC for configmaps (list, create, patch): the schedule history "
@@ -948,7 +952,7 @@ class RoundLoop:
                 self.history_store.forbidden = True
                 return
             self.history_store.forbidden = False
-            loaded = await asyncio.to_thread(history_store.load, client)
+            loaded = await asyncio.to_thread(history_store.load, client, where)
         except Exception as exc:  # not fatal: the statuses carry the pre-ConfigMap history
             logger.warning("schedule history not loaded (%s); continuing from job statuses", exc)
             return
@@ -990,16 +994,21 @@ class RoundLoop:
         ):
             return
         snap = planned.snapshot
+        single = self.config.history_namespace
+
+        def where(namespace: str) -> str:
+            return single or namespace
+
         live: dict[str, set[str]] = {}
         for key, uid in [
             *((j.key, j.uid) for j in snap.jobs),
             *((d.key, d.uid) for d in snap.defects),
         ]:
-            live.setdefault(key[0], set()).add(uid)
+            live.setdefault(where(key[0]), set()).add(uid)
         by_key = {j.key: j for j in planned.active}
         self.history_store.update(
             (
-                (by_key[key].namespace, by_key[key].uid, hist)
+                (where(by_key[key].namespace), by_key[key].uid, hist)
                 for key, hist in sorted(planned.histories.items())
                 if key in by_key
             ),
