@@ -330,7 +330,10 @@ class Agent:
             and totals.source_version is not None
             and totals.source_version < self.version
         ):
-            return StepOutcome(False, 0.0, 0.0, "totals older than own write", self.iteration)
+            # Keep the allocation fresh while the aggregator lags: a slow publish must not make
+            # it stale (deleted), which would disturb the totals everyone else reads.
+            wrote = self._heartbeat(node)
+            return StepOutcome(wrote, 0.0, 0.0, "totals older than own write", self.iteration)
         result = steps.agent_step(
             column,
             totals,
@@ -374,7 +377,10 @@ class Agent:
                 del status["tasks"][gone]
                 del status["pods"][gone]
             rv = self.kube.patch_allocation_status(cfg.node_name, status)
-        self.version = _version(rv)
+        if not unchanged:
+            # A heartbeat rewrites the same tasks: totals summed before it still include them,
+            # so the version the next step waits for stays that of the last real change.
+            self.version = _version(rv)
         self.latency = time.monotonic() - read_at
         self.previous = dict(result.tasks)
         self.eligible = result.eligible
@@ -382,6 +388,21 @@ class Agent:
         self.first = False
         self.last_write = now_mono
         return StepOutcome(True, result.residual, result.damping, None, self.iteration)
+
+    def _heartbeat(self, node: Mapping[str, Any]) -> bool:
+        """Refresh ``status.timestamp`` when the last write is ``heartbeat`` seconds old."""
+        now_mono = time.monotonic()
+        if self.first or now_mono - self.last_write < self.config.heartbeat_seconds:
+            return False
+        try:
+            self.kube.patch_allocation_status(
+                self.config.node_name, {"timestamp": format_time(dt.datetime.now(dt.UTC))}
+            )
+        except NotFoundError:
+            self._create(node)  # deleted as stale after all: start afresh next step
+            return True
+        self.last_write = now_mono
+        return True
 
     def next_delay(self) -> float:
         """τ · (1 + U(−jitter, jitter)), at least 10 ms."""

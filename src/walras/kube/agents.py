@@ -185,16 +185,20 @@ class Kube:
 
 
 def _lines(response: Any) -> Iterator[bytes]:
-    """Newline-delimited JSON events of a streaming WATCH response."""
-    buffer = b""
+    """Newline-delimited JSON events of a streaming WATCH response (linear in its bytes: a
+    chunk may hold hundreds of events when many objects change at once)."""
+    pending = bytearray()
     for chunk in response.stream(amt=None, decode_content=True):
-        buffer += chunk
-        while b"\n" in buffer:
-            line, buffer = buffer.split(b"\n", 1)
+        pending.extend(chunk)
+        start = 0
+        while (end := pending.find(b"\n", start)) >= 0:
+            line = bytes(pending[start:end])
+            start = end + 1
             if line.strip():
                 yield line
-    if buffer.strip():
-        yield buffer
+        del pending[:start]
+    if pending.strip():
+        yield bytes(pending)
 
 
 class Informer:
