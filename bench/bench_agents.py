@@ -140,7 +140,10 @@ def setup(kube: Any, n_nodes: int, mixed: bool = False) -> list[str]:
 
     devcluster.reset(kube)
     devcluster.install_crds(kube, CRDS)
-    devcluster.create_namespace(kube, "bench")
+    # A job's tenant is its namespace (walras.core.governance; no Tenant objects here): one
+    # namespace per tenant, or all jobs would be one tenant and the problem trivial.
+    for tenant in [*TENANTS, LATE[0]]:
+        devcluster.create_namespace(kube, tenant)
     names = []
     for gpu_type, _ in TYPES:
         body = {
@@ -183,7 +186,7 @@ def create_job(kube: Any, tenant: str, row: tuple[Any, ...], n_nodes: int) -> No
     job = {
         "apiVersion": "walras.dev/v1alpha1",
         "kind": "FungibleJob",
-        "metadata": {"name": f"{tenant}-job", "namespace": "bench"},
+        "metadata": {"name": f"{tenant}-job", "namespace": tenant},
         "spec": {
             "replicas": min(10 * n_nodes, 4096),  # caps never bind (schema max 4096)
             "throughput": throughput,
@@ -192,7 +195,7 @@ def create_job(kube: Any, tenant: str, row: tuple[Any, ...], n_nodes: int) -> No
             "tenant": tenant,
         },
     }
-    devcluster.request(kube, "POST", f"{BASE}/namespaces/bench/fungiblejobs", body=job)
+    devcluster.request(kube, "POST", f"{BASE}/namespaces/{tenant}/fungiblejobs", body=job)
 
 
 def reference(kube: Any) -> dict[str, float]:
