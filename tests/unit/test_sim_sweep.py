@@ -50,3 +50,33 @@ def test_sweep_runs_every_combination(tmp_path: pathlib.Path) -> None:
     assert (tmp_path / "out" / "sweep.png").read_bytes()[:4] == b"\x89PNG"
     with (tmp_path / "out" / "sweep.csv").open() as fh:
         assert len(list(csv.DictReader(fh))) == 4
+
+
+def test_sweep_spec_lp_solver_reaches_the_policy(tmp_path: pathlib.Path) -> None:
+    # Oracle: Gavel's own D1 max_min_fairness record. The HiGHS path misses its makespan by
+    # 7.09 % (test_sim_gavel_reference's NOISE_DECIDED); only ECOS in Gavel's problem shape
+    # lands within the issue's ±3 %, so meeting the band shows the spec's key reached the LP.
+    from sim_helpers import gavel_records
+
+    from walras.sim.sweep import load_spec, run_sweep
+
+    (record,) = (r for r in gavel_records("D1") if r["policy"] == "max_min_fairness")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        f"trace: {TRACES['D1']}\ncluster: '{record['cluster']}'\n"
+        f"gpus_per_node: '{record['gpus_per_server']}'\npolicies: [max_min_fairness]\n"
+        "lp_solver: ecos\n"
+    )
+    (row,) = run_sweep(load_spec(spec), workers=1)
+    assert row["makespan_s"] == pytest.approx(record["makespan_s"], rel=0.03)
+    assert row["avg_jct_s"] == pytest.approx(record["avg_jct_s"], rel=0.03)
+
+
+def test_sweep_spec_rejects_an_unknown_lp_solver(tmp_path: pathlib.Path) -> None:
+    from walras.sim.errors import SimInputError
+    from walras.sim.sweep import load_spec
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"trace: {TRACES['D1']}\npolicies: [fifo]\nlp_solver: gurobi\n")
+    with pytest.raises(SimInputError, match=r"lp_solver: expected one of highs, ecos.*'gurobi'"):
+        load_spec(spec)

@@ -11,6 +11,7 @@ Spec (YAML; paths relative to the spec file)::
     restart_seconds: [0, 10]       # a number or a list
     round_seconds: 360
     window: "0:100"                # optional, as --window
+    lp_solver: ecos                # optional, as --lp-solver (highs by default)
 
 A number in ``arrival_rates`` replaces the trace's arrival times by Gavel's Poisson stream at
 that rate for the run's seed (:func:`walras.sim.arrivals.poisson_arrivals`). Every combination runs
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from walras.plotting import pyplot
+from walras.sim.config import LP_SOLVERS
 from walras.sim.errors import PolicyError, SimInputError
 
 ROW_KEYS = ("policy", "seed", "arrival_rate", "restart_s")
@@ -46,6 +48,7 @@ class SweepSpec:
     restart_seconds: tuple[float, ...]
     round_seconds: float
     window: tuple[int, int] | None
+    lp_solver: str = "highs"
 
 
 def load_spec(path: pathlib.Path) -> SweepSpec:
@@ -78,6 +81,11 @@ def load_spec(path: pathlib.Path) -> SweepSpec:
             win = (int(a), int(b))
         except ValueError:
             raise SimInputError(f"{path.name}: window: expected 'A:B', got {window!r}") from None
+    lp_solver = str(data.get("lp_solver", "highs"))
+    if lp_solver not in LP_SOLVERS:
+        raise SimInputError(
+            f"{path.name}: lp_solver: expected one of {', '.join(LP_SOLVERS)}, got {lp_solver!r}"
+        )
     try:
         return SweepSpec(
             trace=base / str(data["trace"]),
@@ -92,6 +100,7 @@ def load_spec(path: pathlib.Path) -> SweepSpec:
             restart_seconds=tuple(float(x) for x in many("restart_seconds", [0.0])),
             round_seconds=float(data.get("round_seconds", 360.0)),
             window=win,
+            lp_solver=lp_solver,
         )
     except (TypeError, ValueError) as exc:
         raise SimInputError(f"{path.name}: {exc}") from exc
@@ -126,10 +135,17 @@ def run_one(spec: SweepSpec, combo: tuple[str, int, float | None, float]) -> dic
     if rate is not None:
         arrivals = poisson_arrivals(workload.n_jobs, rate, seed)
         workload = dataclasses.replace(workload, arrivals=np.asarray(arrivals))
-    config = SimConfig(round_s=spec.round_seconds, restart_s=restart, seed=seed, window=spec.window)
+    config = SimConfig(
+        round_s=spec.round_seconds,
+        restart_s=restart,
+        seed=seed,
+        window=spec.window,
+        lp_solver=spec.lp_solver,
+    )
     row: dict[str, Any] = dict(zip(ROW_KEYS, combo, strict=True))
     try:
-        result = engine.run(workload, scenario.cluster, GavelPolicy(policy, seed=seed), config)
+        gavel_policy = GavelPolicy(policy, seed=seed, lp_solver=spec.lp_solver)
+        result = engine.run(workload, scenario.cluster, gavel_policy, config)
     except InvalidProblem as exc:
         raise SimInputError(f"policy {policy}: {exc}") from exc
     except PolicyError as exc:  # a solver gave up on this run only: report it in its row
