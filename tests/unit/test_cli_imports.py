@@ -2,14 +2,20 @@
 
 Heavy libraries are imported inside the commands that need them (issue 15 item 7): a fresh
 interpreter that imports the CLI, which registers every command on the Typer app, must not have
-loaded any of them.
+loaded any of them. The console script (``walras.console``) runs a plain ``walras solve`` without
+Typer, pydantic or rich, and hands ``--help`` and malformed options to Typer.
 """
 
 from __future__ import annotations
 
 import json
+import pathlib
 import subprocess
 import sys
+
+import numpy as np
+
+from walras.allocator.pricing.instances import paper_arrays
 
 HEAVY = (
     "numpy",
@@ -41,3 +47,47 @@ def test_import_cli_loads_no_heavy_library() -> None:
     loaded = [h for h in HEAVY if h in modules]
     assert loaded == []
     assert {"solve", "generate", "simulate", "operator"} <= set(commands)
+
+
+# Runs the console script's ``main`` with ``argv`` and reports, on stderr, which of ``WATCH`` the
+# process imported (``main`` may end with SystemExit; the report is printed either way).
+WATCH = ("typer", "pydantic", "rich", "walras.cli")
+CONSOLE = (
+    "import json, sys\n"
+    "sys.argv = ['walras', *json.loads(sys.argv[1])]\n"
+    "try:\n"
+    "    from walras.console import main\n"
+    "    main()\n"
+    "finally:\n"
+    f"    print(json.dumps([m for m in {WATCH!r} if m in sys.modules]), file=sys.stderr)\n"
+)
+
+
+def run_console(argv: list[str]) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    proc = subprocess.run(
+        [sys.executable, "-c", CONSOLE, json.dumps(argv)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return proc, json.loads(proc.stderr.strip().splitlines()[-1])
+
+
+def test_console_solve_runs_without_typer_or_pydantic(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "p.npz"
+    np.savez(path, utility=np.array("log"), **paper_arrays(3000, seed=2, utility="log"))
+    proc, loaded = run_console(["solve", str(path), "--eps", "1e-4", "--json"])
+    assert proc.returncode == 0, proc.stderr
+    assert loaded == []
+    out = json.loads(proc.stdout)
+    assert out["n"] == 3000 and out["converged"] and out["gap"] <= 1e-4
+
+
+def test_console_hands_help_and_bad_options_to_typer(tmp_path: pathlib.Path) -> None:
+    proc, loaded = run_console(["solve", "--help"])
+    assert proc.returncode == 0 and "--max-iter" in proc.stdout and "typer" in loaded
+    proc, loaded = run_console(["solve", str(tmp_path / "p.npz"), "--alpha", "abc"])
+    assert proc.returncode == 2 and "--alpha" in proc.stderr and "typer" in loaded
+    # Input errors found by the command itself: same message and status on the fast path.
+    proc, loaded = run_console(["solve", str(tmp_path / "missing.npz"), "--json"])
+    assert proc.returncode == 2 and "cannot read" in proc.stderr and "typer" not in loaded
