@@ -19,6 +19,7 @@ before or after the argument, a repeated option's last value wins (as in click).
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from typing import Any
@@ -85,6 +86,20 @@ def parse_args(params: tuple[Param, ...], args: list[str]) -> dict[str, Any] | N
     return values
 
 
+def _exit_now() -> None:
+    """End the process with status 0 without the interpreter's teardown.
+
+    ``walras solve`` is done once its output is flushed; tearing the interpreter down (freeing
+    about 300 MB of arrays and every module's objects one by one at n = 10⁶) cost about 0.04 s of
+    CPU, 8 % of the whole command. Nothing registered with ``atexit`` matters by then: the output
+    file, if any, was closed by ``numpy.savez``. If flushing fails (a closed pipe), the exception
+    ends the process the ordinary way.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 def main() -> None:
     """Entry point of the ``walras`` console script."""
     args = sys.argv[1:]
@@ -92,7 +107,7 @@ def main() -> None:
         options = parse_args(SOLVE_PARAMS, args[1:])
         if options is not None:
             run_solve(**options)
-            return
+            _exit_now()
     from walras.cli import main as typer_main
 
     typer_main()
