@@ -219,8 +219,14 @@ def test_rbac_has_no_wildcards_secrets_or_escalation(
         fields += rule.get("resourceNames", [])
         assert not any("*" in f for f in fields), rule
         assert "nonResourceURLs" not in rule, rule
-        assert not {"secrets", "configmaps", "serviceaccounts/token"} & set(rule["resources"]), rule
+        assert not {"secrets", "serviceaccounts/token"} & set(rule["resources"]), rule
         assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"]), rule
+    # ConfigMaps: only the schedule history's namespaced Role grants them (not a ClusterRole).
+    for doc in docs:
+        if doc["kind"] in ("ClusterRole", "Role") and not doc["metadata"]["name"].endswith(
+            "-history"
+        ):
+            assert all("configmaps" not in r["resources"] for r in doc.get("rules", [])), doc
     assert not of_kind(docs, "ClusterRole") or all(
         "aggregationRule" not in d for d in of_kind(docs, "ClusterRole")
     )
@@ -257,11 +263,11 @@ def test_leader_election_role_is_namespaced_and_named(
     args = parse_args(deployment["spec"]["template"]["spec"]["containers"][0]["args"])
     roles = of_kind(docs, "Role")
     if "no-leader-elect" in args:
-        assert roles == []
+        assert [r["metadata"]["name"].endswith("-controller-history") for r in roles] == [True]
         return
     assert args["leader-elect"] == "true"
     assert args["lease-namespace"] == NAMESPACE
-    (role,) = roles
+    (role,) = (r for r in roles if r["metadata"]["name"].endswith("-leader-election"))
     assert role["metadata"]["namespace"] == NAMESPACE
     got = [
         (
@@ -274,6 +280,29 @@ def test_leader_election_role_is_namespaced_and_named(
     ]
     assert got == LEASE_RULES
     assert {args["lease-name"]} == LEASE_RULES[1][2]
+    binding = _bound_subject(docs, "RoleBinding", role["metadata"]["name"])
+    assert binding == [(NAMESPACE, "walras-controller")]
+
+
+# The schedule history (walras.operator.history_store): ConfigMaps in the release namespace only,
+# exactly the verbs history_store.VERBS checks at start-up.
+HISTORY_RULES = [({""}, {"configmaps"}, {"list", "create", "patch"})]
+
+
+def test_history_role_is_namespaced_and_matches_the_operator(
+    rendering: tuple[Path, list[Manifest]],
+) -> None:
+    from walras.operator import history_store
+
+    _, docs = rendering
+    deployment = one(docs, "Deployment", "controller")
+    args = parse_args(deployment["spec"]["template"]["spec"]["containers"][0]["args"])
+    assert args["history-namespace"] == NAMESPACE
+    (role,) = (r for r in of_kind(docs, "Role") if r["metadata"]["name"].endswith("-history"))
+    assert role["metadata"]["namespace"] == NAMESPACE
+    got = [(set(r["apiGroups"]), set(r["resources"]), set(r["verbs"])) for r in role["rules"]]
+    assert got == HISTORY_RULES
+    assert HISTORY_RULES[0][2] == set(history_store.VERBS)
     binding = _bound_subject(docs, "RoleBinding", role["metadata"]["name"])
     assert binding == [(NAMESPACE, "walras-controller")]
 
@@ -399,6 +428,7 @@ def test_values_map_to_operator_flags(helm: str, policy: str) -> None:
         "log-format": "json",
         "metrics-port": "9100",
         "health-port": "9101",
+        "history-namespace": NAMESPACE,
         "leader-elect": "true",
         "lease-namespace": NAMESPACE,
         "lease-name": "my-lease",

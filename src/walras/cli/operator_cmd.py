@@ -101,6 +101,14 @@ def operator_command(
     lease_name: Annotated[
         str, typer.Option(envvar="WALRAS_LEASE_NAME", help="Name of the Lease.")
     ] = "walras-controller",
+    history_namespace: Annotated[
+        str,
+        typer.Option(
+            envvar="WALRAS_HISTORY_NAMESPACE",
+            help="Namespace of the schedule-history ConfigMaps (empty: each job's namespace). "
+            "Without RBAC for configmaps the history stays in job statuses.",
+        ),
+    ] = "",
     lease_seconds: Annotated[
         float,
         typer.Option(
@@ -244,6 +252,7 @@ def operator_command(
         leader_elect=leader_elect,
         lease_namespace=lease_namespace,
         lease_name=lease_name,
+        history_namespace=history_namespace,
         lease_seconds=lease_seconds,
         renew_seconds=renew_seconds,
         identity=identity,

@@ -45,6 +45,9 @@ class Options:
     leader_elect: bool = True
     lease_namespace: str = "walras-system"
     lease_name: str = "walras-controller"
+    # Where the schedule-history ConfigMaps live: "" = each job's own namespace (needs
+    # cluster-wide ConfigMap access); the chart sets its release namespace (one namespaced Role).
+    history_namespace: str = ""
     lease_seconds: float = 15.0
     renew_seconds: float = 5.0
     identity: str | None = None
@@ -218,6 +221,7 @@ def build(options: Options, *, default_identity: str | None = None) -> Operator:
             weighting_exponent=options.weighting_exponent,
             pop_shards=options.pop_shards,
             psdsf_mode=options.psdsf_mode,
+            history_namespace=options.history_namespace,
             progress=throughputs.Settings(
                 min_samples=options.measured_min_samples,
                 mismatch_factor=options.mismatch_factor,
