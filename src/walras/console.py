@@ -22,9 +22,10 @@ from __future__ import annotations
 import os
 import re
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from walras.solve_command import SOLVE_PARAMS, Param, run_solve
+if TYPE_CHECKING:
+    from walras.solve_command import Param
 
 _INT = re.compile(r"[+-]?[0-9]+")
 _FLOAT = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")
@@ -104,6 +105,8 @@ def main() -> None:
     """Entry point of the ``walras`` console script."""
     args = sys.argv[1:]
     if args[:1] == ["solve"]:
+        from walras.solve_command import SOLVE_PARAMS, run_solve
+
         options = parse_args(SOLVE_PARAMS, args[1:])
         if options is not None:
             run_solve(**options)
