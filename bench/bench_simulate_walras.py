@@ -30,6 +30,16 @@ CASES: list[tuple[str, str, dict[str, Any]]] = [
     ("price-discovery", "price-discovery", {}),
     ("price-discovery-remaining-0.5", "price-discovery", {"weighting": "remaining"}),
     (
+        "price-discovery-remaining-0.5-backfill",
+        "price-discovery",
+        {"weighting": "remaining", "backfill": True},
+    ),
+    (
+        "price-discovery-remaining-0.75-backfill",
+        "price-discovery",
+        {"weighting": "remaining", "weighting_exponent": -0.75, "backfill": True},
+    ),
+    (
         "price-discovery-remaining-1-backfill",
         "price-discovery",
         {"weighting": "remaining", "weighting_exponent": -1.0, "backfill": True},
