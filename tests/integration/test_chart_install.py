@@ -393,6 +393,7 @@ def _operator(
         "--lease-namespace", NAMESPACE,
         "--lease-name", LEASE,
         "--identity", "chart-install-test",
+        "--history-namespace", NAMESPACE,
     ]  # fmt: skip
     return _walras(
         cp, tmp_path, SERVICE_ACCOUNT, flags, name="operator", sandbox=sandbox, health_port=health
@@ -461,6 +462,19 @@ def _schedules_a_job(cp: Any, kube: Any, namespace: str, tmp_path: Path, *, sand
         assert _http_status(log.health_port, "/healthz") == 200
         assert _wait(lambda: _http_status(log.health_port, "/readyz") == 200, 30, "/readyz")
         assert "forbidden" not in _log(log).lower(), _log(log)
+        # The schedule history went to ConfigMaps of the release namespace (the chart's
+        # namespaced Role), none to the job's namespace, and the RBAC probe found its grants.
+        selector = "walras.dev/history=v1"
+        from kubernetes import client
+
+        core = client.CoreV1Api(kube)
+        _wait(
+            lambda: core.list_namespaced_config_map(NAMESPACE, label_selector=selector).items,
+            DEADLINE_S,
+            "a schedule-history ConfigMap in the release namespace",
+        )
+        assert not core.list_namespaced_config_map(namespace, label_selector=selector).items
+        assert "no RBAC for configmaps" not in _log(log), _log(log)
 
 
 def test_operator_with_the_chart_token_schedules_a_job(
