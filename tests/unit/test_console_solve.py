@@ -39,16 +39,40 @@ def typer_parse(args: list[str]) -> dict[str, Any] | None:
 
 FLAGS = [p.flag for p in SOLVE_PARAMS if p.flag is not None]
 VALUES = ["p.npz", "log", "1e-3", "2", "-1", "+.5", "0.25", "1_0", "abc", "", "-", "--", "007"]
-TOKEN = st.one_of(
-    st.sampled_from(FLAGS),
-    st.sampled_from(VALUES),
-    st.builds(lambda f, v: f"{f}={v}", st.sampled_from(FLAGS), st.sampled_from(VALUES)),
-    st.sampled_from(["--help", "-h", "--max_iter", "--jso", "x/y.npz"]),
+NUMBERS = st.one_of(
+    st.integers(-(10**6), 10**6).map(str),
+    st.floats(allow_nan=False, allow_infinity=False).map(repr),
+    st.sampled_from(["1.", ".5", "-.5e-3", "1E+2", "+3", "1e", "0x10", " 1", "inf", "nan", "1,5"]),
 )
+TEXT = ["log", "target", "numpy", "cpu", "x.npz", "a b", "é"]
+JUNK = st.sampled_from(["--help", "-h", "--max_iter", "--jso", "--json=1", "--", "-", "", "q.npz"])
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.lists(TOKEN, max_size=7))
+@st.composite
+def command_lines(draw: st.DrawFn) -> list[str]:
+    """Mostly well-formed ``walras solve`` arguments: the file, options with values of their
+    kind (sometimes of another, or malformed), ``--opt=value`` forms, in any order; now and then
+    a token only Typer knows what to do with."""
+    tokens: list[list[str]] = [[draw(st.sampled_from(["p.npz", "dir/x.npz", "x"]))]]
+    for param in draw(st.lists(st.sampled_from(SOLVE_PARAMS[1:]), max_size=6)):
+        assert param.flag is not None
+        if param.kind is bool:
+            tokens.append([param.flag])
+            continue
+        numeric = param.kind in (int, float)
+        if draw(st.integers(0, 3)) == 0:  # a value of another kind, or malformed
+            value = draw(st.sampled_from(VALUES) if numeric else NUMBERS)
+        else:
+            value = draw(NUMBERS if numeric else st.sampled_from(TEXT))
+        tokens.append([f"{param.flag}={value}"] if draw(st.booleans()) else [param.flag, value])
+    if draw(st.integers(0, 4)) == 0:
+        tokens.append([draw(JUNK)])
+    order = draw(st.permutations(range(len(tokens))))
+    return [token for i in order for token in tokens[i]]
+
+
+@settings(max_examples=150, deadline=None)
+@given(command_lines())
 def test_fast_parser_accepts_only_what_typer_accepts_with_the_same_values(
     args: list[str],
 ) -> None:
