@@ -18,7 +18,6 @@ imported where used: this module is imported by every ``walras`` process.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import pathlib
 import time
@@ -83,19 +82,11 @@ def fail(message: str) -> SystemExit:
 
 
 def _keep_freed_memory() -> None:
-    """``walras.cli.memory.keep_freed_memory``, without importing the ``walras.cli`` package.
+    """:func:`walras.memory.keep_freed_memory` (outside ``walras.cli``, whose ``__init__`` imports
+    Typer and registers every command: the start-up this module exists to avoid)."""
+    from walras import memory
 
-    Importing it as ``walras.cli.memory`` would run ``walras.cli``'s ``__init__``, which imports
-    Typer and registers every command: the start-up this module exists to avoid. The module is
-    self-contained (ctypes only), so it is loaded from its file.
-    """
-    path = pathlib.Path(__file__).parent / "cli" / "memory.py"
-    spec = importlib.util.spec_from_file_location("walras_cli_memory_standalone", path)
-    if spec is None or spec.loader is None:  # the file is part of this package
-        raise ImportError(f"cannot load {path}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    module.keep_freed_memory()
+    memory.keep_freed_memory()
 
 
 def load(path: pathlib.Path) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""``walras.cli.memory``: glibc's mallopt is found and accepts the thresholds (Linux + glibc)."""
+"""``walras.memory``: glibc's mallopt is found and accepts the thresholds (Linux + glibc)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import platform
 
 import pytest
 
-from walras.cli import memory
+from walras import memory
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
