@@ -45,7 +45,14 @@ WALRAS_SRC = subprocess.run(
 
 
 def walras_command() -> list[str]:
-    """The ``walras`` console script of this interpreter's environment (what users run)."""
+    """The ``walras`` console script of this interpreter's environment (what users run).
+
+    A tree from before ``walras.console`` (another checkout on ``PYTHONPATH``, for old-vs-new
+    runs) cannot be started by today's script, which imports it: its own entry point runs then.
+    """
+    if not (pathlib.Path(WALRAS_SRC) / "console.py").exists():
+        return [sys.executable, "-c", "import sys; sys.argv[0] = 'walras'; "
+                "from walras.cli import main; main()"]  # fmt: skip
     script = pathlib.Path(sys.executable).parent / "walras"
     if script.exists():
         return [str(script)]
