@@ -26,11 +26,13 @@ types of the same rate is rounded to one type). Utility given up (the policy's o
 the realised work rate against the target rate) is reported beside the restarts saved by
 ``bench/bench_realiser.py``.
 
-``restart_s = 0`` (and no explicit ``hold``) keeps Gavel's priority order exactly: with no
-restart cost there is nothing to trade.
+``restart_s = 0`` keeps Gavel's priority order exactly (an explicit ``hold`` then keeps its old
+meaning): with no restart cost there is nothing to trade.
 
 Worked example: ``restart_s = 10`` gives ``θ = 720 s`` (two 360 s rounds); a job split 0.5/0.5
-alone stays ``720 / 0.5 = 1440 s`` (4 rounds) on each type instead of switching every round.
+alone stays about ``720 / 0.5 = 1440 s`` (4 rounds) on each type instead of switching every round
+(5 rounds in whole rounds: the lead moves by half a round per round and ties go to the lower
+group; ``walras.allocator.rounds`` shows the sequence).
 """
 
 from __future__ import annotations
