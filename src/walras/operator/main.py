@@ -54,7 +54,7 @@ class Options:
     log_format: str = "text"
     stale_after: float = 30.0
     debounce: float = 0.3
-    restart_seconds: float = 0.0
+    restart_seconds: float = 10.0  # the CLI default: the realiser prices a restart (core.switching)
     hold_seconds: float = 0.0
     history_half_life: float = math.inf
     backfill: bool = False
