@@ -40,7 +40,6 @@ the time (``x = 1`` each), so ``ρ_j = (n / 1) / E = 1`` for both: ``ρ* = 1``.
 from __future__ import annotations
 
 import numpy as np
-import scipy.optimize as opt
 
 from walras.allocator.errors import InvalidProblem
 from walras.allocator.gavel import center, lp
@@ -145,6 +144,8 @@ def _solve(
     evaluation) closes in. Every feasible LP point ``x`` also bounds ``ρ* ≤ ρ(x) ≤ ρ`` (a
     Dinkelbach step); the best is returned.
     """
+    import scipy.optimize  # here: a simulator run of another policy never pays its import
+
     poly = lp.base_polytope(k, cap)
     active = remaining > 0.0
     J = thr.shape[0]
@@ -179,7 +180,7 @@ def _solve(
     hi = found[0][0]
     if hi > max(lo, floor) * (1.0 + REL_TOL) and excess(hi) > 0.0:
         # s(lo) = 0 (some r_j is infinite there), s(hi) > 1: Brent's method finds the crossing.
-        opt.brentq(excess, lo, hi, xtol=1e-300, rtol=REL_TOL, maxiter=MAX_ITERATIONS)
+        scipy.optimize.brentq(excess, lo, hi, xtol=1e-300, rtol=REL_TOL, maxiter=MAX_ITERATIONS)
     best, x_best = min(found, key=lambda item: item[0])
     need = _required(best, remaining, age, E, active)
     return x_best, best, (np.zeros(J) if need is None else need)
