@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -276,6 +277,8 @@ def run_case(
 ) -> dict[str, Any]:
     names = setup(kube, n_agents, mixed)
     want = reference(kube)
+    # CPU of this case's child processes (agent workers, aggregator), counted once they exit.
+    cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     work = Path(tempfile.mkdtemp(prefix="bench-agents-"))
     stop_file = str(work / "stop")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -332,6 +335,10 @@ def run_case(
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=30)
+    cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    children_cpu = (cpu_after.ru_utime + cpu_after.ru_stime) - (
+        cpu_before.ru_utime + cpu_before.ru_stime
+    )
     steps = max(at_convergence["steps"], 1.0)
     steady_steps = max(after["steps"] - at_convergence["steps"], 1.0)
     suffix = ("_mixed" if mixed else "") + ("_legacy" if legacy else "")
@@ -345,6 +352,9 @@ def run_case(
         "damping": damping,
         "converged": converged_at is not None,
         "converge_s": None if converged_at is None else round(converged_at, 2),
+        "time_s": None if converged_at is None else round(converged_at, 2),
+        # Whole case (start, convergence, steady window, churn): agents' and aggregator's CPU.
+        "cpu_s": round(children_cpu, 2),
         "final_rel_error": float(f"{err:.3g}"),
         "timeout_s": timeout,
         "steps_per_agent": round(steps / n_agents, 2),
