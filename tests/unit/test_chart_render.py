@@ -172,7 +172,9 @@ CONTROLLER_GRANTS: dict[tuple[str, str], set[str]] = {
     ("walras.dev", "statementsofwork/status"): {"patch"},
 }
 AGENT_GRANTS: dict[tuple[str, str], set[str]] = {
-    ("", "nodes"): {"get"},
+    # Its own Node, list-then-watch with a metadata.name field selector (kube.agents.Informer):
+    # RBAC cannot limit list/watch to one name, so the verbs are cluster-wide but read-only.
+    ("", "nodes"): {"get", "list", "watch"},
     ("walras.dev", "fungiblejobs"): {"get", "list", "watch"},
     ("walras.dev", "resourcepools"): {"get", "list", "watch"},
     # Tenant objects (names, weights, namespaces): agents build the central tenant model.
