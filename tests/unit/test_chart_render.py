@@ -498,6 +498,19 @@ def test_agent_daemonset_gets_its_node_from_the_downward_api(helm: str) -> None:
     assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
 
 
+@pytest.mark.parametrize("port", [9090, 0])
+def test_agent_and_aggregator_metrics_port_matches_the_flag(helm: str, port: int) -> None:
+    docs = render(helm, "--set", "agent.enabled=true", "--set", f"agent.metricsPort={port}")
+    for kind in ("DaemonSet", "Deployment"):
+        for doc in of_kind(docs, kind):
+            container = doc["spec"]["template"]["spec"]["containers"][0]
+            if container["command"] != ["walras", "agent"]:
+                continue  # the controller: test_probes_and_ports_match_the_flags
+            assert int(parse_args(container["args"])["metrics-port"]) == port
+            ports = {p["name"]: p["containerPort"] for p in container.get("ports", [])}
+            assert ports == ({"metrics": port} if port else {})
+
+
 def test_defaults_are_conservative(helm: str) -> None:
     docs = render(helm)
     assert of_kind(docs, "DaemonSet") == []
