@@ -23,8 +23,8 @@ Cases (issue 12's acceptance numbers):
   throughput (alone plus in pairs) of POP over exact; ``objective_ratio`` the merged
   allocation's smallest normalised throughput (full problem's normalisation) over exact ``s*``.
   ``gavel_packed_large``: the same at ``PACKED_LARGE_JS`` (1,024 jobs exact; 2,048 POP only at
-  k ≥ 4, ``exact`` skipped: from the curve, 1,024 jobs took 136 CPU s and the exponent is
-  2-3, so 2,048 needs 10-20 CPU minutes and about 8 GB).
+  k ≥ 4, ``exact`` skipped: measured once, 1,378 CPU s and 8.7 GB against 136 CPU s at 1,024
+  jobs, far beyond a few minutes; raise ``PACKED_EXACT_MAX`` to repeat it).
 - ``pricing``: price discovery on paper 000's §6.2 data (log utility), n = 10⁶ and 10⁷ (the
   latter when memory allows), exact vs k = 8 without and with the price-spread repair:
   ``loss_per_job = (U_exact − U_POP)/n`` (negative: POP above the exact solver's ε-optimal
