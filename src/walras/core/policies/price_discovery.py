@@ -185,7 +185,9 @@ class PriceDiscovery:
         sums = X.sum(axis=1)
         X = np.where(sums[:, None] > 1.0, X / np.maximum(sums, 1e-300)[:, None], X)
         Ak = A[keep]
-        alternatives = self._alternatives(pricing, make, A, D, keep, X, prices, solved, types)
+        alternatives = self._alternatives(
+            pricing, make, A, D, keep, X, prices, solved, types, view.type_capacity
+        )
         return Solution(
             policy=self.name,
             groups=types,
@@ -216,17 +218,20 @@ class PriceDiscovery:
         prices: FloatArray,
         solved: Sequence[model.JobSpec],
         types: Sequence[str],
+        capacity: FloatArray,
     ) -> dict[model.JobKey, dict[str, float]]:
         """For jobs short of a full share: the fraction each type alone would give them.
 
         ``pricing.best_response`` at the current prices with every other type's throughput
         masked to 0 (the "on k80 you would get 0.90" of the Pending condition). ``A`` and ``D``
         are the full (pre-screening) arrays; ``keep[r]`` is solved row ``r``'s index in them.
+        A type whose ``capacity`` (this view's: a POP shard's share) is below the job's gang has
+        no alternative for it: no share of it can run the gang, and the solve masked it too.
         """
         out: dict[model.JobKey, dict[str, float]] = {}
         short = [r for r in range(len(solved)) if X[r].sum() < 0.999]
         for g, gpu_type in enumerate(types):
-            rows = [r for r in short if A[keep[r], g] > 0]
+            rows = [r for r in short if A[keep[r], g] > 0 and D[keep[r], g] <= capacity[g]]
             if not rows:
                 continue
             masked = np.zeros_like(A)
