@@ -219,3 +219,21 @@ def test_bad_order_and_hold_fit_are_rejected() -> None:
         run([[1.0]], 1, hold=0.0, order="fifo")
     with pytest.raises(InvalidProblem, match="hold_fit"):
         run([[1.0]], 1, hold=0.0, hold_fit=-1.0)
+
+
+@pytest.mark.parametrize("t", [0.5, 0.3, 0.8])
+@pytest.mark.parametrize("theta", [1.0, 2.0, 5.0])
+def test_the_behind_order_keeps_blocks_in_a_band_scaled_by_the_targets(
+    t: float, theta: float
+) -> None:
+    # order="behind": keys elapsed − received/target, credit θ (rounds of schedule) on the own
+    # pair. With ℓ the lead on a, running on a the keys are θ − ℓ/t (own) and ℓ/(1 − t) (b): it
+    # moves once ℓ > θ·t·(1 − t), and back once ℓ < −θ·t·(1 − t). So |ℓ| ≤ θ·t·(1 − t) +
+    # max(t, 1 − t), and between switches ℓ crosses the band (2·θ·t·(1 − t)) at most
+    # max(t, 1 − t) per round.
+    n = 80
+    switches, received, elapsed = run([[t, 1.0 - t]], n, hold=theta, order="behind")
+    width = theta * t * (1.0 - t)
+    assert switches <= n * max(t, 1.0 - t) / (2 * width) + 1, switches
+    error = np.abs(received[0] / elapsed[0] - [t, 1.0 - t]).max()
+    assert error <= (width + 1) / n, error

@@ -78,7 +78,10 @@ def plan_round(
             ``"deficit"`` by the deficit ``targets * elapsed - received`` (seconds owed, plus
             ``hold`` on a running gang's own pair), so a running gang switches only when a deficit
             elsewhere exceeds its own by ``hold`` (blocks; ``walras.core.switching`` derives the
-            credit from the restart cost). Ties as in the package docstring.
+            credit from the restart cost); ``"behind"`` by ``elapsed - received / targets``
+            (seconds behind the job's own schedule: the deficit normalised by the target, as
+            Gavel's ratio is), the credit counting as ``hold`` seconds of schedule. Ties as in the
+            package docstring.
         hold_fit: the credit (one, or ``(J,)`` one per job) used instead of ``hold`` when every
             job with a positive target fits in the free GPUs at once (not oversubscribed: only
             *where* jobs run is at stake). ``None``: ``hold`` always.
@@ -98,8 +101,10 @@ def plan_round(
     e_pair = p.elapsed[jj]
     if hold < 0 or not np.isfinite(hold):
         raise InvalidProblem(f"hold must be a finite number >= 0, got {hold}", field="hold")
-    if order not in ("gavel", "deficit"):
-        raise InvalidProblem(f"order must be 'gavel' or 'deficit', got {order!r}", field="order")
+    if order not in ("gavel", "deficit", "behind"):
+        raise InvalidProblem(
+            f"order must be 'gavel', 'deficit' or 'behind', got {order!r}", field="order"
+        )
     credit: float | FloatArray = hold
     if hold_fit is not None:
         fit = np.broadcast_to(np.asarray(hold_fit, dtype=np.float64), (n_jobs,))
@@ -115,12 +120,19 @@ def plan_round(
         running = _current_placements(p)[0]
         on_own = np.array([running[j] == g for j, g in zip(jj.tolist(), gg.tolist(), strict=True)])
         if on_own.size:
-            less = r_pair - credit
+            # "behind" keys in seconds of the job's own schedule, so its credit (seconds of
+            # schedule) becomes credit * target seconds of received service.
+            less = r_pair - (credit * t_pair if order == "behind" else credit)
             if order == "gavel":
                 less = np.maximum(less, 0.0)  # Gavel's ratio needs received >= 0
             r_pair = np.where(on_own, less, r_pair)
     deficit = t_pair * e_pair - r_pair
-    prio = deficit if order == "deficit" else _priority(t_pair, e_pair, r_pair)
+    if order == "deficit":
+        prio = deficit
+    elif order == "behind":
+        prio = e_pair - r_pair / t_pair  # seconds behind its own schedule; t_pair > 0 here
+    else:
+        prio = _priority(t_pair, e_pair, r_pair)
     # np.lexsort sorts by the last key first.
     visit = np.lexsort((gg, jj, -t_pair, -deficit, -prio))
     pair_jobs: list[int] = jj[visit].tolist()
@@ -225,7 +237,7 @@ def plan_round(
                 placed[j] = JobPlacement(job=j, group=g, nodes=where, kept=kept)
                 break
 
-    if order == "deficit" and p.current is not None:
+    if order != "gavel" and p.current is not None:
         placed = _keep_first(placed, p, group_nodes, pos_of, cur_group, cur_nodes)
     wanted = np.flatnonzero(np.bincount(jj, minlength=n_jobs) > 0).tolist()
     unplaced = tuple(j for j in wanted if j not in placed)
