@@ -237,3 +237,22 @@ def test_the_behind_order_keeps_blocks_in_a_band_scaled_by_the_targets(
     assert switches <= n * max(t, 1.0 - t) / (2 * width) + 1, switches
     error = np.abs(received[0] / elapsed[0] - [t, 1.0 - t]).max()
     assert error <= (width + 1) / n, error
+
+
+@pytest.mark.parametrize("t", [0.5, 0.3, 0.8])
+@pytest.mark.parametrize("theta", [1.0, 2.0, 5.0])
+def test_the_balanced_order_keeps_blocks_in_a_band_between_deficit_and_behind(
+    t: float, theta: float
+) -> None:
+    # order="balanced": keys (t·e − r)/√t, credit θ added to the own pair's key. With ℓ the lead
+    # on a (deficits −ℓ on a, ℓ on b), running on a the keys are θ − ℓ/√t (own) and ℓ/√(1 − t)
+    # (b): it moves once ℓ > L = θ·√(t(1 − t))/(√t + √(1 − t)), and back once ℓ < −L. So
+    # |ℓ| ≤ L + max(t, 1 − t), and between switches ℓ crosses the band 2L at most max(t, 1 − t)
+    # per round. (L = θ/2 for the deficit order, θ·t(1 − t) for "behind"; at t = 1/2 this one is
+    # θ/(2√2).)
+    n = 80
+    switches, received, elapsed = run([[t, 1.0 - t]], n, hold=theta, order="balanced")
+    width = theta * np.sqrt(t * (1.0 - t)) / (np.sqrt(t) + np.sqrt(1.0 - t))
+    assert switches <= n * max(t, 1.0 - t) / (2 * width) + 1, switches
+    error = np.abs(received[0] / elapsed[0] - [t, 1.0 - t]).max()
+    assert error <= (width + 1) / n, error

@@ -13,6 +13,9 @@ from walras.allocator.rounds.packing import pack
 from walras.allocator.rounds.results import JobPlacement, RoundPlan
 from walras.allocator.rounds.validation import FloatArray, IntArray, Problem, validate
 
+ORDERS = ("gavel", "deficit", "behind", "balanced")
+"""``plan_round``'s visiting orders (see its ``order`` argument)."""
+
 
 def priorities(targets: object, received: object, elapsed: object) -> FloatArray:
     """Gavel priority ``targets * elapsed / received`` per (job, group); ``+inf`` if none received.
@@ -80,8 +83,10 @@ def plan_round(
             elsewhere exceeds its own by ``hold`` (blocks; ``walras.core.switching`` derives the
             credit from the restart cost); ``"behind"`` by ``elapsed - received / targets``
             (seconds behind the job's own schedule: the deficit normalised by the target, as
-            Gavel's ratio is), the credit counting as ``hold`` seconds of schedule. Ties as in the
-            package docstring.
+            Gavel's ratio is), the credit counting as ``hold`` seconds of schedule;
+            ``"balanced"`` by ``(targets * elapsed - received) / sqrt(targets)``, between the two
+            (the deficit favours large targets, the normalised key none), the credit adding
+            ``hold`` to the key. Ties as in the package docstring.
         hold_fit: the credit (one, or ``(J,)`` one per job) used instead of ``hold`` when every
             job with a positive target fits in the free GPUs at once (not oversubscribed: only
             *where* jobs run is at stake). ``None``: ``hold`` always.
@@ -101,9 +106,9 @@ def plan_round(
     e_pair = p.elapsed[jj]
     if hold < 0 or not np.isfinite(hold):
         raise InvalidProblem(f"hold must be a finite number >= 0, got {hold}", field="hold")
-    if order not in ("gavel", "deficit", "behind"):
+    if order not in ORDERS:
         raise InvalidProblem(
-            f"order must be 'gavel', 'deficit' or 'behind', got {order!r}", field="order"
+            f"order must be one of {', '.join(map(repr, ORDERS))}, got {order!r}", field="order"
         )
     credit: float | FloatArray = hold
     if hold_fit is not None:
@@ -122,7 +127,10 @@ def plan_round(
         if on_own.size:
             # "behind" keys in seconds of the job's own schedule, so its credit (seconds of
             # schedule) becomes credit * target seconds of received service.
-            less = r_pair - (credit * t_pair if order == "behind" else credit)
+            # "balanced" divides the deficit by sqrt(target): credit * sqrt(target) of received
+            # service adds exactly ``credit`` to its key.
+            scale = {"behind": t_pair, "balanced": np.sqrt(t_pair)}.get(order)
+            less = r_pair - (credit if scale is None else credit * scale)
             if order == "gavel":
                 less = np.maximum(less, 0.0)  # Gavel's ratio needs received >= 0
             r_pair = np.where(on_own, less, r_pair)
@@ -131,6 +139,8 @@ def plan_round(
         prio = deficit
     elif order == "behind":
         prio = e_pair - r_pair / t_pair  # seconds behind its own schedule; t_pair > 0 here
+    elif order == "balanced":
+        prio = deficit / np.sqrt(t_pair)  # t_pair > 0 here
     else:
         prio = _priority(t_pair, e_pair, r_pair)
     # np.lexsort sorts by the last key first.
