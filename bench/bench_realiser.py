@@ -9,8 +9,9 @@ next round sees them, as the operator's watches would.
 Both behaviours run in the same process on the same instance:
 
 - ``old``: ``restart_s = 0`` to the realiser (Gavel's priority order, no credit);
-- ``new``: ``restart_s = 10`` (``walras.core.switching``: deficit order with a credit of
-  ``72 · restart_s``; when every job fits, each job's utility-priced credit ``fit_credit``).
+- ``new``: ``restart_s = 10`` (``walras.core.switching``: the balanced order, deficit over
+  √target, with a credit of ``72 · restart_s``; when every job fits, each job's utility-priced
+  credit ``fit_credit``).
 
 Reported per case and behaviour (one JSON line each): ``restarts_per_round`` (pods created per
 round over the steady window), ``restarts_pct`` (of the pods the jobs have), ``restarts_total``
@@ -41,7 +42,8 @@ from typing import Any
 
 import numpy as np
 
-from walras.core import crd, cycle, policies, snapshot
+from walras.core import cycle, policies, snapshot
+from walras.sim.walras_mechanics import created_pod
 from walras.testing import devcluster
 
 ROUND_S = 360.0
@@ -86,17 +88,6 @@ def store_for(jobs: int, nodes: int, replicas: int | None, seed: int = 0) -> sna
     return store
 
 
-def _running(manifest: dict[str, Any], node: str) -> dict[str, Any]:
-    """A created pod as the API shows it once bound and running."""
-    out = dict(manifest)
-    meta = dict(out["metadata"])
-    meta.setdefault("uid", f"uid-{meta['name']}")
-    out["metadata"] = meta
-    out["spec"] = {**dict(out["spec"]), "nodeName": node}
-    out["status"] = {"phase": crd.PHASE_RUNNING}
-    return out
-
-
 def run(store: snapshot.Store, n_rounds: int, restart_s: float, error_round: int) -> dict[str, Any]:
     policy = policies.create("price-discovery", policies.PolicyOptions(backend="numpy"))
     state = cycle.CycleState()
@@ -113,7 +104,7 @@ def run(store: snapshot.Store, n_rounds: int, restart_s: float, error_round: int
         for d in real.deletes:
             store.delete("pod", d.pod.namespace, d.pod.name)
         for c in real.creates:
-            store.upsert("pod", _running(dict(c.manifest), c.node))
+            store.upsert("pod", created_pod(c.manifest, c.node))
         creates.append(len(real.creates))
         # Work over this round at the job's rate on its type, less RESTART_S when (re)started:
         # the same accounting for both behaviours, whatever restart_s the realiser was told.

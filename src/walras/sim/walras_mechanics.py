@@ -375,7 +375,7 @@ def _apply(sim: _Sim, planned: cycle.CyclePlan, now: float, full: bool) -> None:
         gpus: list[int] = []
         pods: list[str] = []
         for create in creates:
-            manifest = _created_pod(create.manifest, create.node)
+            manifest = created_pod(create.manifest, create.node)
             sim.pod_manifests[create.name] = manifest
             sim.store.upsert("pod", manifest)
             pods.append(create.name)
@@ -422,8 +422,9 @@ def _apply(sim: _Sim, planned: cycle.CyclePlan, now: float, full: bool) -> None:
                 sim.ledger.dispatched(j, now, restarted=False)
 
 
-def _created_pod(manifest: Mapping[str, Any], node: str) -> dict[str, Any]:
-    """The pod the operator created, as the API returns it once bound and running."""
+def created_pod(manifest: Mapping[str, Any], node: str) -> dict[str, Any]:
+    """The pod the operator created, as the API returns it once bound and running (also used by
+    ``bench/bench_realiser.py``, which applies each round's plan the same way)."""
     out = dict(manifest)
     meta = dict(out["metadata"])
     meta.setdefault("uid", f"uid-{meta['name']}")
