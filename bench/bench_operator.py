@@ -206,8 +206,15 @@ def case_first_binding(cp: devcluster.ControlPlane, kube: Any, workdir: Path) ->
         stop(proc)
 
 
-def synthetic_store(jobs: int, nodes: int, seed: int = 0) -> Any:
-    """The operator's indexes filled with the same synthetic cluster, without an API server."""
+def _gang(drawn: int, fixed: int | None) -> int:
+    return drawn if fixed is None else fixed
+
+
+def synthetic_store(jobs: int, nodes: int, seed: int = 0, replicas: int | None = None) -> Any:
+    """The operator's indexes filled with the same synthetic cluster, without an API server.
+
+    ``replicas``: every job's gang size (``bench_realiser.py``'s oversubscribed case); ``None``
+    keeps the random 1–2 (drawn either way, so the rates are the same)."""
     from walras.core import snapshot
 
     store = snapshot.Store()
@@ -224,7 +231,7 @@ def synthetic_store(jobs: int, nodes: int, seed: int = 0) -> Any:
         manifest = job(
             f"job-{i:05d}",
             {t: float(v) for t, v in zip(TYPES, rng.uniform(low, high), strict=True)},
-            int(rng.integers(1, 3)),
+            _gang(int(rng.integers(1, 3)), replicas),
         )
         manifest["metadata"] |= {"namespace": "bench", "uid": f"uid-{i}"}
         store.upsert("job", manifest)

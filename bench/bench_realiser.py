@@ -42,49 +42,18 @@ from typing import Any
 
 import numpy as np
 
+import bench_operator
 from walras.core import cycle, policies, snapshot
 from walras.sim.walras_mechanics import created_pod
-from walras.testing import devcluster
 
 ROUND_S = 360.0
 RESTART_S = 10.0
 TYPES = ("a100", "v100", "p100", "k80")  # bench_operator.py's types, rates and job shape
 
 
-def job(name: str, rates: dict[str, float], replicas: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "walras.dev/v1alpha1",
-        "kind": "FungibleJob",
-        "metadata": {"name": name, "namespace": "bench", "uid": f"uid-{name}"},
-        "spec": {
-            "replicas": replicas,
-            "throughput": rates,
-            "template": {"spec": {"containers": [{"name": "c", "image": "example.invalid/x:1"}]}},
-        },
-    }
-
-
 def store_for(jobs: int, nodes: int, replicas: int | None, seed: int = 0) -> snapshot.Store:
     """The operator bench's synthetic cluster; ``replicas`` fixed, or 1-2 at random."""
-    store = snapshot.Store()
-    for t in TYPES:
-        store.upsert("pool", {"metadata": {"name": t}, "spec": {"gpuType": t}})
-    for i in range(nodes):
-        t = TYPES[i % len(TYPES)]
-        node = devcluster.gpu_node_manifest(f"{t}-{i:04d}", gpu_type=t, gpus=8)
-        node["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
-        store.upsert("node", node)
-    rng = np.random.default_rng(seed)
-    low, high = np.array([2.0, 1.0, 0.6, 0.2]), np.array([4.0, 2.0, 1.2, 0.5])
-    for i in range(jobs):
-        rates = rng.uniform(low, high)
-        count = int(rng.integers(1, 3))
-        manifest = job(
-            f"job-{i:05d}",
-            {t: float(v) for t, v in zip(TYPES, rates, strict=True)},
-            replicas if replicas is not None else count,
-        )
-        store.upsert("job", manifest)
+    store: snapshot.Store = bench_operator.synthetic_store(jobs, nodes, seed, replicas)
     return store
 
 
