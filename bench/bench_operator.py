@@ -310,6 +310,7 @@ def case_round(
                 compute_s=round(rep["snapshot"] + rep["solve"] + rep["realise"], 3),
                 creates=rep["creates"],
                 binds=rep["binds"],
+                bound_at_create=rep.get("bound_at_create", 0),
                 deletes=rep["deletes"],
                 status_patches=rep["status_patches"],
                 history_writes=history_writes,

@@ -1,5 +1,7 @@
 """The round loop's gang rules against a scripted API (no Kubernetes): a gang with a member that is
-not created, or not bound, leaves nothing bound behind and holds its job out with the reason.
+not created, or not bound, leaves nothing bound behind and holds its job out with the reason; a
+gang that fits when it is created is created on its nodes (``spec.nodeName``, no bind), one that
+does not fit yet is created unbound and bound once its node has room.
 
 Oracle: the gang contract itself, read off the requests the loop sends: after a failed member, no
 further bind of that gang, a delete for every member that was created or bound, a status with
@@ -10,6 +12,7 @@ next round.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,10 +35,17 @@ class FakeApi:
         self.calls: list[tuple[str, ...]] = []
         self.statuses: dict[str, dict[str, Any]] = {}
         self.events: list[tuple[str, str]] = []
+        self.created_on: dict[str, str] = {}  # pod -> spec.nodeName it was created with
+        self.manifests: dict[str, dict[str, Any]] = {}
 
     async def create_pod(self, namespace: str, manifest: Mapping[str, Any]) -> writes.Result:
         name = manifest["metadata"]["name"]
         self.calls.append(("create", name))
+        self.created_on[name] = manifest["spec"].get("nodeName", "")
+        self.manifests[name] = {
+            **manifest,
+            "metadata": {**manifest["metadata"], "namespace": namespace},
+        }
         return self.fail_create.get(name, writes.Result(writes.Outcome.OK, 201))
 
     async def bind_pod(self, namespace: str, name: str, node: str) -> writes.Result:
@@ -63,11 +73,27 @@ class FakeApi:
         return [c[1] for c in self.calls if c[0] == verb]
 
 
-def make_loop(api: FakeApi) -> loop.RoundLoop:
+def gang_job(name: str, uid: str) -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": "ns", "name": name, "uid": uid, "generation": 1},
+        "spec": {
+            "replicas": 3,
+            "throughput": {"g": 1.0},
+            "template": {"spec": {"containers": [{"name": "c", "image": "i"}]}},
+        },
+    }
+
+
+def make_loop(
+    api: FakeApi, gpus: int = 8, clock: list[float] | None = None, bind_at_create: bool = True
+) -> loop.RoundLoop:
+    config = loop.LoopConfig(backend="numpy", bind_at_create=bind_at_create)
+    if clock is not None:
+        config = dataclasses.replace(config, clock=lambda: clock[0])
     rounds = loop.RoundLoop(
         loop.snapshot.Store(),
         api,  # type: ignore[arg-type]  # duck-typed stand-in for walras.kube.writes.Api
-        loop.LoopConfig(backend="numpy"),
+        config,
     )
     store = rounds.store
     store.upsert("pool", {"metadata": {"name": "g", "generation": 1}, "spec": {"gpuType": "g"}})
@@ -76,22 +102,12 @@ def make_loop(api: FakeApi) -> loop.RoundLoop:
         {
             "metadata": {"name": "n0", "labels": {"walras.dev/gpu-type": "g"}},
             "status": {
-                "allocatable": {GPU: "8", "cpu": "32", "memory": "64Gi", "pods": "110"},
+                "allocatable": {GPU: str(gpus), "cpu": "32", "memory": "64Gi", "pods": "110"},
                 "conditions": [{"type": "Ready", "status": "True"}],
             },
         },
     )
-    store.upsert(
-        "job",
-        {
-            "metadata": {"namespace": "ns", "name": "gang", "uid": "u1", "generation": 1},
-            "spec": {
-                "replicas": 3,
-                "throughput": {"g": 1.0},
-                "template": {"spec": {"containers": [{"name": "c", "image": "i"}]}},
-            },
-        },
-    )
+    store.upsert("job", gang_job("gang", "u1"))
     return rounds
 
 
@@ -125,9 +141,65 @@ def test_a_rejected_member_removes_the_gang_and_holds_the_job() -> None:
     assert [r for r, _ in api.events] == ["QuotaExceeded"]
 
 
+def test_a_gang_that_fits_is_created_on_its_nodes_without_binds() -> None:
+    api = FakeApi()
+    rounds = make_loop(api)
+    report = asyncio.run(rounds.run_round())
+    assert api.created_on == {f"gang-r1-{i}": "n0" for i in range(3)}
+    assert api.names("bind") == [] and api.names("delete") == []
+    assert (report.creates, report.bound_at_create, report.binds) == (3, 3, 0)
+    # Counted on the node until the watch shows them (a later gang must not be given them).
+    assert sorted(rounds.ledger) == [("ns", f"gang-r1-{i}") for i in range(3)]
+    assert api.statuses["gang"]["phase"] == "Running"
+
+
+def test_without_bind_at_create_every_pod_is_bound_through_the_subresource() -> None:
+    api = FakeApi()
+    rounds = make_loop(api, bind_at_create=False)
+    report = asyncio.run(rounds.run_round())
+    assert api.created_on == {f"gang-r1-{i}": "" for i in range(3)}
+    assert sorted(api.names("bind")) == [f"gang-r1-{i}" for i in range(3)]
+    assert (report.creates, report.bound_at_create, report.binds) == (3, 0, 3)
+
+
+def test_a_gang_whose_node_is_still_busy_is_created_unbound_and_bound_later() -> None:
+    """Two gangs of 3 on a node of 4 GPUs take turns. When the second gang is created, the
+    first one's pods are deleted but still on the node (the watch has not shown them gone):
+    it is created unbound, and bound once they are gone."""
+    api = FakeApi()
+    clock = [1_000_000.0]
+    rounds = make_loop(api, gpus=4, clock=clock)
+    rounds.store.upsert("job", gang_job("other", "u2"))
+    asyncio.run(rounds.run_round())
+    first = sorted(api.created_on)
+    assert len(first) == 3 and set(api.created_on.values()) == {"n0"}
+    for name in first:  # the watch delivers the first gang, bound and running
+        manifest = api.manifests[name]
+        rounds.store.upsert("pod", {**manifest, "status": {"phase": "Running"}})
+        (owner,) = manifest["metadata"]["ownerReferences"]
+        rounds.facts.owner[("ns", name)] = owner["uid"]  # as the pod handler records it
+    api.calls.clear()
+    api.created_on.clear()
+    clock[0] += rounds.config.round_seconds  # the first gang's slice has ended
+    asyncio.run(rounds.run_round())
+    assert sorted(api.names("delete")) == first
+    second = sorted(api.created_on)
+    assert len(second) == 3 and set(api.created_on.values()) == {""}
+    assert api.names("bind") == []  # the node still holds the first gang
+    for name in first:
+        rounds.store.delete("pod", "ns", name)
+    asyncio.run(rounds.bind_pending())
+    assert sorted(api.names("bind")) == second
+
+
 def test_an_unbindable_member_removes_the_whole_gang() -> None:
     gone = writes.Result(writes.Outcome.GONE, 404, 'pods "gang-r1-2" not found', "NotFound")
-    api = FakeApi(fail_bind={"gang-r1-2": gone})
+    # The gang's pods exist already, unbound (a predecessor created them): they are bound
+    # through the binding subresource, as a gang that did not fit at its creation is.
+    exists = writes.Result(writes.Outcome.EXISTS, 409, "already exists", "AlreadyExists")
+    api = FakeApi(
+        fail_create={f"gang-r1-{i}": exists for i in range(3)}, fail_bind={"gang-r1-2": gone}
+    )
     rounds = make_loop(api)
     asyncio.run(rounds.run_round())
     assert sorted(api.names("bind")) == ["gang-r1-0", "gang-r1-1", "gang-r1-2"]

@@ -183,11 +183,14 @@ class Cluster(FakeApi):
         self.facts: loop.Facts | None = None
         self.pods: dict[str, dict[str, Any]] = {}
         self.steps: dict[str, float] = {}  # job name -> cumulative steps
-        self.placed: list[tuple[str, str]] = []  # (pod, GPU type) as bound
+        self.placed: list[tuple[str, str]] = []  # (pod, GPU type) as bound or created bound
 
     async def create_pod(self, namespace: str, manifest: Mapping[str, Any]) -> writes.Result:
         result = await super().create_pod(namespace, manifest)
-        obj = {**manifest, "status": {"phase": "Pending"}}
+        node = manifest["spec"].get("nodeName", "")  # created bound: its gang fitted
+        obj = {**manifest, "status": {"phase": "Running" if node else "Pending"}}
+        if node:
+            self.placed.append((manifest["metadata"]["name"], node.rstrip("0123456789")))
         obj["metadata"] = {**manifest["metadata"], "uid": f"p-{manifest['metadata']['name']}"}
         self.pods[obj["metadata"]["name"]] = obj
         assert self.facts is not None  # what the watch records: the pod's controller job

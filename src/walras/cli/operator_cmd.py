@@ -150,6 +150,18 @@ def operator_command(
             ),
         ),
     ] = 10.0,
+    bind_at_create: Annotated[
+        bool,
+        typer.Option(
+            "--bind-at-create/--no-bind-at-create",
+            envvar="WALRAS_BIND_AT_CREATE",
+            help=(
+                "Create a gang's pods with spec.nodeName when the gang fits its nodes already "
+                "(one write per pod); otherwise, and with --no-bind-at-create, pods are created "
+                "unbound and bound through pods/binding."
+            ),
+        ),
+    ] = True,
     hold_seconds: Annotated[
         float,
         typer.Option(
@@ -259,6 +271,7 @@ def operator_command(
         log_format=log_format.value,
         stale_after=stale_after,
         restart_seconds=restart_seconds,
+        bind_at_create=bind_at_create,
         hold_seconds=hold_seconds,
         history_half_life=history_half_life,
         backfill=backfill,

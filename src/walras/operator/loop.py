@@ -37,7 +37,7 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,6 +74,9 @@ class LoopConfig:
     # Where the schedule history's ConfigMaps live (walras.operator.history_store): "" = in each
     # job's namespace; a name = all in that namespace (a namespaced Role is enough).
     history_namespace: str = ""
+    # Create a gang that fits its nodes now with spec.nodeName set (``RoundLoop._fitting_gangs``);
+    # False: every pod is created unbound and bound through the pods/binding subresource.
+    bind_at_create: bool = True
 
 
 @dataclass(slots=True)
@@ -95,6 +98,7 @@ class RoundReport:
     status_s: float = 0.0
     creates: int = 0
     binds: int = 0
+    bound_at_create: int = 0  # created with spec.nodeName: their gang fitted at creation
     deletes: int = 0
     status_patches: int = 0
     history_writes: int = 0  # ConfigMap shards of the schedule history (history_store)
@@ -157,6 +161,11 @@ class _PendingBind:
     node: str
     gpus: int
     job: str = ""
+
+
+def _on_node(manifest: Mapping[str, Any], node: str) -> dict[str, Any]:
+    """The pod manifest with ``spec.nodeName`` set: created bound (``_fitting_gangs``)."""
+    return {**manifest, "spec": {**manifest["spec"], "nodeName": node}}
 
 
 def _api_text(result: kubeapi.Result, pod_name: str) -> str:
@@ -518,13 +527,30 @@ class RoundLoop:
         by_job: dict[model.JobKey, list[realise.PodCreate]] = {}
         for c in plan.creates:
             by_job.setdefault(c.job.key, []).append(c)
+        direct: dict[model.JobKey, list[tuple[_PendingBind, dict[str, float]]]] = {}
         if plan.creates and self.is_leader():
+            direct = self._fitting_gangs(by_job) if self.config.bind_at_create else {}
             results = await kubeapi.gather_limited(
-                self.api.create_pod(c.job.namespace, c.manifest) for c in plan.creates
+                self.api.create_pod(
+                    c.job.namespace,
+                    _on_node(c.manifest, c.node) if c.job.key in direct else c.manifest,
+                )
+                for c in plan.creates
             )
             report.creates += sum(r.outcome == kubeapi.Outcome.OK for r in results)
             outcome = {(c.job.key, c.name): r for c, r in zip(plan.creates, results, strict=True)}
             await self._whole_gangs_created(by_job, outcome, report)
+            for key in list(direct):
+                made = [outcome[(key, c.name)].outcome for c in by_job.get(key, ())]
+                if not made or any(o != kubeapi.Outcome.OK for o in made):
+                    # Undone, or a pod that existed already (a predecessor's, maybe unbound):
+                    # those go through the binding queue below, where 409 means bound.
+                    del direct[key]
+                    continue
+                self._record_bound(key, direct[key])
+                report.bound_at_create += len(direct[key])
+                del by_job[key]
+            metrics.BINDINGS.inc(report.bound_at_create)
         else:
             by_job = {}
         # Queue the gangs: this round's, and whole gangs of earlier rounds still unbound (a
@@ -672,6 +698,51 @@ class RoundLoop:
             return requests
         return {resource: float(b.gpus)}
 
+    def _gang_fit(
+        self, key: model.JobKey, gang: list[_PendingBind], usage: dict[str, dict[str, float]]
+    ) -> list[tuple[_PendingBind, dict[str, float]]] | None:
+        """The bind-time filters for one whole gang (``bind_pending``'s docstring): ``None`` when
+        a node is gone or cordoned, ``[]`` when some resource does not fit now, else each pod's
+        requests (and ``usage`` then counts them)."""
+        nodes = [self.store.nodes.get(b.node) for b in gang]
+        if any(n is None or not filters.unschedulable(n, ()).ok for n in nodes):
+            return None
+        wanted = [(b, self._bind_requests(key, b)) for b in gang]
+        trial = {n: dict(usage.get(n, {})) for n in {b.node for b in gang}}
+        for b, requests in wanted:
+            node = self.store.nodes[b.node]
+            if not filters.resource_fit(requests, node.allocatable, trial[b.node]).ok:
+                return []
+            filters.add_usage(trial[b.node], requests)
+        usage.update(trial)
+        return wanted
+
+    def _fitting_gangs(
+        self, by_job: dict[model.JobKey, list[realise.PodCreate]]
+    ) -> dict[model.JobKey, list[tuple[_PendingBind, dict[str, float]]]]:
+        """The gangs about to be created that pass the bind-time filters already: they are
+        created with ``spec.nodeName`` set, which binds them without a second write per pod
+        (a cold round of 5,000 jobs made 7,545 creates and 7,545 binds). A gang that does not
+        fit now (a deleted pod still terminating on its node) is created unbound and waits in
+        the binding queue as before, so a node is never handed a pod it has no room for."""
+        usage = self._node_usage()
+        fitting = {}
+        for key in sorted(by_job):
+            gang = [_PendingBind(key[0], c.name, c.node, c.gpus, job=key[1]) for c in by_job[key]]
+            wanted = self._gang_fit(key, gang, usage)
+            if wanted:
+                fitting[key] = wanted
+        return fitting
+
+    def _record_bound(
+        self, key: model.JobKey, pods: list[tuple[_PendingBind, dict[str, float]]]
+    ) -> None:
+        """Count pods bound just now on their nodes until the watch shows them bound."""
+        now = time.monotonic()
+        for b, requests in pods:
+            self.ledger[(b.namespace, b.name)] = (b.node, requests, now)
+            self._bound_jobs[(b.namespace, b.name)] = key
+
     async def bind_pending(self, report: RoundReport | None = None) -> None:
         """Bind every queued gang whose pods all pass the filters on their nodes now.
 
@@ -685,22 +756,10 @@ class RoundLoop:
         usage = self._node_usage()
         ready: list[tuple[_PendingBind, dict[str, float]]] = []
         for key in sorted(self.pending):
-            gang = self.pending[key]
-            nodes = [self.store.nodes.get(b.node) for b in gang]
-            if any(n is None or not filters.unschedulable(n, ()).ok for n in nodes):
+            wanted = self._gang_fit(key, self.pending[key], usage)
+            if wanted is None:
                 del self.pending[key]  # its node is gone or cordoned; the next round re-plans
-                continue
-            wanted = [(b, self._bind_requests(key, b)) for b in gang]
-            trial = {n: dict(usage.get(n, {})) for n in {b.node for b in gang}}
-            fits = True
-            for b, requests in wanted:
-                node = self.store.nodes[b.node]
-                if not filters.resource_fit(requests, node.allocatable, trial[b.node]).ok:
-                    fits = False
-                    break
-                filters.add_usage(trial[b.node], requests)
-            if fits:
-                usage.update(trial)
+            elif wanted:
                 ready.extend(wanted)
                 del self.pending[key]
         if not ready:
@@ -717,8 +776,7 @@ class RoundLoop:
             # 409: the pod is bound already (an earlier attempt whose answer was lost).
             if r.outcome in (kubeapi.Outcome.OK, kubeapi.Outcome.CONFLICT):
                 bound += 1
-                self.ledger[(b.namespace, b.name)] = (b.node, requests, time.monotonic())
-                self._bound_jobs[(b.namespace, b.name)] = key
+                self._record_bound(key, [(b, requests)])
             elif key not in broken:
                 broken[key] = (b, r)
         metrics.BINDINGS.inc(bound)

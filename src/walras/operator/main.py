@@ -55,6 +55,8 @@ class Options:
     stale_after: float = 30.0
     debounce: float = 0.3
     restart_seconds: float = 10.0  # the CLI default: the realiser prices a restart (core.switching)
+    # Gangs that fit their nodes now are created with spec.nodeName (no pods/binding write).
+    bind_at_create: bool = True
     hold_seconds: float = 0.0
     history_half_life: float = math.inf
     backfill: bool = False
@@ -222,6 +224,7 @@ def build(options: Options, *, default_identity: str | None = None) -> Operator:
             pop_shards=options.pop_shards,
             psdsf_mode=options.psdsf_mode,
             history_namespace=options.history_namespace,
+            bind_at_create=options.bind_at_create,
             progress=throughputs.Settings(
                 min_samples=options.measured_min_samples,
                 mismatch_factor=options.mismatch_factor,
