@@ -238,9 +238,15 @@ def wait_converged(
     """Seconds from ``start`` until 3 consecutive polls (0.1 s apart) of the published totals
     are within TOL of ``want`` (None after ``timeout``), and the last error."""
     streak, first_ok, err = 0, None, float("inf")
+    trace = os.environ.get("WALRAS_AGENTS_TRACE")  # optional: the error over time, one line a poll
     while time.monotonic() - start < timeout:
         status = published(kube)
         err = rel_error({k: float(v) for k, v in (status.get("tasks") or {}).items()}, want)
+        if trace:
+            row = {"t": round(time.monotonic() - start, 2), "err": err, "want": want}
+            row.update({k: status.get(k) for k in ("tasks", "period", "iteration", "nodeCount")})
+            with open(trace, "a") as f:
+                f.write(json.dumps(row) + "\n")
         if err <= TOL:
             streak += 1
             first_ok = first_ok if first_ok is not None else time.monotonic()

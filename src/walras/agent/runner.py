@@ -59,9 +59,10 @@ class AgentConfig:
     mode: str = "tdm"
     stale_after: float = 30.0
     heartbeat: float | None = None
-    write_threshold: float = 1e-9
+    write_tolerance: float = steps.WRITE_TOLERANCE
     seed: int | None = None
     method: str = steps.DEFAULT_METHOD
+    pace: bool = True
 
     @property
     def heartbeat_seconds(self) -> float:
@@ -263,6 +264,7 @@ class Agent:
         self.started = False
         self._column: steps.Column | None = None
         self._column_key: tuple[int, object] | None = None
+        self.pace = steps.Pace.start()
 
     # ----------------------------------------------------------------- state
 
@@ -344,17 +346,20 @@ class Agent:
             first=self.first,
             latency=self.latency,
             method=cfg.method,
+            pace=self.pace if cfg.pace else None,
         )
         metrics.observe_step(cfg.node_name, result.residual, result.damping, result.method)
         now_mono = time.monotonic()
         unchanged = (
-            result.residual < cfg.write_threshold
+            not self.first
             and result.eligible == self.eligible
-            and set(result.tasks) == set(self.previous)
-            and not self.first
+            and steps.negligible(column, totals, self.previous, result, cfg.write_tolerance)
         )
-        if unchanged and now_mono - self.last_write < cfg.heartbeat_seconds:
-            return StepOutcome(False, result.residual, result.damping, None, self.iteration)
+        if unchanged:
+            # Nothing worth a write: keep the written allocation (the totals hold it) and only
+            # refresh its timestamp when the heartbeat is due, so it does not go stale.
+            wrote = self._heartbeat(node)
+            return StepOutcome(wrote, result.residual, result.damping, None, self.iteration)
         status: dict[str, Any] = {
             "tasks": dict(result.tasks),
             "pods": dict(result.pods),
@@ -377,12 +382,11 @@ class Agent:
                 del status["tasks"][gone]
                 del status["pods"][gone]
             rv = self.kube.patch_allocation_status(cfg.node_name, status)
-        if not unchanged:
-            # A heartbeat rewrites the same tasks: totals summed before it still include them,
-            # so the version the next step waits for stays that of the last real change.
-            self.version = _version(rv)
+        self.version = _version(rv)
         self.latency = time.monotonic() - read_at
         self.previous = dict(result.tasks)
+        if result.pace is not None:
+            self.pace = result.pace
         self.eligible = result.eligible
         self.iteration += 1
         self.first = False

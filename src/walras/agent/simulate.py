@@ -8,6 +8,9 @@ models exactly what the real processes do:
   latest published totals and running :func:`walras.agent.steps.agent_step`; a write gets a
   monotone version number (the resourceVersion), and a step is skipped while the totals'
   source version is older than the agent's last write;
+- a write lands ``latency`` seconds after the agent read the totals (its compute and the PATCH
+  under a loaded API server): the aggregator sums it only from then on, and the agent passes
+  the same read-to-write latency to the step, as the real agent does;
 - the aggregator publishes every ``T`` seconds the sum of the latest writes, the per-tenant count
   of eligible nodes and its period ``T``;
 - ``changes`` replace node columns at given times (``None`` removes a node) to model churn.
@@ -41,6 +44,9 @@ class SimConfig:
     horizon: float = 60.0
     seed: int = 0
     method: str = steps.DEFAULT_METHOD
+    latency: float = 0.0
+    pace: bool = True
+    write_tolerance: float = steps.WRITE_TOLERANCE
 
 
 @dataclass(frozen=True)
@@ -59,8 +65,10 @@ class SimResult:
 @dataclass
 class _Agent:
     column: steps.Column | None
-    tasks: dict[str, float] = field(default_factory=dict)
+    tasks: dict[str, float] = field(default_factory=dict)  # what the aggregator sums
     version: int = -1  # version of the last write; -1: nothing written yet
+    written: dict[str, float] | None = None  # the agent's own last write (None: not yet)
+    pace: steps.Pace | None = None
 
 
 def relative_error(x: np.ndarray, reference: np.ndarray) -> float:
@@ -123,10 +131,16 @@ def simulate(
     times: list[float] = []
     rows: list[np.ndarray] = []
     n_steps = n_writes = n_skipped = 0
+    landings: list[tuple[float, int, int, dict[str, float]]] = []  # (time, order, agent, tasks)
     while events:
         t, _, who = heapq.heappop(events)
         if t > config.horizon:
             break
+        while landings and landings[0][0] <= t:
+            _, _, i, landed = heapq.heappop(landings)
+            if agents[i].column is not None:
+                version += 1
+                agents[i].tasks, agents[i].version = landed, version
         if who == -1:
             totals: dict[str, float] = {}
             nodes: dict[str, int] = {}
@@ -156,11 +170,13 @@ def simulate(
                     if col is None:
                         agents[i].tasks = {}
                         agents[i].version = -1
+                        agents[i].written = None
                 else:
                     agents.append(_Agent(column=col))
                     push(t + float(rng.uniform(0.0, config.tau)), len(agents) - 1)
         else:
             agent = agents[who]
+            busy = 0.0  # a step that writes lasts until its write lands (the PATCH is blocking)
             if agent.column is not None:
                 n_steps += 1
                 ready = (
@@ -173,22 +189,35 @@ def simulate(
                     result = steps.agent_step(
                         agent.column,
                         published,
-                        agent.tasks,
+                        agent.written or {},
                         tau=config.tau,
                         base_damping=config.damping,
                         mode=config.mode,
-                        first=agent.version < 0,
+                        first=agent.written is None,
                         refill=config.refill,
                         adaptive=config.adaptive,
                         node_update=node_update,
                         method=config.method,
+                        latency=config.latency,
+                        pace=(agent.pace or steps.Pace.start()) if config.pace else None,
                     )
-                    version += 1
-                    n_writes += 1
-                    agent.tasks = result.tasks
-                    agent.version = version
+                    # The runner's write rule: a negligible move is not written.
+                    quiet = agent.written is not None and steps.negligible(
+                        agent.column, published, agent.written, result, config.write_tolerance
+                    )
+                    if not quiet:
+                        n_writes += 1
+                        agent.written = result.tasks
+                        agent.pace = result.pace
+                        if config.latency > 0:
+                            heapq.heappush(landings, (t + config.latency, order, who, result.tasks))
+                            order += 1
+                            busy = config.latency
+                        else:
+                            version += 1
+                            agent.tasks, agent.version = result.tasks, version
             period = config.tau * (1.0 + float(rng.uniform(-config.jitter, config.jitter)))
-            push(t + max(period, 1e-3), who)
+            push(t + max(period, busy, 1e-3), who)
     final = {
         (a.column.node_name if a.column else f"removed-{i}"): dict(a.tasks)
         for i, a in enumerate(agents)

@@ -76,6 +76,7 @@ resourceVersion of the agent's last write (ALGORITHMS.md's "per-user version che
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -153,6 +154,32 @@ class StepResult:
     damping: float
     skipped: str | None = None  # reason when the step was not taken; nothing should be written
     method: str = "waterfill"  # the update actually used ("scaled" or "waterfill")
+    pace: Pace | None = None  # the scaled method's per-tenant pace for the next step
+
+
+#: Pace adaptation (scaled method, module docstring "Pace"): the factor on c_n shrinks by
+#: ``PACE_FASTER`` after a move in the same direction as the previous one and grows by
+#: ``PACE_SLOWER`` after a reversal, within [``PACE_MIN``, ``PACE_MAX``].
+PACE_FASTER = 1.25
+PACE_SLOWER = 2.0
+PACE_MIN = 1.0 / 16.0
+PACE_MAX = 4.0
+#: Relative tolerance ε of the write rule: a step whose every move is within ε · x_n / K_n is
+#: not written (module docstring "Which steps write"); a tenth of the 1e-3 to which the tests and
+#: the benchmark require the totals to converge.
+WRITE_TOLERANCE = 1e-4
+
+
+@dataclass(frozen=True)
+class Pace:
+    """Per tenant: the factor ``m_n`` on the concurrency estimate and the sign of the last move."""
+
+    factor: Mapping[str, float]
+    direction: Mapping[str, int]
+
+    @staticmethod
+    def start() -> Pace:
+        return Pace({}, {})
 
 
 def concurrency(column: Column, totals: PublishedTotals, tau: float, latency: float = 0.0) -> float:
@@ -243,6 +270,48 @@ def _refill(
     return np.minimum(scale * damped, ceiling)
 
 
+def negligible(
+    column: Column,
+    totals: PublishedTotals,
+    previous: Mapping[str, float],
+    result: StepResult,
+    tolerance: float = WRITE_TOLERANCE,
+) -> bool:
+    """True when no tenant's move is worth a write (module docstring "Which steps write").
+
+    Every move ``|x'_{n,i} − x_{n,i}|`` is at most ``tolerance · x_n / K_n`` (published total
+    and eligible-node count), no tenant appeared or left and eligibility did not change.
+    """
+    if set(result.tasks) != set(previous):
+        return False
+    for k, name in enumerate(column.tenant_names):
+        if not column.eligible[k]:
+            continue
+        total = float(totals.tasks.get(name, 0.0))
+        bound = tolerance * total / max(1, totals.nodes.get(name, 1))
+        if abs(result.tasks[name] - float(previous[name])) > bound:
+            return False
+    return True
+
+
+def _next_pace(pace: Pace, names: tuple[str, ...], old: FloatArray, new: FloatArray) -> Pace:
+    """The pace after a move from ``old`` to ``new`` (module docstring "Pace")."""
+    scale = max(float(np.max(np.abs(new), initial=0.0)), float(np.max(old, initial=0.0)), 1e-12)
+    moved = new - old
+    factor, direction = dict(pace.factor), dict(pace.direction)
+    for k, name in enumerate(names):
+        sign = 0 if abs(moved[k]) <= 1e-9 * scale else (1 if moved[k] > 0 else -1)
+        if sign == 0:
+            continue
+        before, m = direction.get(name, 0), factor.get(name, 1.0)
+        if before == sign:
+            m = max(PACE_MIN, m / PACE_FASTER)
+        elif before == -sign:
+            m = min(PACE_MAX, m * PACE_SLOWER)
+        factor[name], direction[name] = m, sign
+    return Pace(factor, direction)
+
+
 def agent_step(
     column: Column,
     totals: PublishedTotals,
@@ -257,6 +326,7 @@ def agent_step(
     latency: float = 0.0,
     node_update: NodeUpdate | None = None,
     method: str = DEFAULT_METHOD,
+    pace: Pace | None = None,
 ) -> StepResult:
     """Run the server procedure for ``column`` against ``totals`` and damp it.
 
@@ -287,6 +357,8 @@ def agent_step(
         # predicted total is b'_n + c_n x_{n,i} with b'_n = x_n − c_n x_{n,i}. As one water-fill:
         # γ'_n = c_n γ_n (throughput × c_n), φ'_n = φ_n / c_n, previous c_n x_{n,i}.
         c = tenant_concurrency(column, totals, tau, latency) / max(base_damping, 1e-9)
+        if pace is not None:
+            c = c * np.array([float(pace.factor.get(name, 1.0)) for name in names])
         c = np.maximum(c, 1.0)
         held = old > 0
         c = np.where(held, np.minimum(c, published / np.where(held, old, 1.0)), c)
@@ -307,7 +379,11 @@ def agent_step(
             ),
             dtype=np.float64,
         )
-        return _result(column, previous, old, scaled / c, theta=1.0, method="scaled")
+        new = scaled / c
+        result = _result(column, previous, old, new, theta=1.0, method="scaled")
+        if pace is None:
+            return result
+        return dataclasses.replace(result, pace=_next_pace(pace, names, old, new))
     if len(names) == 0:
         best = old
     else:
