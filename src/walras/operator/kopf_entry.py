@@ -18,7 +18,7 @@ from typing import Any
 import kopf
 
 from walras.core import snapshot
-from walras.operator import handlers, loop, main
+from walras.operator import handlers, kopf_storage, loop, main
 
 
 def options_from_env() -> main.Options:
@@ -81,6 +81,7 @@ async def start_rounds(settings: kopf.OperatorSettings, **_: Any) -> None:
     """Build the round loop (and leader election) before kopf starts watching."""
     settings.posting.enabled = False
     settings.scanning.disabled = True
+    kopf_storage.configure(settings)
     op = main.build(options_from_env(), default_identity=f"kopf-{os.getpid()}")
     _CLIENT.append(op.client)
     if op.elector is not None:

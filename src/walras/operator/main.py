@@ -26,7 +26,7 @@ from walras.core import cycle, policies, snapshot
 from walras.kube import client as kubeclient
 from walras.kube import nodeallocations
 from walras.kube import writes as kubeapi
-from walras.operator import handlers, loop, throughputs
+from walras.operator import handlers, kopf_storage, loop, throughputs
 
 logger = logging.getLogger("walras.operator")
 
@@ -134,6 +134,7 @@ def kopf_settings() -> kopf.OperatorSettings:
     settings.scanning.disabled = True
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
+    kopf_storage.configure(settings)
     return settings
 
 
