@@ -57,7 +57,7 @@ PENDING_JOBS = Gauge(
 )
 BINDINGS = Counter(
     "walras_bindings",
-    "Pods bound to nodes through pods/binding.",
+    "Pods bound to nodes: created with spec.nodeName, or through pods/binding.",
     registry=REGISTRY,
 )
 PREEMPTIONS = Counter(
