@@ -112,6 +112,7 @@ def worker(
     async def dump() -> None:
         while not os.path.exists(stop_file):
             data = {**counters, "reads": kube.reads, "writes": kube.writes, "t": time.time()}
+            data["latency_sum"] = sum(a.latency for a in agents)
             Path(out + ".tmp").write_text(json.dumps(data))
             os.replace(out + ".tmp", out)
             await asyncio.sleep(0.5)
@@ -259,7 +260,15 @@ def wait_converged(
 
 
 def read_counters(paths: list[str]) -> dict[str, float]:
-    total = {"steps": 0.0, "wrote": 0.0, "skipped": 0.0, "errors": 0.0, "reads": 0.0, "writes": 0.0}
+    total = {
+        "steps": 0.0,
+        "wrote": 0.0,
+        "skipped": 0.0,
+        "errors": 0.0,
+        "reads": 0.0,
+        "writes": 0.0,
+        "latency_sum": 0.0,
+    }
     for path in paths:
         try:
             data = json.loads(Path(path).read_text())
@@ -378,6 +387,8 @@ def run_case(
         "reconverge_final_rel_error": float(f"{churn_err:.3g}"),
         "step_errors": int(after["errors"]),
         "aggregator_period_s": round(period, 3),
+        # Mean read-to-write seconds of the agents' last written step, at convergence (or timeout).
+        "agent_latency_s": round(at_convergence["latency_sum"] / n_agents, 3),
         # The machine is shared: a 1-minute load average far above the core count slows all.
         "load_avg_1m": round(os.getloadavg()[0], 1),
         "cpu_count": os.cpu_count(),

@@ -13,10 +13,12 @@ Every ``τ · (1 + U(−jitter, jitter))`` seconds the agent
    ``iteration``, ``timestamp``, ``residual``, ``damping``; and sets ``walras_agent_residual``.
 
 API requests per step: 1 node GET, 1 totals GET, at most 1 status PATCH, plus a share of the
-job/pool LISTs (one per TTL per process). None of it grows with the number of nodes. A step whose
-allocation changed by less than ``write_threshold`` (relative) writes nothing unless the last
-write is older than ``heartbeat`` (default ``stale_after / 3``), which keeps the allocation fresh
-for the aggregator without rewriting a converged state every τ.
+job/pool LISTs (one per TTL per process); watching, the reads come from informers. None of it
+grows with the number of nodes. A step whose every move is negligible
+(``walras.agent.steps.negligible``: within ``write_tolerance · x_n / K_n``) writes nothing but a
+timestamp heartbeat every ``heartbeat`` seconds (default ``stale_after / 3``), which keeps the
+allocation fresh for the aggregator without rewriting a converged state every τ. The per-tenant
+pace of the scaled step (``walras.agent.steps.Pace``) is the agent's only other state.
 """
 
 from __future__ import annotations
