@@ -57,17 +57,26 @@ STEADY_S = 10.0
 DEFAULT_CASES = ("100", "500", "100:mixed", "100:mixed:legacy", "500:mixed", "500:mixed:legacy")
 
 
-def parse_case(text: str) -> tuple[int, float | None, bool, bool]:
+def parse_case(text: str) -> tuple[int, float | None, bool, bool, frozenset[str]]:
+    """``N[@θ₀][:mixed][:legacy][:noback][:nopace]``; the last two switch off the agents'
+    period back-off and per-tenant pace (for comparison)."""
     head, *flags = text.split(":")
     n, _, theta = head.partition("@")
-    return int(n), float(theta) if theta else None, "mixed" in flags, "legacy" in flags
+    off = frozenset(f for f in flags if f in ("noback", "nopace"))
+    return int(n), float(theta) if theta else None, "mixed" in flags, "legacy" in flags, off
 
 
 # ---------------------------------------------------------------------------------- worker
 
 
 def worker(
-    kubeconfig: str, nodes: list[str], stop_file: str, out: str, damping: float, legacy: bool
+    kubeconfig: str,
+    nodes: list[str],
+    stop_file: str,
+    out: str,
+    damping: float,
+    legacy: bool,
+    off: frozenset[str] = frozenset(),
 ) -> None:
     """Run ``nodes``' agents as asyncio tasks until ``stop_file`` exists; dump counters to ``out``
     every second. ``legacy``: the previous agents (damped water-fill, polling reads)."""
@@ -88,7 +97,18 @@ def worker(
         reads = SharedReads(kube, watch=True, nodes=nodes, stop=stop)
     method = "waterfill" if legacy else "scaled"
     agents = [
-        Agent(kube, AgentConfig(node_name=n, damping=damping, method=method), reads) for n in nodes
+        Agent(
+            kube,
+            AgentConfig(
+                node_name=n,
+                damping=damping,
+                method=method,
+                back_off="noback" not in off,
+                pace="nopace" not in off,
+            ),
+            reads,
+        )
+        for n in nodes
     ]
     counters = {"steps": 0, "wrote": 0, "skipped": 0, "errors": 0}
     # Watching, a step may wait (on a condition, no CPU) for the totals that include its own
@@ -289,6 +309,7 @@ def run_case(
     *,
     mixed: bool = False,
     legacy: bool = False,
+    off: frozenset[str] = frozenset(),
 ) -> dict[str, Any]:
     names = setup(kube, n_agents, mixed)
     want = reference(kube)
@@ -318,6 +339,7 @@ def run_case(
                 outs[w],
                 str(damping),
                 "1" if legacy else "0",
+                ",".join(sorted(off)),
             ],
             env=env,
         )
@@ -357,6 +379,7 @@ def run_case(
     steps = max(at_convergence["steps"], 1.0)
     steady_steps = max(after["steps"] - at_convergence["steps"], 1.0)
     suffix = ("_mixed" if mixed else "") + ("_legacy" if legacy else "")
+    suffix += "".join(f"_{f}" for f in sorted(off))
     return {
         "bench": "agents",
         "case": f"{n_agents}_agents{suffix}",
@@ -397,7 +420,8 @@ def run_case(
 
 def main(argv: list[str]) -> int:
     if argv and argv[0] == "--worker":
-        worker(argv[1], argv[2].split(","), argv[3], argv[4], float(argv[5]), argv[6] == "1")
+        off = frozenset(f for f in argv[7].split(",") if f) if len(argv) > 7 else frozenset()
+        worker(argv[1], argv[2].split(","), argv[3], argv[4], float(argv[5]), argv[6] == "1", off)
         return 0
     from walras.testing import devcluster
 
@@ -410,10 +434,12 @@ def main(argv: list[str]) -> int:
         kube = devcluster.new_client(cp.admin_kubeconfig)
         from walras.agent.steps import DEFAULT_DAMPING
 
-        for n, theta, mixed, legacy in cases:
+        for n, theta, mixed, legacy, off in cases:
             workers, timeout = (1, 60.0) if n <= 20 else (2, 60.0) if n <= 100 else (2, 90.0)
             damping = DEFAULT_DAMPING if theta is None else theta
-            result = run_case(cp, kube, n, workers, timeout, damping, mixed=mixed, legacy=legacy)
+            result = run_case(
+                cp, kube, n, workers, timeout, damping, mixed=mixed, legacy=legacy, off=off
+            )
             print(json.dumps(result), flush=True)
         devcluster.reset(kube)
     finally:

@@ -13,8 +13,8 @@ import dataclasses
 import numpy as np
 import pytest
 
+from walras.agent import runner, steps
 from walras.agent import simulate as sim
-from walras.agent import steps
 from walras.allocator import fairness
 
 TOL = 1e-3
@@ -197,3 +197,22 @@ def test_simulated_writes_land_after_the_latency() -> None:
     nonzero = result.totals.sum(axis=1) > 0
     assert nonzero.any()
     assert float(result.times[nonzero][0]) >= latency
+
+
+def test_back_off_lengthens_the_period_while_writes_queue() -> None:
+    """A write slower than LATENCY_SHARE · τ multiplies the period by BACKOFF_STEP, up to
+    MAX_BACKOFF · τ; fast writes bring it back to τ, never below."""
+    config = runner.AgentConfig(node_name="n", tau=2.0, jitter=0.0)
+    # No API calls here: the back-off only reads the agent's own latency.
+    agent = runner.Agent(kube=None, config=config, reads=object())
+    agent.latency = 1.01 * runner.LATENCY_SHARE * config.tau
+    periods = []
+    for _ in range(20):
+        agent._back_off()
+        periods.append(agent.next_delay())
+    assert periods[0] == pytest.approx(config.tau * runner.BACKOFF_STEP)
+    assert periods[-1] == pytest.approx(config.tau * runner.MAX_BACKOFF)
+    agent.latency = 0.99 * runner.LATENCY_SHARE * config.tau
+    for _ in range(20):
+        agent._back_off()
+    assert agent.next_delay() == pytest.approx(config.tau)
