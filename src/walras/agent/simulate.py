@@ -10,7 +10,8 @@ models exactly what the real processes do:
   source version is older than the agent's last write;
 - a write lands ``latency`` seconds after the agent read the totals (its compute and the PATCH
   under a loaded API server): the aggregator sums it only from then on, and the agent passes
-  the same read-to-write latency to the step, as the real agent does;
+  the same read-to-write latency to the step, as the real agent does (the runner's period
+  back-off is not modelled: here the latency does not grow with the load);
 - the aggregator publishes every ``T`` seconds the sum of the latest writes, the per-tenant count
   of eligible nodes and its period ``T``;
 - ``changes`` replace node columns at given times (``None`` removes a node) to model churn.
