@@ -9,11 +9,12 @@ the converged totals, and the simulator's event order for the latency.
 from __future__ import annotations
 
 import dataclasses
+import threading
 
 import numpy as np
 import pytest
 
-from walras.agent import runner, steps
+from walras.agent import aggregator, runner, steps
 from walras.agent import simulate as sim
 from walras.allocator import fairness
 
@@ -216,3 +217,33 @@ def test_back_off_lengthens_the_period_while_writes_queue() -> None:
     for _ in range(20):
         agent._back_off()
     assert agent.next_delay() == pytest.approx(config.tau)
+
+
+class _CountingKube:
+    def __init__(self) -> None:
+        self.lists = 0
+
+    def node_names(self) -> set[str]:
+        self.lists += 1
+        return {f"n{self.lists}"}
+
+
+class _StopAfterOneWait(threading.Event):
+    def wait(self, timeout: float | None = None) -> bool:
+        self.set()
+        return True
+
+
+def test_aggregator_node_names_are_listed_off_the_publish_path() -> None:
+    """Watching, a publish reads the cached names (the background refresh lists them); the
+    first read lists once when nothing is cached; inline mode lists again once they are older
+    than NODE_LIST_SECONDS."""
+    kube = _CountingKube()
+    names = aggregator._NodeNames(kube)  # type: ignore[arg-type]  # a fake with node_names only
+    assert names.get(inline=False) == {"n1"} and kube.lists == 1
+    assert names.get(inline=False) == {"n1"} and kube.lists == 1
+    names._at -= aggregator.NODE_LIST_SECONDS + 1.0  # as if the last LIST were that old
+    assert names.get(inline=False) == {"n1"} and kube.lists == 1
+    assert names.get(inline=True) == {"n2"} and kube.lists == 2
+    names.refresh(_StopAfterOneWait())  # one LIST, then its wait stops the loop
+    assert names.get(inline=False) == {"n3"} and kube.lists == 3
