@@ -78,7 +78,8 @@ loop gain is at most 4 k, and one reversal halves it. The factor never changes a
 (0.285 s aggregator): 59 s → 23 s without latency, not within 90 s → 52–56 s with 0.6 s; on
 100 nodes with 0.1 s/0.05 s, 25 s → 16 s. On the real 500-agent benchmark (2 shared cores,
 with the write rule): 31, 48 and 64 s to 1e-3 with the runner's back-off, 33 and 74 s without,
-where the plateau had kept the error above 1.7e-2 for 90 s.
+27 s once the aggregator stopped listing Nodes inline (its publishes had stalled to one per
+1.4 s in the slow runs), where the plateau had kept the error above 1.7e-2 for 90 s.
 
 **Which steps write.** A move that changes nothing the 1e-3 criterion can see costs the API
 server a write (and every agent of the tenant some of its capacity) all the same. A step is not
