@@ -655,7 +655,7 @@ def test_removing_pods_binding_from_the_clusterrole_stops_scheduling(
         ).lower()
         return any(word in text + conditions for word in ("403", "forbidden"))
 
-    # Every pod through pods/binding: by default a gang that fits its nodes at creation is created
+    # Every pod through pods/binding: by default a one-pod gang that fits its node is created
     # with spec.nodeName (pods create is enough); the binding rule is needed for the others, which
     # --no-bind-at-create makes all of them.
     with _operator(control_plane, tmp_path, extra=("--no-bind-at-create",)) as log:

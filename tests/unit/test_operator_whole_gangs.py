@@ -1,7 +1,8 @@
 """The round loop's gang rules against a scripted API (no Kubernetes): a gang with a member that is
 not created, or not bound, leaves nothing bound behind and holds its job out with the reason; a
-gang that fits when it is created is created on its nodes (``spec.nodeName``, no bind), one that
-does not fit yet is created unbound and bound once its node has room.
+one-pod gang that fits when it is created is created on its node (``spec.nodeName``, no bind),
+one that does not fit yet is created unbound and bound once its node has room; a larger gang is
+always created unbound and bound once all its members exist.
 
 Oracle: the gang contract itself, read off the requests the loop sends: after a failed member, no
 further bind of that gang, a delete for every member that was created or bound, a status with
@@ -73,11 +74,11 @@ class FakeApi:
         return [c[1] for c in self.calls if c[0] == verb]
 
 
-def gang_job(name: str, uid: str) -> dict[str, Any]:
+def gang_job(name: str, uid: str, replicas: int = 3) -> dict[str, Any]:
     return {
         "metadata": {"namespace": "ns", "name": name, "uid": uid, "generation": 1},
         "spec": {
-            "replicas": 3,
+            "replicas": replicas,
             "throughput": {"g": 1.0},
             "template": {"spec": {"containers": [{"name": "c", "image": "i"}]}},
         },
@@ -85,7 +86,11 @@ def gang_job(name: str, uid: str) -> dict[str, Any]:
 
 
 def make_loop(
-    api: FakeApi, gpus: int = 8, clock: list[float] | None = None, bind_at_create: bool = True
+    api: FakeApi,
+    gpus: int = 8,
+    clock: list[float] | None = None,
+    bind_at_create: bool = True,
+    replicas: int = 3,
 ) -> loop.RoundLoop:
     config = loop.LoopConfig(backend="numpy", bind_at_create=bind_at_create)
     if clock is not None:
@@ -107,7 +112,7 @@ def make_loop(
             },
         },
     )
-    store.upsert("job", gang_job("gang", "u1"))
+    store.upsert("job", gang_job("gang", "u1", replicas))
     return rounds
 
 
@@ -141,16 +146,19 @@ def test_a_rejected_member_removes_the_gang_and_holds_the_job() -> None:
     assert [r for r, _ in api.events] == ["QuotaExceeded"]
 
 
-def test_a_gang_that_fits_is_created_on_its_nodes_without_binds() -> None:
+def test_a_one_pod_gang_that_fits_is_created_on_its_node_a_larger_one_bound_after() -> None:
     api = FakeApi()
     rounds = make_loop(api)
+    rounds.store.upsert("job", gang_job("solo", "u2", replicas=1))
     report = asyncio.run(rounds.run_round())
-    assert api.created_on == {f"gang-r1-{i}": "n0" for i in range(3)}
-    assert api.names("bind") == [] and api.names("delete") == []
-    assert (report.creates, report.bound_at_create, report.binds) == (3, 3, 0)
+    members = [f"gang-r1-{i}" for i in range(3)]
+    assert api.created_on == {"solo-r1-0": "n0", **{m: "" for m in members}}
+    # The gang of 3 is bound only once all its members exist; the pod of one never needs it.
+    assert sorted(api.names("bind")) == members and api.names("delete") == []
+    assert (report.creates, report.bound_at_create, report.binds) == (4, 1, 3)
     # Counted on the node until the watch shows them (a later gang must not be given them).
-    assert sorted(rounds.ledger) == [("ns", f"gang-r1-{i}") for i in range(3)]
-    assert api.statuses["gang"]["phase"] == "Running"
+    assert sorted(rounds.ledger) == [("ns", n) for n in [*members, "solo-r1-0"]]
+    assert api.statuses["solo"]["phase"] == "Running"
 
 
 def test_without_bind_at_create_every_pod_is_bound_through_the_subresource() -> None:
@@ -163,16 +171,16 @@ def test_without_bind_at_create_every_pod_is_bound_through_the_subresource() -> 
 
 
 def test_a_gang_whose_node_is_still_busy_is_created_unbound_and_bound_later() -> None:
-    """Two gangs of 3 on a node of 4 GPUs take turns. When the second gang is created, the
-    first one's pods are deleted but still on the node (the watch has not shown them gone):
-    it is created unbound, and bound once they are gone."""
+    """Two one-pod jobs on a node of 1 GPU take turns. When the second one's pod is created,
+    the first one's pod is deleted but still on the node (the watch has not shown it gone): it
+    is created unbound, and bound once that pod is gone."""
     api = FakeApi()
     clock = [1_000_000.0]
-    rounds = make_loop(api, gpus=4, clock=clock)
-    rounds.store.upsert("job", gang_job("other", "u2"))
+    rounds = make_loop(api, gpus=1, clock=clock, replicas=1)
+    rounds.store.upsert("job", gang_job("other", "u2", replicas=1))
     asyncio.run(rounds.run_round())
     first = sorted(api.created_on)
-    assert len(first) == 3 and set(api.created_on.values()) == {"n0"}
+    assert len(first) == 1 and set(api.created_on.values()) == {"n0"}
     for name in first:  # the watch delivers the first gang, bound and running
         manifest = api.manifests[name]
         rounds.store.upsert("pod", {**manifest, "status": {"phase": "Running"}})
@@ -184,8 +192,8 @@ def test_a_gang_whose_node_is_still_busy_is_created_unbound_and_bound_later() ->
     asyncio.run(rounds.run_round())
     assert sorted(api.names("delete")) == first
     second = sorted(api.created_on)
-    assert len(second) == 3 and set(api.created_on.values()) == {""}
-    assert api.names("bind") == []  # the node still holds the first gang
+    assert len(second) == 1 and set(api.created_on.values()) == {""}
+    assert api.names("bind") == []  # the node still holds the first job's pod
     for name in first:
         rounds.store.delete("pod", "ns", name)
     asyncio.run(rounds.bind_pending())

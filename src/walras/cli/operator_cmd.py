@@ -156,8 +156,8 @@ def operator_command(
             "--bind-at-create/--no-bind-at-create",
             envvar="WALRAS_BIND_AT_CREATE",
             help=(
-                "Create a gang's pods with spec.nodeName when the gang fits its nodes already "
-                "(one write per pod); otherwise, and with --no-bind-at-create, pods are created "
+                "Create a one-pod gang with spec.nodeName when it fits its node already (one "
+                "write); larger gangs, and every pod with --no-bind-at-create, are created "
                 "unbound and bound through pods/binding."
             ),
         ),

@@ -74,8 +74,9 @@ class LoopConfig:
     # Where the schedule history's ConfigMaps live (walras.operator.history_store): "" = in each
     # job's namespace; a name = all in that namespace (a namespaced Role is enough).
     history_namespace: str = ""
-    # Create a gang that fits its nodes now with spec.nodeName set (``RoundLoop._fitting_gangs``);
-    # False: every pod is created unbound and bound through the pods/binding subresource.
+    # Create a one-pod gang that fits its node now with spec.nodeName set
+    # (``RoundLoop._fitting_gangs``); False: every pod is created unbound and bound through the
+    # pods/binding subresource.
     bind_at_create: bool = True
 
 
@@ -720,14 +721,21 @@ class RoundLoop:
     def _fitting_gangs(
         self, by_job: dict[model.JobKey, list[realise.PodCreate]]
     ) -> dict[model.JobKey, list[tuple[_PendingBind, dict[str, float]]]]:
-        """The gangs about to be created that pass the bind-time filters already: they are
-        created with ``spec.nodeName`` set, which binds them without a second write per pod
-        (a cold round of 5,000 jobs made 7,545 creates and 7,545 binds). A gang that does not
-        fit now (a deleted pod still terminating on its node) is created unbound and waits in
-        the binding queue as before, so a node is never handed a pod it has no room for."""
+        """The one-pod gangs about to be created that pass the bind-time filters already: they
+        are created with ``spec.nodeName`` set, which binds them without a second write (a cold
+        round of 5,000 jobs made 7,545 creates and 7,545 binds). A gang that does not fit now
+        (a deleted pod still terminating on its node) is created unbound and waits in the
+        binding queue as before, so a node is never handed a pod it has no room for.
+
+        Only gangs of one pod: members of a larger gang created on their nodes would be bound
+        (a kubelet starts them) before the API server has accepted the others; one rejected
+        member (a ResourceQuota, an admission webhook) would leave a partial gang running until
+        the roll-back. Their binds are the commit point of the whole gang."""
         usage = self._node_usage()
         fitting = {}
         for key in sorted(by_job):
+            if len(by_job[key]) != 1 or by_job[key][0].job.replicas != 1:
+                continue
             gang = [_PendingBind(key[0], c.name, c.node, c.gpus, job=key[1]) for c in by_job[key]]
             wanted = self._gang_fit(key, gang, usage)
             if wanted:

@@ -55,7 +55,7 @@ class Options:
     stale_after: float = 30.0
     debounce: float = 0.3
     restart_seconds: float = 10.0  # the CLI default: the realiser prices a restart (core.switching)
-    # Gangs that fit their nodes now are created with spec.nodeName (no pods/binding write).
+    # One-pod gangs that fit their node now are created with spec.nodeName (no pods/binding).
     bind_at_create: bool = True
     hold_seconds: float = 0.0
     history_half_life: float = math.inf
