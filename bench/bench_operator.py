@@ -18,9 +18,10 @@ Prints one JSON line per case:
   split into deletes, creates, binds, status patches and history shards (ConfigMaps,
   ``walras.operator.history_store``), with their rates (``binds_per_s`` = binds / bind phase
   seconds) and the operator process's CPU over the round (``cpu_s``, from /proc). Pod start-up
-  (kwok making pods Running) is not part of a round. One-pod gangs that fit their node at creation
-  are created with ``spec.nodeName`` (``bound_at_create``, no bind); the 5,000 / 1,000 cold round runs
-  again with ``--no-bind-at-create`` (every pod created unbound, then bound) for a same-run ratio.
+  (kwok making pods Running) is not part of a round. One-pod gangs that fit their node at
+  creation are created with ``spec.nodeName`` (``bound_at_create``, no bind); the 5,000 / 1,000
+  cold round runs again with ``--no-bind-at-create`` (every pod created unbound, then bound) for
+  a same-run ratio.
   ``kube_apiserver_cpu_s``, ``etcd_cpu_s``, ``kwok_cpu_s``, ``kube_controller_manager_cpu_s``:
   the control plane's CPU over the round (from the operator's start for the cold round: on 2
   cores the round is bound by the API server's CPU). Targets (issue 15): round total <= 2 s at
