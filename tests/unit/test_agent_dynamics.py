@@ -21,13 +21,13 @@ from walras.allocator import fairness
 TOL = 1e-3
 
 
-def instance(n_nodes: int = 20, seed: int = 1) -> dict[str, np.ndarray]:
-    """3 GPU types, 6 tenants with different demands/weights; tenants 0-2 restricted."""
+def instance(n_nodes: int = 20, seed: int = 1, tenants: int = 6) -> dict[str, np.ndarray]:
+    """3 GPU types, ``tenants`` tenants with different demands/weights; tenants 0-2 restricted."""
     rng = np.random.default_rng(seed)
     types = rng.integers(0, 3, n_nodes)
     gpus = np.array([8, 4, 8])[types]
     capacity = np.stack([gpus, np.full(n_nodes, 64.0), np.full(n_nodes, 512.0)], 1).astype(float)
-    n = 6
+    n = tenants
     demand = np.stack(
         [rng.integers(1, 3, n), rng.integers(2, 16, n), rng.integers(8, 128, n)], 1
     ).astype(float)

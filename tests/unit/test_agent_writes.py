@@ -13,6 +13,7 @@ import threading
 
 import numpy as np
 import pytest
+from test_agent_dynamics import instance as dynamics_instance
 
 from walras.agent import aggregator, runner, steps
 from walras.agent import simulate as sim
@@ -143,28 +144,8 @@ def test_pace_never_moves_the_central_solution() -> None:
 
 
 def instance(n_nodes: int, seed: int) -> dict[str, np.ndarray]:
-    """3 GPU types, 5 tenants, some restricted (as in test_agent_dynamics)."""
-    rng = np.random.default_rng(seed)
-    types = rng.integers(0, 3, n_nodes)
-    capacity = np.stack(
-        [np.array([8, 4, 8])[types], np.full(n_nodes, 64.0), np.full(n_nodes, 512.0)], 1
-    ).astype(float)
-    n = 5
-    demand = np.stack(
-        [rng.integers(1, 3, n), rng.integers(2, 16, n), rng.integers(8, 128, n)], 1
-    ).astype(float)
-    eligible = np.ones((n, n_nodes), bool)
-    eligible[0, types != 0] = False
-    eligible[1, types == 2] = False
-    eligible[2, : n_nodes // 2] = False
-    throughput = np.array([3.0, 1.0, 2.0])[types][None, :] * rng.uniform(0.5, 1.5, (n, 1))
-    return {
-        "capacity": capacity,
-        "demand": demand,
-        "weight": rng.choice([1.0, 2.0], n),
-        "eligible": eligible,
-        "throughput": throughput,
-    }
+    """3 GPU types, 5 tenants, some restricted: test_agent_dynamics's instance."""
+    return dynamics_instance(n_nodes, seed, tenants=5)
 
 
 @pytest.mark.parametrize("seed", [1, 2])
