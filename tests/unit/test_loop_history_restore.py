@@ -27,6 +27,7 @@ class FakeApi:
     """Accepts every write; keeps ConfigMaps (for ``history_store.load``)."""
 
     client = object()  # not None: the loop may use the history store
+    concurrency = 4  # requests in flight, as walras.kube.writes.Api says of itself
 
     def __init__(self) -> None:
         self.maps: dict[tuple[str, str], dict[str, str]] = {}

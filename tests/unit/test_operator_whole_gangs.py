@@ -26,6 +26,8 @@ GPU = "nvidia.com/gpu"
 class FakeApi:
     """Records every write; answers from ``fail_create``/``fail_bind`` (pod -> Result) or OK."""
 
+    concurrency = 4  # requests in flight, as walras.kube.writes.Api says of itself
+
     def __init__(
         self,
         fail_create: Mapping[str, writes.Result] | None = None,
@@ -120,19 +122,23 @@ def admitted(status: Mapping[str, Any]) -> dict[str, Any]:
     return next(c for c in status["conditions"] if c["type"] == "Admitted")
 
 
-def test_a_rejected_member_removes_the_gang_and_holds_the_job() -> None:
-    quota = writes.Result(
+def quota_exceeded(pod: str) -> writes.Result:
+    return writes.Result(
         writes.Outcome.ERROR,
         403,
-        'pods "gang-r1-1" is forbidden: exceeded quota: q, requested: pods=1',
+        f'pods "{pod}" is forbidden: exceeded quota: q, requested: pods=1',
         "Forbidden",
     )
-    api = FakeApi(fail_create={"gang-r1-1": quota})
+
+
+def test_a_rejected_member_removes_the_gang_and_holds_the_job() -> None:
+    api = FakeApi(fail_create={"gang-r1-1": quota_exceeded("gang-r1-1")})
     rounds = make_loop(api)
     asyncio.run(rounds.run_round())
-    assert sorted(api.names("create")) == ["gang-r1-0", "gang-r1-1", "gang-r1-2"]
+    # The last member is the gang's commit point: with a member refused it is never sent.
+    assert sorted(api.names("create")) == ["gang-r1-0", "gang-r1-1"]
     assert api.names("bind") == []
-    assert sorted(api.names("delete")) == ["gang-r1-0", "gang-r1-2"]
+    assert api.names("delete") == ["gang-r1-0"]
     status = api.statuses["gang"]
     assert status["phase"] == "Pending" and status["fairShare"] == 0.0
     cond = admitted(status)
@@ -146,19 +152,43 @@ def test_a_rejected_member_removes_the_gang_and_holds_the_job() -> None:
     assert [r for r, _ in api.events] == ["QuotaExceeded"]
 
 
-def test_a_one_pod_gang_that_fits_is_created_on_its_node_a_larger_one_bound_after() -> None:
+def test_a_refused_commit_member_leaves_nothing_bound() -> None:
+    """The quota admits the first two members and refuses the last, which was to be created on
+    its node: no member is ever bound, the two are removed, the job is held."""
+    api = FakeApi(fail_create={"gang-r1-2": quota_exceeded("gang-r1-2")})
+    rounds = make_loop(api)
+    asyncio.run(rounds.run_round())
+    assert api.names("create") == ["gang-r1-0", "gang-r1-1", "gang-r1-2"]
+    assert api.created_on["gang-r1-2"] == "n0"  # tried on its node: refused, so not bound
+    assert api.names("bind") == []
+    assert sorted(api.names("delete")) == ["gang-r1-0", "gang-r1-1"]
+    assert admitted(api.statuses["gang"])["reason"] == "QuotaExceeded"
+    assert not rounds.ledger
+
+
+def test_a_gang_that_fits_is_committed_by_its_last_member_created_on_its_node() -> None:
     api = FakeApi()
     rounds = make_loop(api)
     rounds.store.upsert("job", gang_job("solo", "u2", replicas=1))
     report = asyncio.run(rounds.run_round())
     members = [f"gang-r1-{i}" for i in range(3)]
-    assert api.created_on == {"solo-r1-0": "n0", **{m: "" for m in members}}
-    # The gang of 3 is bound only once all its members exist; the pod of one never needs it.
-    assert sorted(api.names("bind")) == members and api.names("delete") == []
-    assert (report.creates, report.bound_at_create, report.binds) == (4, 1, 3)
+    assert api.created_on == {
+        "solo-r1-0": "n0",
+        "gang-r1-2": "n0",
+        "gang-r1-0": "",
+        "gang-r1-1": "",
+    }
+    # Every other member exists before the last is created on the node; they are bound after.
+    calls = [c for c in api.calls if c[1].startswith("gang")]
+    assert calls[:2] == [("create", "gang-r1-0"), ("create", "gang-r1-1")]
+    assert calls[2] == ("create", "gang-r1-2")
+    assert sorted(calls[3:]) == [("bind", "gang-r1-0"), ("bind", "gang-r1-1")]
+    assert api.names("delete") == []
+    assert (report.creates, report.bound_at_create, report.binds) == (4, 2, 2)
     # Counted on the node until the watch shows them (a later gang must not be given them).
     assert sorted(rounds.ledger) == [("ns", n) for n in [*members, "solo-r1-0"]]
     assert api.statuses["solo"]["phase"] == "Running"
+    assert api.statuses["gang"]["phase"] == "Running"
 
 
 def test_without_bind_at_create_every_pod_is_bound_through_the_subresource() -> None:
@@ -216,4 +246,18 @@ def test_an_unbindable_member_removes_the_whole_gang() -> None:
     cond = admitted(api.statuses["gang"])
     assert (cond["status"], cond["reason"]) == ("False", "BindFailed")
     assert "binding pod gang-r1-2 to n0" in cond["message"]
+    assert not rounds.ledger
+
+
+def test_a_member_not_bound_after_the_commit_removes_the_gang_with_its_commit_member() -> None:
+    gone = writes.Result(writes.Outcome.GONE, 404, 'pods "gang-r1-0" not found', "NotFound")
+    api = FakeApi(fail_bind={"gang-r1-0": gone})
+    rounds = make_loop(api)
+    asyncio.run(rounds.run_round())
+    assert api.created_on["gang-r1-2"] == "n0"
+    assert sorted(api.names("bind")) == ["gang-r1-0", "gang-r1-1"]
+    # The member created on its node is deleted with the others: no partial gang survives.
+    assert sorted(api.names("delete")) == ["gang-r1-0", "gang-r1-1", "gang-r1-2"]
+    cond = admitted(api.statuses["gang"])
+    assert (cond["status"], cond["reason"]) == ("False", "BindFailed")
     assert not rounds.ledger

@@ -156,9 +156,10 @@ def operator_command(
             "--bind-at-create/--no-bind-at-create",
             envvar="WALRAS_BIND_AT_CREATE",
             help=(
-                "Create a one-pod gang with spec.nodeName when it fits its node already (one "
-                "write); larger gangs, and every pod with --no-bind-at-create, are created "
-                "unbound and bound through pods/binding."
+                "Commit a gang that fits its nodes by creating its last member with "
+                "spec.nodeName after the others, then binding those (k creates, k - 1 binds); "
+                "with --no-bind-at-create every pod is created unbound and bound through "
+                "pods/binding."
             ),
         ),
     ] = True,

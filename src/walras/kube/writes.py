@@ -117,6 +117,7 @@ class Api:
         self.max_attempts = max(1, max_attempts)
         self.base_delay = base_delay
         self.max_delay = max_delay
+        self.concurrency = workers  # requests in flight at most (callers size their waves)
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="walras-api")
         rest = getattr(api_client, "rest_client", None)
         self._urllib3 = getattr(rest, "pool_manager", None)
@@ -200,13 +201,9 @@ class Api:
         """One request on the ApiClient's own urllib3 pool (module docstring): the headers
         ``param_serialize`` would build (default headers, authentication) and compact JSON."""
         config: Any = self._config
-        headers = dict(self.client.default_headers)
+        headers = auth_headers(self.client)
         headers["Content-Type"] = content_type
         headers["Accept"] = "application/json"
-        # auth_settings() runs the token refresh hook (throttled by walras.kube.client).
-        for setting in config.auth_settings().values():
-            if setting.get("in") == "header" and setting.get("value"):
-                headers[str(setting["key"])] = str(setting["value"])
         data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
         pool: Any = self._urllib3
         # retries=False: urllib3 would otherwise re-send a DELETE after a 429's Retry-After by
@@ -370,6 +367,16 @@ class Api:
         }
         path = f"/api/v1/namespaces/{quote(obj.namespace)}/events"
         return await self._run(self._request, "POST", path, body)
+
+
+def auth_headers(api_client: Any) -> dict[str, str]:
+    """The headers ``param_serialize`` would send: the client's defaults and its credentials
+    (``auth_settings()`` runs the token refresh hook, throttled by walras.kube.client)."""
+    headers = {str(k): str(v) for k, v in api_client.default_headers.items()}
+    for setting in api_client.configuration.auth_settings().values():
+        if setting.get("in") == "header" and setting.get("value"):
+            headers[str(setting["key"])] = str(setting["value"])
+    return headers
 
 
 async def gather_limited(coros: Iterable[Awaitable[T]]) -> list[T]:

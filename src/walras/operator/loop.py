@@ -37,7 +37,7 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,9 +74,9 @@ class LoopConfig:
     # Where the schedule history's ConfigMaps live (walras.operator.history_store): "" = in each
     # job's namespace; a name = all in that namespace (a namespaced Role is enough).
     history_namespace: str = ""
-    # Create a one-pod gang that fits its node now with spec.nodeName set
-    # (``RoundLoop._fitting_gangs``); False: every pod is created unbound and bound through the
-    # pods/binding subresource.
+    # Commit a gang that fits its nodes now by creating its last member with spec.nodeName set,
+    # after the others, which are bound right after it (``RoundLoop._create_gangs``); False: every
+    # pod is created unbound and bound through the pods/binding subresource.
     bind_at_create: bool = True
 
 
@@ -528,30 +528,8 @@ class RoundLoop:
         by_job: dict[model.JobKey, list[realise.PodCreate]] = {}
         for c in plan.creates:
             by_job.setdefault(c.job.key, []).append(c)
-        direct: dict[model.JobKey, list[tuple[_PendingBind, dict[str, float]]]] = {}
         if plan.creates and self.is_leader():
-            direct = self._fitting_gangs(by_job) if self.config.bind_at_create else {}
-            results = await kubeapi.gather_limited(
-                self.api.create_pod(
-                    c.job.namespace,
-                    _on_node(c.manifest, c.node) if c.job.key in direct else c.manifest,
-                )
-                for c in plan.creates
-            )
-            report.creates += sum(r.outcome == kubeapi.Outcome.OK for r in results)
-            outcome = {(c.job.key, c.name): r for c, r in zip(plan.creates, results, strict=True)}
-            await self._whole_gangs_created(by_job, outcome, report)
-            for key in list(direct):
-                made = [outcome[(key, c.name)].outcome for c in by_job.get(key, ())]
-                if not made or any(o != kubeapi.Outcome.OK for o in made):
-                    # Undone, or a pod that existed already (a predecessor's, maybe unbound):
-                    # those go through the binding queue below, where 409 means bound.
-                    del direct[key]
-                    continue
-                self._record_bound(key, direct[key])
-                report.bound_at_create += len(direct[key])
-                del by_job[key]
-            metrics.BINDINGS.inc(report.bound_at_create)
+            await self._create_gangs(plan.creates, by_job, report)
         else:
             by_job = {}
         # Queue the gangs: this round's, and whole gangs of earlier rounds still unbound (a
@@ -572,7 +550,10 @@ class RoundLoop:
             gangs.setdefault((pod.job_key, pod.round), []).append(pod)
         for (key, _), members in sorted(gangs.items()):
             job = self.store.jobs.get(key)
-            unbound = [p for p in members if not p.node and p.planned_node]
+            # A pod in the ledger was bound by us just now: the watch has not shown it yet.
+            unbound = [
+                p for p in members if not p.node and p.planned_node and p.key not in self.ledger
+            ]
             # Only a complete gang is ever bound: a member missing means it is not one.
             if not isinstance(job, model.JobSpec) or not unbound or len(members) != job.replicas:
                 continue
@@ -602,22 +583,110 @@ class RoundLoop:
         await self.bind_pending(report)
         report.binds_s = time.perf_counter() - t2
 
+    async def _create_gangs(
+        self,
+        creates: Sequence[realise.PodCreate],
+        by_job: dict[model.JobKey, list[realise.PodCreate]],
+        report: RoundReport,
+    ) -> None:
+        """Create this round's gangs; those committed on their nodes leave ``by_job``, the rest
+        (created unbound) stay in it for the binding queue.
+
+        In two waves when binding at creation (``LoopConfig.bind_at_create``): first every pod
+        but the last member of each gang created whole this round, unbound; then each such
+        gang's last member, its commit point. If the gang passes the bind-time filters
+        (``_fitting_gangs``) that member is created with ``spec.nodeName`` (bound by its create)
+        and the other members are bound right after it; otherwise it is created unbound like
+        the rest. A gang of k pods so costs k creates and k - 1 binds instead of k + k, and a
+        member the API server refuses (a ResourceQuota, an admission webhook) is refused
+        before any member is bound: the API server admits a pod when it is created, and the
+        members created first are the ones checked first.
+        """
+        staged: dict[model.JobKey, realise.PodCreate] = {}
+        if self.config.bind_at_create:
+            staged = {k: cs[-1] for k, cs in by_job.items() if len(cs) == cs[0].job.replicas}
+        first = [c for c in creates if staged.get(c.job.key) is not c]
+        results = await kubeapi.gather_limited(
+            self.api.create_pod(c.job.namespace, c.manifest) for c in first
+        )
+        report.creates += sum(r.outcome == kubeapi.Outcome.OK for r in results)
+        outcome = {(c.job.key, c.name): r for c, r in zip(first, results, strict=True)}
+        sent = {k: [c for c in cs if staged.get(k) is not c] for k, cs in by_job.items()}
+        for key in await self._whole_gangs_created(sent, outcome, report):
+            del by_job[key]
+            staged.pop(key, None)
+        if not staged:
+            return
+        # A gang goes on its nodes only when the first wave made all its other members (a pod
+        # that existed already may be a predecessor's, maybe bound: the binding queue sorts
+        # those out, where 409 means bound) and it fits now.
+        fresh = {
+            k: by_job[k]
+            for k in staged
+            if all(outcome[(k, c.name)].outcome == kubeapi.Outcome.OK for c in by_job[k][:-1])
+        }
+        direct = self._fitting_gangs(fresh)
+        # At most as many gangs in flight as requests: a gang's binds follow its commit at once
+        # instead of queueing behind every other gang's create.
+        slots = asyncio.Semaphore(self.api.concurrency)
+
+        async def commit(key: model.JobKey) -> tuple[kubeapi.Result, list[kubeapi.Result]]:
+            last = staged[key]
+            async with slots:
+                if key not in direct:
+                    return await self.api.create_pod(last.job.namespace, last.manifest), []
+                made = await self.api.create_pod(
+                    last.job.namespace, _on_node(last.manifest, last.node)
+                )
+                if made.outcome != kubeapi.Outcome.OK:
+                    return made, []
+                others = direct[key][:-1]
+                binds = await asyncio.gather(
+                    *(self.api.bind_pod(b.namespace, b.name, b.node) for b, _ in others)
+                )
+                return made, list(binds)
+
+        keys = sorted(staged)
+        done = await asyncio.gather(*(commit(k) for k in keys))
+        report.creates += sum(made.outcome == kubeapi.Outcome.OK for made, _ in done)
+        outcome.update({(k, staged[k].name): made for k, (made, _) in zip(keys, done, strict=True)})
+        for key in await self._whole_gangs_created({k: by_job[k] for k in keys}, outcome, report):
+            del by_job[key]
+        ready: list[tuple[_PendingBind, dict[str, float]]] = []
+        results = []
+        members: dict[model.JobKey, list[_PendingBind]] = {}
+        for key, (made, binds) in zip(keys, done, strict=True):
+            if key not in direct or made.outcome != kubeapi.Outcome.OK:
+                continue  # created unbound (or refused and undone above)
+            *others, last = direct[key]
+            self._record_bound(key, [last])
+            report.bound_at_create += 1
+            ready.extend(others)
+            results.extend(binds)
+            members[key] = [last[0]]
+            by_job.pop(key, None)
+        metrics.BINDINGS.inc(report.bound_at_create)
+        await self._bound(ready, results, report, members)
+
     async def _whole_gangs_created(
         self,
         by_job: dict[model.JobKey, list[realise.PodCreate]],
         outcome: dict[tuple[model.JobKey, str], kubeapi.Result],
         report: RoundReport,
-    ) -> None:
+    ) -> list[model.JobKey]:
         """Drop every gang with a member the API server did not create: delete the members it
-        did create, and hold the job out with the API server's message. Updates ``by_job``."""
+        did create, and hold the job out with the API server's message. Returns the gangs
+        dropped (``by_job`` maps each gang to the creates sent; ``outcome`` has their answers).
+        """
         undo: list[realise.PodCreate] = []
+        dropped: list[model.JobKey] = []
         for key in sorted(by_job):
             creates = by_job[key]
             failed = [(c, outcome[(key, c.name)]) for c in creates]
             failed = [(c, r) for c, r in failed if not r.ok]
             if not failed:
                 continue
-            del by_job[key]
+            dropped.append(key)
             undo.extend(c for c in creates if outcome[(key, c.name)].ok)
             c, r = failed[0]
             if r.outcome == kubeapi.Outcome.FENCED:
@@ -637,6 +706,7 @@ class RoundLoop:
             )
         if undo:
             await kubeapi.gather_limited(self.api.delete_pod(c.job.namespace, c.name) for c in undo)
+        return dropped
 
     def _node_usage(self) -> dict[str, dict[str, float]]:
         """Per node, every resource requested by the pods on it (Walras's and foreign ones, those
@@ -719,24 +789,18 @@ class RoundLoop:
         return wanted
 
     def _fitting_gangs(
-        self, by_job: dict[model.JobKey, list[realise.PodCreate]]
+        self, gangs: dict[model.JobKey, list[realise.PodCreate]]
     ) -> dict[model.JobKey, list[tuple[_PendingBind, dict[str, float]]]]:
-        """The one-pod gangs about to be created that pass the bind-time filters already: they
-        are created with ``spec.nodeName`` set, which binds them without a second write (a cold
-        round of 5,000 jobs made 7,545 creates and 7,545 binds). A gang that does not fit now
-        (a deleted pod still terminating on its node) is created unbound and waits in the
-        binding queue as before, so a node is never handed a pod it has no room for.
-
-        Only gangs of one pod: members of a larger gang created on their nodes would be bound
-        (a kubelet starts them) before the API server has accepted the others; one rejected
-        member (a ResourceQuota, an admission webhook) would leave a partial gang running until
-        the roll-back. Their binds are the commit point of the whole gang."""
+        """The whole gangs about to be committed that pass the bind-time filters already
+        (``bind_pending``'s docstring), each pod with its requests, the gang's commit member
+        last. ``_create_gangs`` creates that member with ``spec.nodeName`` and binds the others
+        right after it (a cold round of 5,000 jobs made 7,545 creates and 7,545 binds). A gang
+        that does not fit now (a deleted pod still terminating on its node) is created unbound
+        and waits in the binding queue, so a node is never handed a pod it has no room for."""
         usage = self._node_usage()
         fitting = {}
-        for key in sorted(by_job):
-            if len(by_job[key]) != 1 or by_job[key][0].job.replicas != 1:
-                continue
-            gang = [_PendingBind(key[0], c.name, c.node, c.gpus, job=key[1]) for c in by_job[key]]
+        for key in sorted(gangs):
+            gang = [_PendingBind(key[0], c.name, c.node, c.gpus, job=key[1]) for c in gangs[key]]
             wanted = self._gang_fit(key, gang, usage)
             if wanted:
                 fitting[key] = wanted
@@ -775,9 +839,20 @@ class RoundLoop:
         results = await kubeapi.gather_limited(
             self.api.bind_pod(b.namespace, b.name, b.node) for b, _ in ready
         )
+        await self._bound(ready, results, report)
+
+    async def _bound(
+        self,
+        ready: list[tuple[_PendingBind, dict[str, float]]],
+        results: list[kubeapi.Result],
+        report: RoundReport | None,
+        members: dict[model.JobKey, list[_PendingBind]] | None = None,
+    ) -> None:
+        """Account binds sent (``results`` answer ``ready``, pod by pod); a gang with a member
+        not bound is removed whole: its other ``members`` (already bound) go with it."""
         bound = 0
         broken: dict[model.JobKey, tuple[_PendingBind, kubeapi.Result]] = {}
-        members: dict[model.JobKey, list[_PendingBind]] = {}
+        members = {k: list(v) for k, v in (members or {}).items()}
         for (b, requests), r in zip(ready, results, strict=True):
             key = (b.namespace, b.job)
             members.setdefault(key, []).append(b)
