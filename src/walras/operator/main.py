@@ -17,6 +17,7 @@ import logging
 import math
 import os
 import socket
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,6 +100,12 @@ def api_client(kubeconfig: str | None) -> Any:
     """The operator's ApiClient (see ``walras.kube.client``)."""
     # Many writes of one round run in parallel threads; give each a pooled connection.
     return kubeclient.api_client(kubeconfig, pool_size=32)
+
+
+def watch_client(kubeconfig: str | None) -> Any:
+    """A client for the pod watch: a WATCH holds its connection for minutes, kept out of the
+    writes' pool."""
+    return kubeclient.api_client(kubeconfig, pool_size=2)
 
 
 def connection_info(api_client: Any) -> kopf.ConnectionInfo:
@@ -261,6 +268,8 @@ async def run(options: Options) -> None:
     registry = kopf.OperatorRegistry()
     watcher = handlers.Watcher(store, rounds, readiness)
     handlers.register(registry, watcher)
+    pods_stop = threading.Event()
+    handlers.watch_pods(watch_client(options.kubeconfig), watcher, pods_stop)
 
     @kopf.on.login(registry=registry)
     def login(**_: Any) -> Any:
@@ -306,6 +315,7 @@ async def run(options: Options) -> None:
                 logger.error("%s stopped: %r", task.get_name(), task.exception())
     finally:
         stop.set()
+        pods_stop.set()
         if not kopf_stop.done():
             kopf_stop.set_result(None)
         for task in tasks:
