@@ -1,10 +1,12 @@
-"""Start the operator: kopf watchers, the round loop, leader election, health and metrics.
+"""Start the operator: kopf watchers, the pod watch, the round loop, leader election, health and
+metrics.
 
 Called by ``walras operator`` (``walras.cli.operator_cmd``). kopf runs programmatically and
 standalone (no peering: one active controller is chosen by the Lease of
 ``walras.operator.leader.LeaderElector``, and the round loop writes only while it leads; with
 ``leader_elect=False`` it always writes). kopf's own posting of events and resource scanning are
 off: the operator posts its own deduplicated Events, and the CRDs are installed before it starts.
+Pods are watched outside kopf (``walras.operator.handlers.watch_pods``, a thread of its own).
 
 Shutdown: SIGTERM/SIGINT stop kopf, which stops the round loop and releases the Lease.
 """
