@@ -1,9 +1,12 @@
-"""``walras.kube.watch.lines`` (a WATCH stream split into its events, chunk by chunk) and
+"""``walras.kube.watch``: ``lines`` (a WATCH stream split into its events, chunk by chunk), the
+watch's control flow (410 Gone lists again, other failures resume), and
 ``handlers.Watcher.apply_pods`` (a LIST's result drops the pods it lacks)."""
 
 from __future__ import annotations
 
 import itertools
+import json
+import threading
 from typing import Any
 
 from hypothesis import given
@@ -69,3 +72,79 @@ def test_a_listing_drops_the_pods_it_does_not_hold() -> None:
     # A watch batch is applied as is: a DELETED event removes, nothing else does.
     watcher.apply_pods([{"type": "DELETED", "object": pod("a", "x")}], False)
     assert set(store.pods) | set(store.foreign) == {("a", "z")}
+
+
+class _Response:
+    """What urllib3 answers: a status, and a body read whole or streamed in chunks."""
+
+    def __init__(self, status: int, body: bytes = b"", chunks: list[bytes] | None = None) -> None:
+        self.status = status
+        self.data = body
+        self.chunks = chunks or []
+
+    def read(self) -> bytes:
+        return self.data
+
+    def stream(self, amt: Any = None, decode_content: bool = True) -> Any:
+        return iter(self.chunks)
+
+    def release_conn(self) -> None:
+        pass
+
+
+class _Scripted(watch.CollectionWatch):
+    """A CollectionWatch whose requests are answered from a script, one answer per request:
+    the control flow (LIST, WATCH, 410, resume) without a server. The protocol itself is
+    exercised against the real API server in tests/integration/test_pod_watch.py."""
+
+    def __init__(self, answers: list[_Response], stop: Any) -> None:
+        self.got: list[tuple[list[Any], bool]] = []
+        super().__init__(object(), "/api/v1/pods", lambda e, listing: self.got.append((e, listing)))
+        self.answers = answers
+        self.queries: list[dict[str, str]] = []
+        self.stop = stop
+
+    def _get(self, query: Any, *, stream: bool, read_timeout: float) -> Any:
+        self.queries.append(dict(query))
+        if len(self.answers) == 1:
+            self.stop.set()  # the last answer: run() returns after it
+        return self.answers.pop(0)
+
+
+def _event(kind: str, name: str, version: str) -> bytes:
+    obj = {"metadata": {"namespace": "a", "name": name, "resourceVersion": version}}
+    return json.dumps({"type": kind, "object": obj}).encode() + b"\n"
+
+
+def _listing(version: str, *names: str) -> _Response:
+    items = [{"metadata": {"namespace": "a", "name": n}} for n in names]
+    return _Response(
+        200, json.dumps({"metadata": {"resourceVersion": version}, "items": items}).encode()
+    )
+
+
+def test_gone_lists_again_and_other_failures_resume_from_the_version() -> None:
+    stop = threading.Event()
+    scripted = _Scripted(
+        [
+            _listing("10", "x"),
+            _Response(200, chunks=[_event("ADDED", "y", "11"), _event("BOOKMARK", "", "12")]),
+            _Response(500, b"overloaded"),  # resumed from 12 after a pause
+            _Response(
+                200, chunks=[b'{"type":"ERROR","object":{"code":410,"message":"too old"}}\n']
+            ),
+            _listing("20", "y"),
+            _Response(200, chunks=[_event("DELETED", "y", "21")]),
+        ],
+        stop,
+    )
+    scripted.retry_seconds = 0.0
+    scripted.run(stop)
+    watches = [q.get("resourceVersion") for q in scripted.queries if q.get("watch")]
+    assert watches == ["10", "12", "12", "20"]
+    names = [
+        ([e["object"]["metadata"]["name"] for e in events], listing)
+        for events, listing in scripted.got
+    ]
+    assert names == [(["x"], True), (["y"], False), (["y"], True), (["y"], False)]
+    assert (scripted.lists, scripted.version) == (2, "21")
