@@ -1,6 +1,6 @@
 """``walras.kube.watch``: ``lines`` (a WATCH stream split into its events, chunk by chunk), the
 watch's control flow (410 Gone lists again, other failures resume), and
-``handlers.Watcher.apply_pods`` (a LIST's result drops the pods it lacks)."""
+``handlers.Watcher.apply_listed`` (a LIST's result drops the pods it lacks)."""
 
 from __future__ import annotations
 
@@ -60,17 +60,35 @@ def pod(namespace: str, name: str, node: str = "") -> dict[str, Any]:
     }
 
 
+def test_a_listing_drops_the_jobs_it_does_not_hold() -> None:
+    store = snapshot.Store()
+    watcher = handlers.Watcher(store, _Rounds())  # type: ignore[arg-type]  # duck-typed stand-in
+
+    def job(name: str) -> dict[str, Any]:
+        meta = {"namespace": "a", "name": name, "uid": f"u-{name}", "generation": 1}
+        return {"metadata": meta, "spec": {"replicas": 1, "throughput": {"g": 1.0}}}
+
+    watcher.apply_listed("job", [{"type": "ADDED", "object": job(j)} for j in "pq"], True)
+    assert set(store.jobs) == {("a", "p"), ("a", "q")}
+    watcher.apply_listed("job", [{"type": "ADDED", "object": job("q")}], True)
+    assert set(store.jobs) == {("a", "q")}
+
+
 def test_a_listing_drops_the_pods_it_does_not_hold() -> None:
     store = snapshot.Store()
     watcher = handlers.Watcher(store, _Rounds())  # type: ignore[arg-type]  # duck-typed stand-in
-    watcher.apply_pods([{"type": "ADDED", "object": pod("a", p, "n0")} for p in "xyz"], True)
+    watcher.apply_listed(
+        "pod", [{"type": "ADDED", "object": pod("a", p, "n0")} for p in "xyz"], True
+    )
     known = set(store.pods) | set(store.foreign)
     assert known == {("a", "x"), ("a", "y"), ("a", "z")}
     # y was deleted while no watch was open: the next LIST does not have it.
-    watcher.apply_pods([{"type": "ADDED", "object": pod("a", p, "n0")} for p in "xz"], True)
+    watcher.apply_listed(
+        "pod", [{"type": "ADDED", "object": pod("a", p, "n0")} for p in "xz"], True
+    )
     assert set(store.pods) | set(store.foreign) == {("a", "x"), ("a", "z")}
     # A watch batch is applied as is: a DELETED event removes, nothing else does.
-    watcher.apply_pods([{"type": "DELETED", "object": pod("a", "x")}], False)
+    watcher.apply_listed("pod", [{"type": "DELETED", "object": pod("a", "x")}], False)
     assert set(store.pods) | set(store.foreign) == {("a", "z")}
 
 

@@ -151,25 +151,31 @@ class CollectionWatch:
 
     def run(self, stop: threading.Event) -> None:
         """LIST, then WATCH until ``stop`` is set (checked between chunks and watches)."""
+        failures = 0
         while not stop.is_set():
             try:
                 if self.version is None:
                     self._list()
                 self._watch(stop)
+                failures = 0
             except GoneError:
                 logger.info(
                     "watch of %s: version %s expired; listing again", self.path, self.version
                 )
                 self.version = None
             except Exception as exc:  # connection reset, timeout, 5xx: resume after a pause
+                # Doubling up to 32x: an API server that is down (or a CRD not installed yet)
+                # is asked again within half a minute, not hammered every second.
+                pause = self.retry_seconds * 2 ** min(failures, 5)
+                failures += 1
                 logger.warning(
                     "watch of %s failed (%s: %s); resuming in %.0f s",
                     self.path,
                     type(exc).__name__,
                     " ".join(str(exc).split())[:300],
-                    self.retry_seconds,
+                    pause,
                 )
-                stop.wait(self.retry_seconds)
+                stop.wait(pause)
 
     def start(self, stop: threading.Event) -> threading.Thread:
         thread = threading.Thread(

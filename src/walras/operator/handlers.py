@@ -1,10 +1,11 @@
 """kopf watch handlers: keep the in-memory indexes current and wake the round loop.
 
-``register`` attaches ``on.event`` handlers for FungibleJobs, ResourcePools, Nodes and Tenants to a
-kopf registry (``walras.operator.main`` creates it); pods, most of the events, come from a lean
-LIST-then-WATCH of their own (``watch_pods``, ``walras.kube.watch``: kopf's per-object machinery
-cost a third of the operator's main thread in a 5,000-job cold round). Both hand their events to
-the event loop, so they never race the round loop. They never call the API and never patch the
+``register`` attaches ``on.event`` handlers for ResourcePools, Nodes and Tenants to a kopf registry
+(``walras.operator.main`` creates it). Pods and FungibleJobs, nearly all the events (a job's own
+status patches come back as events too), come from lean LIST-then-WATCH threads (``watch_lean``,
+``walras.kube.watch``): kopf's per-object machinery cost a third of the operator's main thread in
+a 5,000-job cold round. Both hand their events to the event loop, so they never race the round
+loop. They never call the API and never patch the
 object, so kopf writes no annotations or finalizers of its own: every write belongs to the round
 loop.
 
@@ -155,16 +156,21 @@ class Watcher:
         self.rounds = rounds
         self.readiness = readiness
 
-    def apply_pods(self, events: list[Mapping[str, Any]], listing: bool) -> None:
-        """A batch of pod events from ``watch_pods``; a listing (every pod that exists) first
-        drops the pods it lacks: their deletion happened while no watch was open."""
+    def apply_listed(self, kind: str, events: list[Mapping[str, Any]], listing: bool) -> None:
+        """A batch of events of one ``LEAN_KINDS`` kind from ``watch_lean``; a listing (every
+        object that exists) first drops those it lacks: deleted while no watch was open."""
         if listing:
             listed = {_key(e.get("object") or {}) for e in events}
-            for key in sorted((self.store.pods.keys() | self.store.foreign.keys()) - listed):
+            known = (
+                self.store.pods.keys() | self.store.foreign.keys()
+                if kind == "pod"
+                else set(self.store.jobs)
+            )
+            for key in sorted(known - listed):
                 gone = {"metadata": {"namespace": key[0], "name": key[1]}}
-                self.apply("pod", {"type": "DELETED", "object": gone})
+                self.apply(kind, {"type": "DELETED", "object": gone})
         for event in events:
-            self.apply("pod", event)
+            self.apply(kind, event)
 
     def apply(self, kind: str, event: Mapping[str, Any]) -> None:
         obj = event.get("object") or {}
@@ -235,11 +241,7 @@ class Watcher:
 
 
 def register(registry: kopf.OperatorRegistry, watcher: Watcher) -> None:
-    """Attach the four kopf watch handlers to ``registry`` (pods: ``watch_pods``)."""
-
-    @kopf.on.event(crd.GROUP, crd.VERSION, crd.JOB_PLURAL, registry=registry)
-    async def job_event(event: Mapping[str, Any], **_: Any) -> None:
-        watcher.apply("job", event)
+    """Attach the kopf watch handlers to ``registry`` (pods and jobs: ``watch_lean``)."""
 
     @kopf.on.event(crd.GROUP, crd.VERSION, crd.POOL_PLURAL, registry=registry)
     async def pool_event(event: Mapping[str, Any], **_: Any) -> None:
@@ -253,26 +255,38 @@ def register(registry: kopf.OperatorRegistry, watcher: Watcher) -> None:
     async def tenant_event(event: Mapping[str, Any], **_: Any) -> None:
         watcher.apply("tenant", event)
 
-    _ = (job_event, pool_event, node_event, tenant_event)
+    _ = (pool_event, node_event, tenant_event)
 
 
-def watch_pods(api_client: Any, watcher: Watcher, stop: threading.Event) -> watch.CollectionWatch:
-    """Start the pods' LIST-then-WATCH in its thread; its batches run on the calling event loop
-    (``Watcher.apply_pods``) until ``stop`` is set. ``api_client``: one of its own (a WATCH
-    holds a connection for minutes)."""
+# The kinds watched outside kopf (module docstring), by their collection path.
+LEAN_KINDS = {
+    "pod": "/api/v1/pods",
+    "job": f"/apis/{crd.GROUP}/{crd.VERSION}/{crd.JOB_PLURAL}",
+}
+
+
+def watch_lean(
+    api_client: Any, watcher: Watcher, stop: threading.Event
+) -> list[watch.CollectionWatch]:
+    """Start a LIST-then-WATCH thread per ``LEAN_KINDS`` kind; their batches run on the calling
+    event loop (``Watcher.apply_listed``) until ``stop`` is set. ``api_client``: one of their own
+    (a WATCH holds a connection for minutes)."""
     event_loop = asyncio.get_running_loop()
+    started = []
+    for kind, path in LEAN_KINDS.items():
 
-    def deliver(events: list[Mapping[str, Any]], listing: bool) -> None:
-        if stop.is_set():
-            return
-        try:
-            event_loop.call_soon_threadsafe(watcher.apply_pods, events, listing)
-        except RuntimeError:  # the event loop closed at shutdown
-            stop.set()
+        def deliver(events: list[Mapping[str, Any]], listing: bool, kind: str = kind) -> None:
+            if stop.is_set():
+                return
+            try:
+                event_loop.call_soon_threadsafe(watcher.apply_listed, kind, events, listing)
+            except RuntimeError:  # the event loop closed at shutdown
+                stop.set()
 
-    pods = watch.CollectionWatch(api_client, "/api/v1/pods", deliver)
-    pods.start(stop)
-    return pods
+        collection = watch.CollectionWatch(api_client, path, deliver)
+        collection.start(stop)
+        started.append(collection)
+    return started
 
 
 def kinds_paths() -> dict[str, tuple[str, str]]:

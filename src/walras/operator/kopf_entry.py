@@ -67,7 +67,7 @@ _ROUNDS = _Deferred()
 _WATCHER = handlers.Watcher(STORE, _ROUNDS)  # type: ignore[arg-type]  # duck-typed stand-in
 handlers.register(kopf.get_default_registry(), _WATCHER)
 _STOP = asyncio.Event()
-_PODS_STOP = threading.Event()
+_LEAN_STOP = threading.Event()
 _TASKS: list[asyncio.Task[Any]] = []
 _CLIENT: list[Any] = []
 
@@ -95,7 +95,7 @@ async def start_rounds(settings: kopf.OperatorSettings, **_: Any) -> None:
     readiness = await op.readiness()
     _WATCHER.readiness = readiness
     _ROUNDS.target = rounds
-    handlers.watch_pods(main.watch_client(op.options.kubeconfig), _WATCHER, _PODS_STOP)
+    handlers.watch_lean(main.watch_client(op.options.kubeconfig), _WATCHER, _LEAN_STOP)
 
     async def run() -> None:
         await asyncio.to_thread(rounds.policy.warm_up)
@@ -108,7 +108,7 @@ async def start_rounds(settings: kopf.OperatorSettings, **_: Any) -> None:
 @kopf.on.cleanup()
 async def stop_rounds(**_: Any) -> None:
     _STOP.set()
-    _PODS_STOP.set()
+    _LEAN_STOP.set()
     for task in _TASKS:
         try:
             await asyncio.wait_for(task, timeout=10)

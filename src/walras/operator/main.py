@@ -6,7 +6,7 @@ standalone (no peering: one active controller is chosen by the Lease of
 ``walras.operator.leader.LeaderElector``, and the round loop writes only while it leads; with
 ``leader_elect=False`` it always writes). kopf's own posting of events and resource scanning are
 off: the operator posts its own deduplicated Events, and the CRDs are installed before it starts.
-Pods are watched outside kopf (``walras.operator.handlers.watch_pods``, a thread of its own).
+Pods and FungibleJobs are watched outside kopf (``walras.operator.handlers.watch_lean``).
 
 Shutdown: SIGTERM/SIGINT stop kopf, which stops the round loop and releases the Lease.
 """
@@ -105,9 +105,9 @@ def api_client(kubeconfig: str | None) -> Any:
 
 
 def watch_client(kubeconfig: str | None) -> Any:
-    """A client for the pod watch: a WATCH holds its connection for minutes, kept out of the
-    writes' pool."""
-    return kubeclient.api_client(kubeconfig, pool_size=2)
+    """A client for the lean watches (``handlers.watch_lean``): a WATCH holds its connection for
+    minutes, kept out of the writes' pool."""
+    return kubeclient.api_client(kubeconfig, pool_size=len(handlers.LEAN_KINDS) + 1)
 
 
 def connection_info(api_client: Any) -> kopf.ConnectionInfo:
@@ -270,8 +270,8 @@ async def run(options: Options) -> None:
     registry = kopf.OperatorRegistry()
     watcher = handlers.Watcher(store, rounds, readiness)
     handlers.register(registry, watcher)
-    pods_stop = threading.Event()
-    handlers.watch_pods(watch_client(options.kubeconfig), watcher, pods_stop)
+    lean_stop = threading.Event()
+    handlers.watch_lean(watch_client(options.kubeconfig), watcher, lean_stop)
 
     @kopf.on.login(registry=registry)
     def login(**_: Any) -> Any:
@@ -317,7 +317,7 @@ async def run(options: Options) -> None:
                 logger.error("%s stopped: %r", task.get_name(), task.exception())
     finally:
         stop.set()
-        pods_stop.set()
+        lean_stop.set()
         if not kopf_stop.done():
             kopf_stop.set_result(None)
         for task in tasks:
