@@ -7,6 +7,7 @@ import re
 
 from typer.testing import CliRunner
 
+from walras.agent import runner as runner_module
 from walras.agent import simulate, steps
 from walras.cli import agent_cmd, app
 
@@ -31,6 +32,9 @@ def test_every_flag_has_its_environment_variable() -> None:
         "kubeconfig",
         "stale-after",
         "aggregate-period",
+        "write-tolerance",
+        "pace",
+        "back-off",
     ):
         env = "WALRAS_" + flag.upper().replace("-", "_")
         assert f"--{flag}" in text, flag
@@ -43,6 +47,11 @@ def test_cli_defaults_are_the_simulated_defaults() -> None:
     assert params["jitter"].default == steps.DEFAULT_JITTER
     assert params["aggregate_period"].default == simulate.SimConfig().aggregate_period
     assert params["tau"].default == simulate.SimConfig().tau
+    # The write rule and the adaptive pace/back-off: the runner's own defaults.
+    defaults = runner_module.AgentConfig(node_name="n")
+    assert params["write_tolerance"].default == steps.WRITE_TOLERANCE == defaults.write_tolerance
+    assert params["pace"].default is defaults.pace is True
+    assert params["back_off"].default is defaults.back_off is True
 
 
 def test_node_name_is_required_without_aggregate() -> None:

@@ -110,6 +110,30 @@ def agent_command(
             envvar="WALRAS_METRICS_PORT", min=0, help="Serve /metrics on this port (0: off)."
         ),
     ] = 0,
+    write_tolerance: Annotated[
+        float,
+        typer.Option(
+            envvar="WALRAS_WRITE_TOLERANCE",
+            min=0.0,
+            max=1e-3,
+            help="Skip a step's write when every tenant's move is within this fraction of its "
+            "published total per eligible node (0: write every step that changes anything).",
+        ),
+    ] = 1e-5,
+    pace: Annotated[
+        bool,
+        typer.Option(
+            envvar="WALRAS_PACE",
+            help="Adapt each tenant's step to how its moves went (smaller after a reversal).",
+        ),
+    ] = True,
+    back_off: Annotated[
+        bool,
+        typer.Option(
+            envvar="WALRAS_BACK_OFF",
+            help="Lengthen the step period (up to 3 tau) while writes are slow.",
+        ),
+    ] = True,
 ) -> None:
     """Run a node agent (distributed PS-DSF) or the tenant-totals aggregator."""
     from walras.agent import aggregator, runner
@@ -146,6 +170,9 @@ def agent_command(
             mode=mode.value,
             stale_after=stale_after,
             method=method.value,
+            write_tolerance=write_tolerance,
+            pace=pace,
+            back_off=back_off,
         )
         for name in names
     ]
