@@ -5,11 +5,11 @@ what happened meanwhile without listing again."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Mapping
 from typing import Any
 
 import pytest
+from operator_helpers import wait_for
 
 from walras.kube import watch
 from walras.operator import main
@@ -48,13 +48,16 @@ class Recorder:
             ]
 
 
-def wait_until(predicate: Any, what: str, timeout: float = 30.0) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+def started(
+    client: Any, path: str, version: str | None = None
+) -> tuple[watch.CollectionWatch, Recorder, threading.Event]:
+    """A CollectionWatch of ``path`` running in its thread (from ``version``, if given)."""
+    seen = Recorder()
+    stop = threading.Event()
+    collection = watch.CollectionWatch(client, path, seen)
+    collection.version = version
+    collection.start(stop)
+    return collection, seen, stop
 
 
 def test_list_then_every_change_in_order(
@@ -63,12 +66,9 @@ def test_list_then_every_change_in_order(
     pods = f"/api/v1/namespaces/{namespace}/pods"
     devcluster.request(kube, "POST", pods, body=pod("before"))
     client = main.watch_client(control_plane.admin_kubeconfig)
-    seen = Recorder()
-    stop = threading.Event()
-    watcher = watch.CollectionWatch(client, pods, seen)
-    watcher.start(stop)
+    watcher, seen, stop = started(client, pods)
     try:
-        wait_until(lambda: seen.events(), "the LIST")
+        wait_for(seen.events, 30, "the LIST")
         assert seen.events() == [("ADDED", "before", True)]
         devcluster.request(kube, "POST", pods, body=pod("after"))
         devcluster.request(
@@ -79,7 +79,7 @@ def test_list_then_every_change_in_order(
             content_type="application/merge-patch+json",
         )
         devcluster.request(kube, "DELETE", f"{pods}/after", body={"gracePeriodSeconds": 0})
-        wait_until(lambda: ("DELETED", "after", False) in seen.events(), "the deletion")
+        wait_for(lambda: ("DELETED", "after", False) in seen.events(), 30, "the deletion")
         got = seen.events()
         assert got[:3] == [
             ("ADDED", "before", True),
@@ -101,21 +101,14 @@ def test_a_watch_resumed_from_its_version_gets_what_it_missed_without_a_list(
     pods = f"/api/v1/namespaces/{namespace}/pods"
     devcluster.request(kube, "POST", pods, body=pod("old"))
     client = main.watch_client(control_plane.admin_kubeconfig)
-    first = Recorder()
-    stop = threading.Event()
-    watcher = watch.CollectionWatch(client, pods, first)
-    watcher.start(stop)
-    wait_until(lambda: first.events(), "the LIST")
+    watcher, first, stop = started(client, pods)
+    wait_for(first.events, 30, "the LIST")
     stop.set()  # the first watch ends (at its next chunk or its timeout); nothing more is read
-    version = watcher.version
+    version = watcher.version  # before the change: that watch may still see it and move on
     devcluster.request(kube, "POST", pods, body=pod("missed"))
-    resumed = Recorder()
-    again = threading.Event()
-    later = watch.CollectionWatch(client, pods, resumed)
-    later.version = version
-    later.start(again)
+    later, resumed, again = started(client, pods, version=version)
     try:
-        wait_until(lambda: resumed.events(), "the missed pod")
+        wait_for(resumed.events, 30, "the missed pod")
         assert resumed.events() == [("ADDED", "missed", False)]
         assert later.lists == 0
     finally:
