@@ -68,13 +68,11 @@ class CollectionWatch:
         path: str,
         deliver: Deliver,
         *,
-        label_selector: str = "",
         retry_seconds: float = 1.0,
     ) -> None:
         self.client = api_client
         self.path = path
         self.deliver = deliver
-        self.label_selector = label_selector
         self.retry_seconds = retry_seconds
         self.version: str | None = None
         self.lists = 0  # LISTs done (1 + relists)
@@ -86,10 +84,7 @@ class CollectionWatch:
         config = self.client.configuration
         headers = writes.auth_headers(self.client)
         headers["Accept"] = "application/json"
-        params = dict(query)
-        if self.label_selector:
-            params["labelSelector"] = self.label_selector
-        url = f"{config.host}{self.path}?{urlencode(params)}"
+        url = f"{config.host}{self.path}?{urlencode(dict(query))}"
         return self.client.rest_client.pool_manager.request(
             "GET",
             url,
@@ -107,7 +102,6 @@ class CollectionWatch:
         data = json.loads(resp.data)
         self.lists += 1
         items = [i for i in data.get("items") or [] if isinstance(i, dict)]
-        # A LIST's items carry no kind: the watch's events name the object, not its type.
         self.version = str((data.get("metadata") or {}).get("resourceVersion") or "") or None
         self.deliver([{"type": "ADDED", "object": item} for item in items], True)
 
