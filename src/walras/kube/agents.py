@@ -13,10 +13,12 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kubernetes import client
+
+from walras.kube import watch
 
 log = logging.getLogger("walras.kube.agents")
 
@@ -184,23 +186,6 @@ class Kube:
 # --------------------------------------------------------------------------------- informer
 
 
-def _lines(response: Any) -> Iterator[bytes]:
-    """Newline-delimited JSON events of a streaming WATCH response (linear in its bytes: a
-    chunk may hold hundreds of events when many objects change at once)."""
-    pending = bytearray()
-    for chunk in response.stream(amt=None, decode_content=True):
-        pending.extend(chunk)
-        start = 0
-        while (end := pending.find(b"\n", start)) >= 0:
-            line = bytes(pending[start:end])
-            start = end + 1
-            if line.strip():
-                yield line
-        del pending[:start]
-    if pending.strip():
-        yield bytes(pending)
-
-
 class Informer:
     """One resource kept current by LIST then WATCH from the list's resourceVersion, as
     client-go's informers do (raw JSON, no model classes; a thread per informer).
@@ -341,7 +326,8 @@ class Informer:
                     timeout_seconds=WATCH_SECONDS,
                 )
                 try:
-                    for line in _lines(response):
+                    chunks = response.stream(amt=None, decode_content=True)
+                    for line in (x for found in watch.lines(chunks) for x in found):
                         if not self.apply(json.loads(line)):
                             relist = True
                             break
