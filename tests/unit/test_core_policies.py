@@ -9,37 +9,19 @@ stability of POP's shard assignment under unrelated arrivals, and the registry's
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pytest
-from tests.unit.test_operator_pipeline import cluster, job, workload
+from tests.unit.snapshot_helpers import (
+    assert_type_feasible,
+    cluster,
+    job,
+    solve,
+    with_work,
+    workload,
+)
 
 from walras.core import cycle, history, policies, snapshot, weighting
 from walras.core.policies import registry
-
-
-def solve(name: str, store: snapshot.Store, **options: Any) -> policies.Solution:
-    snap = store.freeze(now=1000.0)
-    view = snapshot.cluster_view(snap)
-    return policies.create(name, policies.PolicyOptions(backend="numpy", **options)).solve(
-        snap, view
-    )
-
-
-def with_work(jobs: list[dict[str, Any]], total: float = 1e5) -> list[dict[str, Any]]:
-    for j in jobs:
-        j["spec"]["totalWork"] = total
-    return jobs
-
-
-def assert_type_feasible(sol: policies.Solution, store: snapshot.Store) -> None:
-    view = snapshot.cluster_view(store.freeze(now=0.0))
-    demand = np.array([j.replicas for j in sol.jobs]) * sol.gpus_per_pod
-    use = (sol.targets * demand[:, None]).sum(axis=0)
-    # Capacity per type is what the view offers; 1e-6 relative slack is the solvers' tolerance.
-    assert np.all(use <= view.type_capacity * (1 + 1e-6) + 1e-9), (use, view.type_capacity)
-    assert np.all(sol.targets >= 0) and np.all(sol.targets.sum(axis=1) <= 1 + 1e-9)
 
 
 def test_registry_names_aliases_and_errors() -> None:

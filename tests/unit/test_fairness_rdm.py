@@ -117,7 +117,7 @@ def test_psdsf_policy_rejects_an_unknown_mode() -> None:
 
 
 def test_psdsf_policy_in_rdm_mode_solves_the_tenant_model_under_rdm() -> None:
-    from tests.unit.test_operator_pipeline import cluster, job, workload
+    from tests.unit.snapshot_helpers import cluster, job, workload
 
     from walras.allocator import fairness
     from walras.core import snapshot
@@ -135,7 +135,7 @@ def test_psdsf_policy_in_rdm_mode_solves_the_tenant_model_under_rdm() -> None:
 
 
 def test_psdsf_rdm_hands_out_gpus_not_time() -> None:
-    from tests.unit.test_operator_pipeline import cluster, job
+    from tests.unit.snapshot_helpers import cluster, job
 
     from walras.allocator import fairness
     from walras.core import snapshot

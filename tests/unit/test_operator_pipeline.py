@@ -13,80 +13,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from tests.unit.snapshot_helpers import cluster, job, node, pool, workload
 
 from walras.allocator import fairness, pricing
 from walras.core import crd, history, policies, realise, snapshot
 from walras.core.tenants import fairness_problem, psdsf_problem, tenant_model
-
-
-def node(name: str, gpu_type: str, gpus: int, **labels: str) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "labels": {"walras.dev/gpu-type": gpu_type, **labels}},
-        "status": {
-            "allocatable": {"nvidia.com/gpu": str(gpus), "cpu": "32", "memory": "256Gi"},
-            "conditions": [{"type": "Ready", "status": "True"}],
-        },
-    }
-
-
-def pool(gpu_type: str) -> dict[str, Any]:
-    return {"metadata": {"name": gpu_type, "generation": 1}, "spec": {"gpuType": gpu_type}}
-
-
-def job(
-    name: str,
-    throughput: dict[str, float],
-    replicas: int = 1,
-    ns: str = "ns",
-    tenant: str | None = None,
-    gpus: int | None = None,
-    cpu: str | None = None,
-    selector: dict[str, str] | None = None,
-) -> dict[str, Any]:
-    container: dict[str, Any] = {"name": "c"}
-    if gpus is not None or cpu is not None:
-        container["resources"] = {}
-        if gpus is not None:
-            container["resources"]["limits"] = {"nvidia.com/gpu": str(gpus)}
-        if cpu is not None:
-            container["resources"]["requests"] = {"cpu": cpu}
-    spec: dict[str, Any] = {
-        "replicas": replicas,
-        "throughput": throughput,
-        "template": {"spec": {"containers": [container], "nodeSelector": selector or {}}},
-    }
-    if tenant:
-        # A job's tenant is its namespace (issue 14's governance; spec.tenant is ignored).
-        ns = tenant
-    return {
-        "metadata": {"namespace": ns, "name": name, "uid": f"uid-{name}", "generation": 1},
-        "spec": spec,
-    }
-
-
-def cluster(jobs: list[dict[str, Any]], order: int = 0) -> snapshot.Store:
-    store = snapshot.Store()
-    objs: list[tuple[str, dict[str, Any]]] = [("pool", pool(t)) for t in ("v100", "k80")]
-    objs += [("node", node(f"v100-{i}", "v100", 8)) for i in range(2)]
-    objs += [("node", node(f"k80-{i}", "k80", 4)) for i in range(3)]
-    objs += [("job", j) for j in jobs]
-    if order:
-        objs = [objs[i] for i in np.random.default_rng(order).permutation(len(objs))]
-    for kind, obj in objs:
-        store.upsert(kind, obj)
-    return store
-
-
-def workload() -> list[dict[str, Any]]:
-    rng = np.random.default_rng(7)
-    return [
-        job(
-            f"j{i:02d}",
-            {"v100": float(rng.uniform(2, 10)), "k80": float(rng.uniform(0.5, 3))},
-            replicas=int(rng.integers(1, 4)),
-        )
-        for i in range(12)
-    ]
 
 
 def test_snapshot_order_is_independent_of_event_order() -> None:

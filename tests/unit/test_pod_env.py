@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.unit.test_operator_pipeline import cluster, job
+from tests.unit.snapshot_helpers import cluster, job
 
 from walras import workload
 from walras.core import cycle, pod_env, policies

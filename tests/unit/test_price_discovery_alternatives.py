@@ -14,8 +14,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-from tests.unit.test_core_policies import with_work
-from tests.unit.test_operator_pipeline import cluster, job
+from tests.unit.snapshot_helpers import cluster, job, with_work
 
 from walras.core import policies, snapshot
 
