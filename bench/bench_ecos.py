@@ -59,7 +59,7 @@ def run_case(record: dict[str, Any]) -> dict[str, Any]:
         "makespan_s": round(s["makespan_s"], 3),
         "avg_jct_s": round(s["avg_jct_s"], 3),
         "utilization": round(s["utilization"], 4),
-        "solves": len(result.ledger.solve_s),
+        "solves": len(result.tally.solve_s),
         "gavel_solves": record["solves"],
         "solve_s_mean": round(solve_mean, 5),
         "gavel_solve_mean_s": round(record["solve_mean_s"], 5),

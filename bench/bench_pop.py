@@ -357,9 +357,9 @@ def simulate_once(policy: str, shards: int, jobs: int = SIM_JOBS,
     from walras.sim import walras_mechanics
     from walras.sim.arrivals import poisson_arrivals
     from walras.sim.config import SimConfig
-    from walras.sim.ledger import Ledger
     from walras.sim.metrics import SimResult
     from walras.sim.scenario import load_scenario
+    from walras.sim.tally import Tally
     from walras.sim.trace import read_trace
 
     trace = read_trace(SIM_TRACE)
@@ -373,16 +373,16 @@ def simulate_once(policy: str, shards: int, jobs: int = SIM_JOBS,
         weighting="none", weighting_exponent=-0.5, hold_s=0.0, history_half_life_s=math.inf,
         backfill=False, pop_shards=shards,
     )  # fmt: skip
-    ledger = Ledger(workload, scenario.cluster.n_gpus)
+    tally = Tally(workload, scenario.cluster.n_gpus)
     wall, cpu = time.perf_counter(), _cpu()
     makespan = walras_mechanics.run(
-        workload, scenario.cluster, types.SimpleNamespace(name=policy), config, ledger
+        workload, scenario.cluster, types.SimpleNamespace(name=policy), config, tally
     )
     result = SimResult(
         policy=policy,
         config=SimConfig(semantics="walras", restart_s=10.0),
         cluster=scenario.cluster,
-        ledger=ledger,
+        tally=tally,
         makespan_s=makespan,
         wall_s=time.perf_counter() - wall,
     )

@@ -59,9 +59,9 @@ CASES: list[tuple[str, str, dict[str, Any]]] = [
 def run_case(label: str, policy: str, extra: dict[str, Any]) -> dict[str, Any]:
     from walras.sim import walras_mechanics
     from walras.sim.config import SimConfig
-    from walras.sim.ledger import Ledger
     from walras.sim.metrics import SimResult
     from walras.sim.scenario import load_scenario
+    from walras.sim.tally import Tally
 
     scenario = load_scenario(TRACE, cluster="20:20:20", gpus_per_node="4:4:4")
     config = types.SimpleNamespace(
@@ -79,7 +79,7 @@ def run_case(label: str, policy: str, extra: dict[str, Any]) -> dict[str, Any]:
     )
     for key, value in extra.items():
         setattr(config, key, value)
-    ledger = Ledger(scenario.workload, scenario.cluster.n_gpus)
+    tally = Tally(scenario.workload, scenario.cluster.n_gpus)
     wall, cpu = time.perf_counter(), time.process_time()
     error = None
     try:
@@ -88,7 +88,7 @@ def run_case(label: str, policy: str, extra: dict[str, Any]) -> dict[str, Any]:
             scenario.cluster,
             types.SimpleNamespace(name=policy),
             config,  # type: ignore[arg-type]
-            ledger,
+            tally,
         )
     except Exception as exc:
         error, makespan = f"{type(exc).__name__}: {exc}", math.nan
@@ -96,7 +96,7 @@ def run_case(label: str, policy: str, extra: dict[str, Any]) -> dict[str, Any]:
         policy=policy,
         config=SimConfig(semantics="walras", restart_s=10.0),
         cluster=scenario.cluster,
-        ledger=ledger,
+        tally=tally,
         makespan_s=makespan,
         wall_s=time.perf_counter() - wall,
     )

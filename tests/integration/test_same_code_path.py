@@ -43,8 +43,8 @@ from walras.kube import writes as kubeapi
 from walras.operator import handlers, loop
 from walras.sim import walras_mechanics
 from walras.sim.config import SimConfig
-from walras.sim.ledger import Ledger
 from walras.sim.scenario import Scenario, load_scenario
+from walras.sim.tally import Tally
 from walras.sim.trace import read_trace
 from walras.testing import devcluster
 
@@ -108,7 +108,7 @@ def simulate(policy: str, arrival: float, rounds: int) -> list[cycle.CyclePlan]:
             sc.cluster,
             policy,
             config,
-            Ledger(sc.workload, sc.cluster.n_gpus),
+            Tally(sc.workload, sc.cluster.n_gpus),
             observer=observe,
         )
     return plans

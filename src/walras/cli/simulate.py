@@ -323,7 +323,7 @@ def _print_summary(result: Any) -> None:
     s = result.summary()
     console = Console()
     table = Table(
-        title=f"{result.ledger.workload.source} · {result.policy} · {result.cluster.describe()}"
+        title=f"{result.tally.workload.source} · {result.policy} · {result.cluster.describe()}"
     )
     table.add_column("metric")
     table.add_column("value", justify="right")
@@ -339,14 +339,14 @@ def _print_summary(result: Any) -> None:
         a, b = result.config.window
         table.add_row(f"average JCT, jobs {a}..{b - 1}", hours(s["avg_jct_window_s"]))
     table.add_row("utilisation", f"{s['utilization']:.3f}")
-    failed = sum(result.ledger.failed)
+    failed = sum(result.tally.failed)
     table.add_row("jobs", f"{s['jobs']}" + (f" ({failed} failed)" if failed else ""))
     table.add_row("rounds", f"{s['rounds']}")
     table.add_row("restarts", f"{s['restarts']}")
     if s["solve_s_mean"] is not None:
         table.add_row(
             "policy solves",
-            f"{len(result.ledger.solve_s)}: mean {s['solve_s_mean'] * 1e3:.1f} ms, "
+            f"{len(result.tally.solve_s)}: mean {s['solve_s_mean'] * 1e3:.1f} ms, "
             f"p95 {s['solve_s_p95'] * 1e3:.1f} ms, max {s['solve_s_max'] * 1e3:.1f} ms",
         )
     table.add_row("wall time", f"{s['wall_s']:.2f} s")
