@@ -1,4 +1,4 @@
-"""One agent step of distributed, asynchronous PS-DSF (paper 004 §III-D; ALGORITHMS.md §2).
+"""One agent step of distributed, asynchronous PS-DSF (docs/algorithms.md#distributed-ps-dsf).
 
 Called by the node agent (``walras.agent.runner``) every τ seconds and by the simulator
 (``walras.agent.simulate``). Pure: numpy plus the allocator's ``fairness.node_update``.
@@ -110,7 +110,8 @@ damping of the split.
 A step is skipped (nothing written) when the published totals do not yet include this node's own
 last write: ``b_n`` would otherwise count the node's old allocation as "elsewhere". The check
 compares the resourceVersion of the NodeAllocation list the totals were summed from with the
-resourceVersion of the agent's last write (ALGORITHMS.md's "per-user version checks").
+resourceVersion of the agent's last write (the per-user version check of
+docs/algorithms.md#distributed-ps-dsf).
 """
 
 from __future__ import annotations

@@ -137,7 +137,7 @@ def simulate_command(
     from walras.sim.errors import PolicyError, SimInputError, SimulationStuckError
 
     if policy == "sow" or (str(trace) == "sow" and not trace.exists()):
-        # Statements of work (paper 002): their own workload and mechanism (cli/simulate_sow.py).
+        # Statements of work: their own workload and mechanism (cli/simulate_sow.py).
         from walras.cli.simulate_sow import simulate_sow
 
         if spec is not None:

@@ -99,10 +99,9 @@ class Api:
         self,
         api_client: Any,
         *,
-        # Requests in flight. 32 rather than 16: on the 2-core local control plane the API
-        # server spent fewer CPU-seconds per write with more in flight (5,000-job cold round, two
-        # back-to-back pairs: 53.7 s / 55.4 s at 32 against 67.1 s / 64.0 s at 16; 64.7 s at 8;
-        # measured while gangs of any size were created on their nodes, 2026-11-24).
+        # Requests in flight. 32 rather than 16: the API server spends fewer CPU-seconds per
+        # write with more in flight, so a cold round is shorter
+        # (docs/evaluation.md#writes-in-flight).
         # The operator's connection pool holds as many (walras.operator.main: pool_size=32).
         workers: int = 32,
         timeout: float = 15.0,

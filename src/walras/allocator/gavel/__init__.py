@@ -1,7 +1,7 @@
 """Gavel's baseline policies (space sharing off), as exact optimisations with Gavel's meaning.
 
 Max-min fairness *with* space sharing (a variable per pair of co-located jobs, Gavel's
-``max_min_fairness_packed``, paper 001's POP benchmark) is :mod:`.packed`.
+``max_min_fairness_packed``, Narayanan et al. 2021's POP benchmark) is :mod:`.packed`.
 
 Gavel (Narayanan et al., OSDI 2020; github.com/stanford-futuredata/gavel, ``scheduler/policies``)
 turns the active jobs into time fractions ``x[j, t]``: the share of wall time job ``j`` should run

@@ -117,9 +117,9 @@ class PolicyOptions:
     # Policies that plan whole rounds (Hadar) need the round length and the restart cost.
     round_seconds: float = 360.0
     restart_seconds: float = 10.0
-    # POP (paper 001): solve this many shards of the jobs independently (1 = exact).
+    # POP (Narayanan et al. 2021): solve this many shards of the jobs independently (1 = exact).
     pop_shards: int = 1
-    # PS-DSF (paper 004): "tdm" (nodes time-shared, the default) or "rdm" (resources divisible).
+    # PS-DSF: "tdm" (nodes time-shared, the default) or "rdm" (resources divisible).
     psdsf_mode: str = "tdm"
 
 
@@ -141,7 +141,7 @@ def inputs_key(snap: snapshot.Snapshot, view: snapshot.ClusterView) -> tuple[obj
     per node, and what the filters read: labels, taints, allocatable, foreign requests)."""
     return (
         tuple((j.uid, j.generation, j.tenant) for j in snap.active_jobs),
-        # Throughputs change without a new generation: measured or estimated (issue 16).
+        # Throughputs change without a new generation: measured or estimated.
         tuple(tuple(sorted(j.throughput.items())) for j in snap.active_jobs),
         tuple(sorted((name, repr(spec)) for name, spec in snap.tenants.items())),
         view.gpu_types,

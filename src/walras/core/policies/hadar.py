@@ -1,4 +1,4 @@
-"""``hadar`` and ``hadare``: online primal–dual scheduling, and job forking (paper 003).
+"""``hadar`` and ``hadare``: online primal–dual scheduling, and job forking (Sultana et al. 2024).
 
 Unlike the fraction policies, Hadar decides each round's placements itself
 (``walras.allocator.hadar.plan_round``): per GPU type a price exponential in the GPUs taken, a job's
@@ -62,7 +62,7 @@ Every round re-plans the whole queue here, so D5's 480 jobs × 9,261 states (abo
 round for the DP) would cost an hour over a run; the greedy rule takes milliseconds."""
 
 
-@register("hadar", summary="online primal-dual placement with exponential prices (paper 003)")
+@register("hadar", summary="online primal-dual placement with exponential prices (Hadar)")
 class Hadar:
     """Hadar: one gang per job, placed by payoff."""
 

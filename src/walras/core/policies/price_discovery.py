@@ -1,4 +1,4 @@
-"""``price-discovery``: utility-maximising time shares per GPU type (paper 000).
+"""``price-discovery``: utility-maximising time shares per GPU type (Agrawal et al. 2021).
 
 Groups are GPU types. ``walras.allocator.pricing`` maximises ``Σ_i u_i(a_i^T x_i)`` subject to
 ``Σ_i d_i x_i ≤ R`` (``d_i`` = replicas × GPUs per pod, ``R`` = free GPUs per type); the targets are
@@ -37,9 +37,7 @@ from walras.core.policies.eligibility import Capacity, usable_types
 from walras.core.policies.registry import register
 
 
-@register(
-    "price-discovery", summary="utility-maximising shares per GPU type, with prices (paper 000)"
-)
+@register("price-discovery", summary="utility-maximising shares per GPU type, with prices")
 class PriceDiscovery:
     """Price discovery with warm-started prices."""
 

@@ -1,4 +1,4 @@
-"""``psdsf``: per-server dominant-share fairness over nodes (paper 004), time-shared (TDM).
+"""``psdsf``: per-server dominant-share fairness over nodes, time-shared (TDM).
 
 ``PolicyOptions.psdsf_mode`` (``--psdsf-mode``) picks the mode: ``"tdm"`` (default, nodes
 time-shared) or ``"rdm"`` (resources divisible inside a node; Theorem 1 instead of Theorem 2).
@@ -43,7 +43,7 @@ from walras.core.policies.eligibility import Capacity, usable_types
 from walras.core.policies.registry import register
 
 
-@register("psdsf", summary="fair multi-resource shares per node, time-shared (paper 004)")
+@register("psdsf", summary="fair multi-resource shares per node, time-shared (PS-DSF)")
 class PSDSF:
     """PS-DSF solved centrally each round."""
 

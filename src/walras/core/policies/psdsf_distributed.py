@@ -1,4 +1,4 @@
-"""``psdsf-distributed``: PS-DSF whose tasks the node agents computed (paper 004 §III-D).
+"""``psdsf-distributed``: PS-DSF whose tasks the node agents computed.
 
 The same tenant model and task → target conversion as ``psdsf``; the tasks ``x_{n,i}`` are the
 agents' converged NodeAllocations, read through ``PolicyOptions.distributed_reader`` (the operator
