@@ -22,7 +22,7 @@ work rate the target promises against the work actually done per second, with 10
 (re)start in both behaviours, so the old behaviour's restarts count against it too), ``time_s``
 and ``cpu_s`` of the whole loop.
 
-Cases (the acceptance of issue 15, item 1):
+Cases:
 
 - ``fit_1000x200``: 1,000 jobs of 1-2 one-GPU pods (1,519 pods) on 200 nodes x 8 GPUs of four
   types (the operator benchmark's ``round_1000x200``): not oversubscribed. 60 rounds; steady

@@ -1,5 +1,5 @@
 """Cluster objects as API dicts and one planned round (walras.core.cycle.plan), for the unit
-tests of the filters, the realiser and the status under issue 14."""
+tests of the filters, the realiser and the status."""
 
 from __future__ import annotations
 

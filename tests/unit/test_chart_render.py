@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "walras"
 CI_VALUES = sorted((CHART / "ci").glob("*.yaml"))
 NAMESPACE = "walras-system"
-# The apiserver version the project runs (issue 4); kubernetes-validate ships its schemas.
+# The apiserver version the project runs; kubernetes-validate ships its schemas.
 KUBE_VERSION = "1.36.0"
 
 Manifest = dict[str, Any]
@@ -165,9 +165,9 @@ CONTROLLER_GRANTS: dict[tuple[str, str], set[str]] = {
     ("walras.dev", "resourcepools"): {"get", "list", "watch"},
     ("walras.dev", "resourcepools/status"): {"patch"},
     ("walras.dev", "nodeallocations"): {"get", "list", "watch"},
-    # Tenants are admin-owned: the controller only reads them (issue 14, governance).
+    # Tenants are admin-owned: the controller only reads them (governance).
     ("walras.dev", "tenants"): {"get", "list", "watch"},
-    # Statements of work (issue 13): listed each round, status patched.
+    # Statements of work: listed each round, status patched.
     ("walras.dev", "statementsofwork"): {"get", "list"},
     ("walras.dev", "statementsofwork/status"): {"patch"},
 }

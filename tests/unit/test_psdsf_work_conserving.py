@@ -1,4 +1,4 @@
-"""PS-DSF uses the cluster: Theorem 2's condition (paper 004) on every realised round.
+"""PS-DSF uses the cluster: Theorem 2's condition (the PS-DSF paper) on every realised round.
 
 ``psdsf`` and ``psdsf-distributed`` run through the scheduling core (``walras.core.cycle.plan``,
 the code both shells run) for several rounds on random clusters: GPU types with random speeds,

@@ -1,4 +1,4 @@
-"""Tests for the rounds realiser (``walras.allocator.rounds``, ALGORITHMS.md §3).
+"""Tests for the rounds realiser (``walras.allocator.rounds``, docs/algorithms.md#round-realiser).
 
 Oracles, not stored numbers: capacity and gang checks recomputed from the plan, maximality (an
 unplaced job does not fit in what is left), brute-force minimum node counts, idempotence of a
