@@ -10,10 +10,9 @@ authentication) with plain dict bodies, in a private thread pool so that many wr
 run in parallel without blocking the event loop. With a real ``ApiClient`` they skip its generic
 request builder (``param_serialize``: a recursive sanitising walk of the body, and an auth refresh
 per request) and go straight to its urllib3 pool: compact JSON, the headers it would send, the
-same pool. Measured with ``cProfile`` against the local API server, 300 sequential status patches:
-the client's own CPU fell from 1.17 ms to about 0.6 ms per request (see ``bench_operator``'s
-``write_cpu`` case); any other client object (the tests' stand-ins) takes the generic path.
-Conflicts are idempotent outcomes, not errors:
+same pool, which about halves the client's own CPU per request
+(docs/evaluation.md#client-cpu-per-write); any other client object (the tests' stand-ins) takes the
+generic path. Conflicts are idempotent outcomes, not errors:
 
 - create → 409 AlreadyExists is :attr:`Outcome.EXISTS` (a restarted operator re-creating the
   deterministic pod name);
