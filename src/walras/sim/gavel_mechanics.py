@@ -1,4 +1,4 @@
-"""Gavel's simulator mechanics (``scheduler/scheduler.py::simulate`` at commit c4fa400), rebuilt.
+"""Gavel's simulator mechanics (``scheduler/scheduler.py::simulate``), rebuilt.
 
 One loop iteration is one round:
 
