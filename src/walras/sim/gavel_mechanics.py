@@ -1,4 +1,5 @@
-"""Gavel's simulator mechanics (``scheduler/scheduler.py::simulate``), rebuilt.
+"""Gavel's simulator mechanics (``scheduler/scheduler.py::simulate``, the version in
+tests/data/gavel/NOTICE.md), rebuilt.
 
 One loop iteration is one round:
 
