@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 SEMANTICS = ("gavel", "walras")
 """Round mechanics: ``gavel`` (Gavel's simulator, rebuilt) and ``walras`` (the operator's own
@@ -29,9 +30,9 @@ class SimConfig:
     semantics: str = "gavel"
     min_reset_interval_s: float = 1920.0
     lp_solver: str = "highs"
-    # --semantics walras only (walras.core.cycle.CycleOptions and walras.core.policies options):
-    weighting: str = "none"
-    weighting_exponent: float = -0.5
+    # --semantics walras only (walras.core.cycle.CycleOptions, and the policy's arguments and POP
+    # shards as walras.core.policies.PolicyConfig takes them, e.g. {"psdsf": {"mode": "rdm"}}):
+    policy_args: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
     hold_s: float = 0.0
     history_half_life_s: float = math.inf
     backfill: bool = False
