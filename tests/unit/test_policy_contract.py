@@ -180,3 +180,20 @@ def test_every_builtin_argument_default_decodes_to_itself() -> None:
         args_type = registry.args_type(name)
         defaults = args_type()
         assert args_type.decode(defaults.encode(), prefix=name) == defaults
+
+
+def test_kopf_entry_reads_policy_args_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``kopf run -m walras.operator.kopf_entry`` reads WALRAS_POLICY_ARGS as the CLI does
+    (whitespace-separated items, as click splits a repeated option's variable)."""
+    from walras.operator import kopf_entry
+
+    for field in dataclasses.fields(main.Options):
+        monkeypatch.delenv(f"WALRAS_{field.name.upper()}", raising=False)
+    monkeypatch.setenv("WALRAS_POLICY", "psdsf")
+    monkeypatch.setenv("WALRAS_POLICY_ARGS", "psdsf.mode=rdm price-discovery.backend=numpy")
+    options = kopf_entry.options_from_env()
+    assert options.policy_args == ("psdsf.mode=rdm", "price-discovery.backend=numpy")
+    policy = policies.build(main.policy_config(options))
+    assert policy.name == "psdsf" and getattr(policy, "mode", None) == "rdm"
