@@ -1,4 +1,5 @@
-"""Write the policy registry's arguments into the chart's values.schema.json (``policyArgs``).
+"""Write the policy registry into the chart's values.schema.json: ``policy``'s enum (the
+registered names) and ``policyArgs`` (each policy's arguments).
 
 ``python hack/policy_args_schema.py`` after adding a policy or an argument; without ``--write``
 it only says whether the chart is in step (exit 1 if not). tests/unit/test_policy_contract.py
@@ -11,7 +12,7 @@ import json
 import pathlib
 import sys
 
-from walras.core import policies  # noqa: F401  (registers the built-in policies)
+from walras.core import policies
 from walras.core.policies import registry
 
 SCHEMA = pathlib.Path(__file__).resolve().parents[1] / "charts" / "walras" / "values.schema.json"
@@ -22,9 +23,10 @@ DESCRIPTION = (
 
 
 def expected(schema: dict[str, object]) -> dict[str, object]:
-    """``schema`` with ``policyArgs`` as the registry has it (after ``solver``)."""
+    """``schema`` with ``policy``'s enum and ``policyArgs`` as the registry has them."""
     out: dict[str, object] = {}
     props = dict(schema["properties"])  # type: ignore[call-overload]
+    props["policy"] = {**props["policy"], "enum": list(policies.names())}
     new = {**registry.values_schema(), "description": DESCRIPTION}
     for key, value in props.items():
         if key == "policyArgs":

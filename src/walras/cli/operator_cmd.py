@@ -283,7 +283,7 @@ def policies_command() -> None:
     table.add_column("name")
     table.add_column("aliases")
     table.add_column("what it does")
-    table.add_column("arguments (--policy-arg NAME.FIELD=VALUE), defaults")
+    table.add_column("arguments (--policy-arg), defaults")
     aliases = policies.aliases()
     for name in policies.names():
         defaults = policies.registry.args_type(name)().encode()
