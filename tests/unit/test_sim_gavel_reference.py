@@ -6,9 +6,10 @@ exactly elsewhere (``test_sim_gavel_replay``). With the default ``--lp-solver hi
 are ours (HiGHS LPs) where Gavel used ECOS, and an LP with several optima may be solved to a
 different one, so the issue's acceptance bounds apply: makespan and average JCT within ±3 %,
 utilisation within 0.02; two records miss them (:data:`NOISE_DECIDED`, run as xfail). With
-``--lp-solver ecos`` (Gavel's own solver in Gavel's problem shape, ``walras.sim.ecos_lp``) every
-record, those two included, is held to the same bounds (measured: all equal to Gavel's printed
-digits; per-solve allocations are compared with Gavel's in ``test_ecos_lp``).
+``--lp-solver ecos`` (Gavel's own solver in Gavel's problem shape,
+``walras.allocator.gavel.ecos``) every record, those two included, is held to the same bounds
+(measured: all equal to Gavel's printed digits; per-solve allocations are compared with Gavel's
+in ``test_ecos_lp``).
 """
 
 from __future__ import annotations

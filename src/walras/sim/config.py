@@ -6,13 +6,16 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from walras.allocator import gavel
+
 SEMANTICS = ("gavel", "walras")
 """Round mechanics: ``gavel`` (Gavel's simulator, rebuilt) and ``walras`` (the operator's own
 scheduling core, ``walras.core.cycle.plan``, on a simulated clock and cluster)."""
 
-LP_SOLVERS = ("highs", "ecos")
+LP_SOLVERS = gavel.LP_SOLVERS
 """``--lp-solver`` for Gavel's LP policies: ``highs`` (default, :mod:`walras.allocator.gavel`) or
-``ecos`` (Gavel's own solver, cvxpy + ECOS, extra ``walras[ecos]``; :mod:`walras.sim.ecos_lp`)."""
+``ecos`` (Gavel's own solver, cvxpy + ECOS, extra ``walras[ecos]``;
+:mod:`walras.allocator.gavel.ecos`)."""
 
 
 @dataclass(frozen=True, slots=True)
