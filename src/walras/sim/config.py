@@ -23,7 +23,7 @@ class SimConfig:
     """``round_s``: round length; ``restart_s``: seconds a (re)started job loses in its round;
     ``min_reset_interval_s``: Gavel's ``minimum_time_between_allocation_resets``; ``window``:
     job ids ``[a, b)`` whose mean JCT is reported separately (Gavel's ``-s a -e b``);
-    ``lp_solver``: one of :data:`LP_SOLVERS`, for Gavel's LP policies. The last six
+    ``lp_solver``: one of :data:`LP_SOLVERS`, for Gavel's LP policies. The last eight
     fields configure ``--semantics walras`` (see ``docs/policies.md``)."""
 
     round_s: float = 360.0
