@@ -204,14 +204,17 @@ def run(
 ) -> float:
     """Simulate until every job has finished; returns the final clock (the makespan).
 
-    ``observer`` is called with every cycle's plan once it is applied (the same-code-path test
-    compares these with the real operator's rounds).
+    ``policy`` is a registered policy's name (or alias), or anything with that ``name`` (what
+    :func:`walras.sim.engine.run` passes); the policy object itself is built here from it and
+    ``config.policy_args``. ``observer`` is called with every cycle's plan once it is applied
+    (the same-code-path test compares these with the real operator's rounds).
     """
+    name = policy if isinstance(policy, str) else str(policy.name)
     try:
         # The operator's builder (walras.core.policies.registry.build), with the simulator's
         # facts in the handle: the same policy object the operator would run.
         core_policy = policies.build(
-            policies.PolicyConfig(policy.name, config.policy_args, config.pop_shards),
+            policies.PolicyConfig(name, config.policy_args, config.pop_shards),
             policies.Handle(
                 round_seconds=float(config.round_s),
                 restart_seconds=float(config.restart_s),
