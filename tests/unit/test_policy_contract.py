@@ -197,3 +197,49 @@ def test_kopf_entry_reads_policy_args_from_the_environment(
     assert options.policy_args == ("psdsf.mode=rdm", "price-discovery.backend=numpy")
     policy = policies.build(main.policy_config(options))
     assert policy.name == "psdsf" and getattr(policy, "mode", None) == "rdm"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EveryKind(policies.PolicyArgs):
+    flag: bool = False
+    count: int = 2
+    rate: float = dataclasses.field(default=0.5, metadata={"exclusiveMinimum": 0, "maximum": 1})
+    label: str = "x"
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        ({}, EveryKind()),
+        ({"flag": "true", "count": "7", "rate": "1", "label": "y"}, EveryKind(True, 7, 1.0, "y")),
+        ({"flag": "off", "rate": "1e-3"}, EveryKind(flag=False, rate=0.001)),
+        ({"flag": True, "count": 3, "rate": 0.25}, EveryKind(True, 3, 0.25)),  # YAML values
+    ],
+)
+def test_arguments_decode_from_text_and_values(
+    values: dict[str, object], expected: EveryKind
+) -> None:
+    assert EveryKind.decode(values, prefix="p") == expected
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"flag": "maybe"}, "p.flag: 'maybe' is not a boolean"),
+        ({"count": "2.5"}, "p.count: '2.5' is not an integer"),
+        ({"count": True}, "p.count: True is not an integer"),
+        ({"rate": "nan"}, "p.rate: NaN"),
+        ({"rate": "0"}, "p.rate: must be > 0, got 0.0"),
+        ({"rate": 1.5}, "p.rate: must be <= 1, got 1.5"),
+    ],
+)
+def test_bad_argument_values_name_the_argument(values: dict[str, object], message: str) -> None:
+    with pytest.raises(policies.PolicyArgError) as err:
+        EveryKind.decode(values, prefix="p")
+    assert message in str(err.value)
+
+
+def test_the_same_argument_twice_under_two_spellings_is_refused(knob_policy: str) -> None:
+    config = policies.PolicyConfig(knob_policy, {knob_policy: {"knob": 2}, "knob_t": {"knob": 3}})
+    with pytest.raises(policies.PolicyArgError, match=r"knob-test\.knob: given twice"):
+        policies.build(config)
