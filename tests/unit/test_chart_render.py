@@ -564,14 +564,11 @@ def test_pdb_min_available_takes_precedence(helm: str) -> None:
         ),
         pytest.param(["--set", "policyArgs.nope.mode=tdm"], "nope", id="unknown policy's args"),
         pytest.param(
-            [
-                "--set", "policy=psdsf-distributed",
-                "--set", "agent.enabled=true",
-                "--set", "policyArgs.psdsf-distributed.mode=rdm",
-            ],
+            ["--set", "policy=psdsf-distributed", "--set", "agent.enabled=true"]
+            + ["--set", "policyArgs.psdsf-distributed.mode=rdm"],
             "policyArgs.psdsf-distributed.mode (rdm) must equal agent.mode (tdm)",
             id="operator and agents in different modes",
-        ),  # fmt: skip
+        ),
         pytest.param(
             ["--set", "controller.podDisruptionBudget.maxUnavailable=null"],
             "minAvailable or maxUnavailable",
