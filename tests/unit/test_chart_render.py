@@ -538,6 +538,13 @@ def test_pdb_min_available_takes_precedence(helm: str) -> None:
     assert (spec.get("minAvailable"), spec.get("maxUnavailable")) == (1, None)
 
 
+# psdsf-distributed with the operator reading the agents' tasks as RDM, the agents left at TDM.
+DISTRIBUTED_RDM = [
+    *("--set", "policy=psdsf-distributed", "--set", "agent.enabled=true"),
+    *("--set", "policyArgs.psdsf-distributed.mode=rdm"),
+]
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -564,8 +571,7 @@ def test_pdb_min_available_takes_precedence(helm: str) -> None:
         ),
         pytest.param(["--set", "policyArgs.nope.mode=tdm"], "nope", id="unknown policy's args"),
         pytest.param(
-            ["--set", "policy=psdsf-distributed", "--set", "agent.enabled=true"]
-            + ["--set", "policyArgs.psdsf-distributed.mode=rdm"],
+            DISTRIBUTED_RDM,
             "policyArgs.psdsf-distributed.mode (rdm) must equal agent.mode (tdm)",
             id="operator and agents in different modes",
         ),
