@@ -128,8 +128,8 @@ def start_operator(
         "from walras.cli import main; main()",
         "operator",
         "--no-leader-elect",
-        "--backend",
-        "numpy",
+        "--policy-arg",
+        "price-discovery.backend=numpy",
         "--round-seconds",
         str(round_seconds),
         "--kubeconfig",
@@ -253,7 +253,7 @@ def case_pipeline(jobs: int, nodes: int) -> None:
     from walras.operator import status
 
     store = synthetic_store(jobs, nodes)
-    policy = policies.create("price-discovery", policies.PolicyOptions(backend="numpy"))
+    policy = policies.create("price-discovery", {"backend": "numpy"})
     policy.warm_up()
     runs: dict[str, list[float]] = {"snapshot": [], "solve": [], "realise": [], "status": []}
     for _ in range(3):

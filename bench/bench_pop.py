@@ -351,7 +351,6 @@ def simulate_once(policy: str, shards: int, jobs: int = SIM_JOBS,
                   rate: float = SIM_RATE) -> dict[str, Any]:  # fmt: skip
     """One ``--semantics walras`` run of the continuous trace (module docstring)."""
     import dataclasses
-    import math
     import types
 
     from walras.sim import walras_mechanics
@@ -368,11 +367,7 @@ def simulate_once(policy: str, shards: int, jobs: int = SIM_JOBS,
     workload = dataclasses.replace(
         scenario.workload, arrivals=np.asarray(poisson_arrivals(jobs, rate, seed=0))
     )
-    config = types.SimpleNamespace(
-        round_s=360.0, restart_s=10.0, seed=0, window=None, semantics="walras",
-        weighting="none", weighting_exponent=-0.5, hold_s=0.0, history_half_life_s=math.inf,
-        backfill=False, pop_shards=shards,
-    )  # fmt: skip
+    config = SimConfig(round_s=360.0, restart_s=10.0, seed=0, semantics="walras", pop_shards=shards)
     tally = Tally(workload, scenario.cluster.n_gpus)
     wall, cpu = time.perf_counter(), _cpu()
     makespan = walras_mechanics.run(

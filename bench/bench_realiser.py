@@ -58,7 +58,7 @@ def store_for(jobs: int, nodes: int, replicas: int | None, seed: int = 0) -> sna
 
 
 def run(store: snapshot.Store, n_rounds: int, restart_s: float, error_round: int) -> dict[str, Any]:
-    policy = policies.create("price-discovery", policies.PolicyOptions(backend="numpy"))
+    policy = policies.create("price-discovery", {"backend": "numpy"})
     state = cycle.CycleState()
     options = cycle.CycleOptions(restart_s=restart_s)
     start = 1.8e9

@@ -280,7 +280,7 @@ def start_operator_in_image(
         "--no-leader-elect",
         "--policy", "price-discovery",
         "--round-seconds", "1",
-        "--backend", "numpy",
+        "--policy-arg", "price-discovery.backend=numpy",
         "--kubeconfig", "/tmp/kubeconfig",
         "--health-port", str(port),
         "--metrics-port", str(port),

@@ -58,7 +58,9 @@ def plan(objs: list[tuple[str, dict[str, Any]]], policy_name: str = "price-disco
     store = snapshot.Store()
     for kind, obj in objs:
         store.upsert(kind, obj)
-    policy = policies.create(policy_name, policies.PolicyOptions(backend="numpy"))
+    policy = policies.build(
+        policies.PolicyConfig(policy_name, {"price-discovery": {"backend": "numpy"}})
+    )
     return cycle.plan(cycle.CycleState(), policy, store.freeze(0.0), now=0.0, round_no=1)
 
 

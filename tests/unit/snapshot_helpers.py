@@ -83,12 +83,11 @@ def workload() -> list[dict[str, Any]]:
     ]
 
 
-def solve(name: str, store: snapshot.Store, **options: Any) -> policies.Solution:
+def solve(name: str, store: snapshot.Store, pop_shards: int = 1) -> policies.Solution:
     snap = store.freeze(now=1000.0)
     view = snapshot.cluster_view(snap)
-    return policies.create(name, policies.PolicyOptions(backend="numpy", **options)).solve(
-        snap, view
-    )
+    config = policies.PolicyConfig(name, {"price-discovery": {"backend": "numpy"}}, pop_shards)
+    return policies.build(config).solve(snap, view)
 
 
 def with_work(jobs: list[dict[str, Any]], total: float = 1e5) -> list[dict[str, Any]]:

@@ -151,7 +151,7 @@ def test_weighting_worked_example() -> None:
 
 def test_memo_reuses_a_solution_only_for_identical_inputs() -> None:
     store = cluster(workload())
-    policy = policies.create("price-discovery", policies.PolicyOptions(backend="numpy"))
+    policy = policies.create("price-discovery", {"backend": "numpy"})
     snap = store.freeze(now=0.0)
     view = snapshot.cluster_view(snap)
     first = policy.solve(snap, view)
@@ -184,7 +184,7 @@ def test_history_leaves_restart_time_out_of_work() -> None:
 def test_cycle_counts_restarts_for_gangs_placed_afresh() -> None:
     store = cluster(with_work(workload()[:3], total=1e6))
     state = cycle.CycleState()
-    policy = policies.create("price-discovery", policies.PolicyOptions(backend="numpy"))
+    policy = policies.create("price-discovery", {"backend": "numpy"})
     plan = cycle.plan(state, policy, store.freeze(now=0.0), now=0.0, round_no=1, restart_s=10.0)
     placed = [k for k, jr in plan.realisation.jobs.items() if jr.group]
     assert placed

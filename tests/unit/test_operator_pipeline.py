@@ -55,9 +55,7 @@ def test_cluster_view_excludes_unusable_nodes_and_foreign_gpus() -> None:
 def test_price_discovery_targets_are_feasible() -> None:
     snap = cluster(workload()).freeze(now=0.0)
     view = snapshot.cluster_view(snap)
-    sol = policies.create("price-discovery", policies.PolicyOptions(backend="numpy")).solve(
-        snap, view
-    )
+    sol = policies.create("price-discovery", {"backend": "numpy"}).solve(snap, view)
     demand = np.array([[j.replicas] * 2 for j in sol.jobs], dtype=float)
     assert np.all(sol.targets >= 0)
     assert np.all(sol.targets.sum(axis=1) <= 1 + 1e-9)
@@ -76,9 +74,9 @@ def test_impossible_jobs_are_dropped_and_do_not_change_the_others() -> None:
     ]
     clean = cluster(workload()).freeze(now=0.0)
     mixed = cluster(workload() + bad).freeze(now=0.0)
-    pol = policies.create("price-discovery", policies.PolicyOptions(backend="numpy"))
+    pol = policies.create("price-discovery", {"backend": "numpy"})
     sol_clean = pol.solve(clean, snapshot.cluster_view(clean))
-    sol_mixed = policies.create("price-discovery", policies.PolicyOptions(backend="numpy")).solve(
+    sol_mixed = policies.create("price-discovery", {"backend": "numpy"}).solve(
         mixed, snapshot.cluster_view(mixed)
     )
     reasons = {i.key[1]: (i.reason, i.field) for i in sol_mixed.issues}
@@ -94,9 +92,7 @@ def test_impossible_jobs_are_dropped_and_do_not_change_the_others() -> None:
 def test_alternatives_are_single_type_best_responses() -> None:
     snap = cluster(workload()).freeze(now=0.0)
     view = snapshot.cluster_view(snap)
-    sol = policies.create("price-discovery", policies.PolicyOptions(backend="numpy")).solve(
-        snap, view
-    )
+    sol = policies.create("price-discovery", {"backend": "numpy"}).solve(snap, view)
     prices = np.array([sol.prices[t] for t in sol.groups])
     for key, alts in sol.alternatives.items():
         r = next(i for i, j in enumerate(sol.jobs) if j.key == key)
@@ -113,9 +109,7 @@ def test_realise_respects_node_capacity_and_is_a_fixed_point() -> None:
     store = cluster(workload())
     snap = store.freeze(now=100.0)
     view = snapshot.cluster_view(snap)
-    sol = policies.create("price-discovery", policies.PolicyOptions(backend="numpy")).solve(
-        snap, view
-    )
+    sol = policies.create("price-discovery", {"backend": "numpy"}).solve(snap, view)
     hists = {j.key: history.History() for j in sol.jobs}
     plan = realise.realise(sol, snap, view, hists, round_no=5)
     used: dict[str, int] = {}
@@ -163,9 +157,7 @@ def test_pods_of_deleted_jobs_and_gone_nodes_are_deleted() -> None:
         store.upsert("pod", {"metadata": meta, "spec": {"nodeName": node_name}})
     snap = store.freeze(now=0.0)
     view = snapshot.cluster_view(snap)
-    sol = policies.create("price-discovery", policies.PolicyOptions(backend="numpy")).solve(
-        snap, view
-    )
+    sol = policies.create("price-discovery", {"backend": "numpy"}).solve(snap, view)
     plan = realise.realise(sol, snap, view, {}, round_no=2)
     reasons = {d.pod.name: d.reason for d in plan.deletes}
     assert reasons == {"gone-r1-0": "JobGone", "a-r1-0": "NodeGone"}
@@ -175,17 +167,13 @@ def test_incremental_round_keeps_running_gangs() -> None:
     store = cluster([job("a", {"v100": 1.0}, replicas=8)])
     snap = store.freeze(now=0.0)
     view = snapshot.cluster_view(snap)
-    sol = policies.create("price-discovery", policies.PolicyOptions(backend="numpy")).solve(
-        snap, view
-    )
+    sol = policies.create("price-discovery", {"backend": "numpy"}).solve(snap, view)
     first = realise.realise(sol, snap, view, {}, round_no=1)
     for c in first.creates:
         store.upsert("pod", {**c.manifest, "spec": {**c.manifest["spec"], "nodeName": c.node}})
     store.upsert("job", job("b", {"v100": 1.0}, replicas=8))
     snap2 = store.freeze(now=0.0)
-    sol2 = policies.create("price-discovery", policies.PolicyOptions(backend="numpy")).solve(
-        snap2, view
-    )
+    sol2 = policies.create("price-discovery", {"backend": "numpy"}).solve(snap2, view)
     plan = realise.realise(sol2, snap2, view, {}, round_no=2, incremental=True)
     assert plan.jobs[("ns", "a")].kept and plan.deletes == ()
     assert {c.job.name for c in plan.creates} == {"b"}
@@ -259,7 +247,7 @@ def test_psdsf_distributed_aligns_agent_tasks_by_name() -> None:
         return shuffled, tenants, nodes
 
     dist = policies.create(
-        "psdsf-distributed", policies.PolicyOptions(distributed_reader=reader)
+        "psdsf-distributed", handle=policies.Handle(distributed_reader=reader)
     ).solve(snap, view)
     np.testing.assert_allclose(dist.targets, central.targets, atol=1e-12)
     assert dist.tenant_tasks == pytest.approx(central.tenant_tasks)

@@ -163,7 +163,7 @@ def test_psdsf_leaves_no_gpu_idle_while_a_job_that_can_use_it_waits(
 def test_psdsf_distributed_too_even_with_unconverged_agents(seed: int) -> None:
     store = _store(seed)
     reader = _central_reader(store, 1.3)
-    policy = policies.create("psdsf-distributed", policies.PolicyOptions(distributed_reader=reader))
+    policy = policies.create("psdsf-distributed", handle=policies.Handle(distributed_reader=reader))
     assert _run(store, policy) == []
 
 

@@ -5,9 +5,10 @@ Gavel's simulator printed for cases D1–D4 (a peer's own outputs). The mechanic
 exactly elsewhere (``test_sim_gavel_replay``). Bounds: makespan and average JCT within ±3 %,
 utilisation within 0.02, for every record.
 
-With ``--lp-solver ecos`` (Gavel's own solver in Gavel's problem shape, ``walras.sim.ecos_lp``)
-every record is held to them. With the default ``--lp-solver highs`` the LPs are solved by HiGHS,
-and an LP with several optima may be solved to a different one; the records whose outcome is
+With ``--lp-solver ecos`` (Gavel's own solver in Gavel's problem shape,
+``walras.allocator.gavel.ecos``) every record is held to them. With the default
+``--lp-solver highs`` the LPs are solved by HiGHS, and an LP with several optima may be solved
+to a different one; the records whose outcome is
 decided by which optimum the solver stops at (:data:`SOLVER_DECIDED`, each with its reason) are
 therefore held to the bounds on the ECOS path only, and left out of the HiGHS test, which a test
 checks so that leaving a record out can never hide it.

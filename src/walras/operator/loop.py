@@ -51,10 +51,9 @@ logger = logging.getLogger("walras.operator.loop")
 
 @dataclass(frozen=True, slots=True)
 class LoopConfig:
-    policy: str = "price-discovery"
+    # Which policy, its arguments and POP shards (walras.core.policies.registry.build).
+    policy: policies.PolicyConfig = field(default_factory=policies.PolicyConfig)
     round_seconds: float = 360.0
-    eps: float = 1e-3
-    backend: str = "auto"
     debounce: float = 0.3
     # /readyz turns 503 after this many failed rounds in a row (walras.operator.health.ROUNDS).
     max_failed_rounds: int = 3
@@ -63,12 +62,6 @@ class LoopConfig:
     clock: Callable[[], float] = time.time
     # How rounds are realised and accounted (restart cost, hold, memory, backfill).
     cycle_options: cycle.CycleOptions = field(default_factory=cycle.CycleOptions)
-    # Price discovery's remaining-work weighting and POP shards (walras.core.policies).
-    weighting: str = "none"
-    weighting_exponent: float = -0.5
-    pop_shards: int = 1
-    # PS-DSF's mode, "tdm" or "rdm" (walras.core.policies.psdsf).
-    psdsf_mode: str = "tdm"
     # Progress and throughput estimation thresholds (walras.operator.throughputs; issue 16).
     progress: throughputs.Settings = field(default_factory=throughputs.Settings)
     # Where the schedule history's ConfigMaps live (walras.operator.history_store): "" = in each
@@ -217,18 +210,12 @@ class RoundLoop:
         self._retry_deletes: list[model.PodInfo] = []
         self._retry_events: list[tuple[model.JobSpec, str, str]] = []
         self._held_now: dict[model.JobKey, Blocked] = {}
-        self.policy = policies.create(
+        self.policy = policies.build(
             config.policy,
-            policies.PolicyOptions(
-                eps=config.eps,
-                backend=config.backend,
-                distributed_reader=distributed_reader,
+            policies.Handle(
                 round_seconds=config.round_seconds,
                 restart_seconds=config.cycle_options.restart_s,
-                weighting=config.weighting,
-                weighting_exponent=config.weighting_exponent,
-                pop_shards=config.pop_shards,
-                psdsf_mode=config.psdsf_mode,
+                distributed_reader=distributed_reader,
             ),
         )
         self.round_no = 0
@@ -1164,9 +1151,9 @@ class RoundLoop:
     def _observe(self, report: RoundReport) -> None:
         for phase in ("snapshot", "solve", "realise", "writes", "total"):
             metrics.ROUND_SECONDS.labels(phase=phase).observe(getattr(report, phase))
-        metrics.SOLVE_SECONDS.labels(policy=self.config.policy).observe(report.solve)
-        metrics.SOLVER_ITERATIONS.labels(policy=self.config.policy).set(report.iterations)
-        if self.config.policy == "price-discovery":
+        metrics.SOLVE_SECONDS.labels(policy=self.policy.name).observe(report.solve)
+        metrics.SOLVER_ITERATIONS.labels(policy=self.policy.name).set(report.iterations)
+        if self.policy.reports_gap:
             metrics.DUALITY_GAP.set(report.gap)
         for gpu_type, price in report.prices.items():
             metrics.PRICE.labels(gpu_type=gpu_type).set(price)

@@ -228,18 +228,20 @@ def _solve(
     # Gavel solves even with no job left (its policies return an empty allocation); calling the
     # policy here too keeps the solve counts equal.
     remaining = workload.total_steps[idx] - np.array([tally.steps_done[j] for j in idx.tolist()])
-    view = PolicyView(
-        throughputs=workload.throughputs[idx],
-        scale_factors=workload.scale_factors[idx],
-        capacity=capacity,
-        job_ids=idx.astype(np.int64),
-        priority_weights=workload.priority_weights[idx],
-        num_steps_remaining=remaining.astype(np.float64),
-        times_since_start=now - workload.arrivals[idx],
-        type_names=cluster.gpu_types,
-    )
     started, started_cpu = time.perf_counter(), time.process_time()
     try:
+        # Gavel's inputs, checked on construction (inside the solve's time, as Gavel's own
+        # policies convert their inputs there).
+        view = PolicyView(
+            throughputs=workload.throughputs[idx],
+            scale_factors=workload.scale_factors[idx],
+            capacity=capacity,
+            job_ids=idx.astype(np.int64),
+            priority_weights=workload.priority_weights[idx],
+            num_steps_remaining=remaining.astype(np.float64),
+            times_since_start=now - workload.arrivals[idx],
+            type_names=cluster.gpu_types,
+        )
         x = policy.allocate(view)
     except Exception as exc:  # any solver failure ends the run with its context, not a traceback
         raise PolicyError(

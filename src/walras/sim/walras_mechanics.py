@@ -204,24 +204,27 @@ def run(
 ) -> float:
     """Simulate until every job has finished; returns the final clock (the makespan).
 
-    ``observer`` is called with every cycle's plan once it is applied (the same-code-path test
-    compares these with the real operator's rounds).
+    ``policy`` is a registered policy's name (or alias), or anything with that ``name`` (what
+    :func:`walras.sim.engine.run` passes); the policy object itself is built here from it and
+    ``config.policy_args``. ``observer`` is called with every cycle's plan once it is applied
+    (the same-code-path test compares these with the real operator's rounds).
     """
-    name = getattr(policy, "name", str(policy))
+    name = policy if isinstance(policy, str) else str(policy.name)
     try:
-        core_policy = policies.create(
-            name,
-            policies.PolicyOptions(
-                seed=config.seed,
+        # The operator's builder (walras.core.policies.registry.build), with the simulator's
+        # facts in the handle: the same policy object the operator would run.
+        core_policy = policies.build(
+            policies.PolicyConfig(name, config.policy_args, config.pop_shards),
+            policies.Handle(
                 round_seconds=float(config.round_s),
                 restart_seconds=float(config.restart_s),
-                weighting=getattr(config, "weighting", "none"),
-                weighting_exponent=getattr(config, "weighting_exponent", -0.5),
-                pop_shards=int(getattr(config, "pop_shards", 1)),
+                seed=config.seed,
             ),
         )
     except policies.UnknownPolicyError as exc:
         raise SimInputError(f"--policy: {exc}") from None
+    except policies.PolicyArgError as exc:
+        raise SimInputError(f"--policy-arg: {exc}") from None
     sim = _Sim(workload, cluster, config, tally, work=[0.0] * workload.n_jobs)
     sim.declared = declarations.from_config(workload, config)
     for gpu_type in cluster.gpu_types:
@@ -297,9 +300,9 @@ def run(
             round_no=round_no,
             incremental=not full,
             restart_s=restart_s,
-            hold_s=float(getattr(config, "hold_s", 0.0)),
-            history_half_life_s=float(getattr(config, "history_half_life_s", math.inf)),
-            backfill=bool(getattr(config, "backfill", False)),
+            hold_s=config.hold_s,
+            history_half_life_s=config.history_half_life_s,
+            backfill=config.backfill,
         )
         tally.solve_s.append(planned.timings["solve"])
         _apply(sim, planned, now, full)

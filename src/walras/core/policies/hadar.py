@@ -37,9 +37,10 @@ import time
 import numpy as np
 
 from walras.core import crd, model, snapshot
+from walras.core.policies.args import PolicyArgs
 from walras.core.policies.base import (
+    Handle,
     JobIssue,
-    PolicyOptions,
     Solution,
     empty_solution,
     with_seconds,
@@ -68,10 +69,13 @@ class Hadar:
     replan = True
     # The makespan horizon (both policies; HadarE's forking form, module docstring).
     use_horizon = True
+    work_conserving = False
+    reports_gap = False
 
-    def __init__(self, options: PolicyOptions) -> None:
-        self.round_seconds = options.round_seconds
-        self.restart_seconds = options.restart_seconds
+    def __init__(self, args: PolicyArgs, handle: Handle) -> None:
+        del args  # Hadar takes no arguments; it plans with the shell's round and restart cost
+        self.round_seconds = handle.round_seconds
+        self.restart_seconds = handle.restart_seconds
 
     def warm_up(self) -> None:
         from walras.allocator import hadar

@@ -1,7 +1,7 @@
 """POP for any policy whose groups are GPU types: ``k`` shards solved independently.
 
-Written once for every registered policy (``PolicyOptions.pop_shards = k``; the registry wraps
-the policy in :class:`Sharded`). Each round:
+Written once for every registered policy (``PolicyConfig.pop_shards = k``, ``--pop-shards k``;
+the registry's builder wraps the policy in :class:`Sharded`). Each round:
 
 - jobs go to shards by a stable hash of their UID (``walras.allocator.pop.shard_of``), so a job
   keeps its shard across rounds and jobs coming and going never move it;
@@ -52,6 +52,8 @@ class Sharded:
         self.k = k
         self._make = make
         self._shards = [make() for _ in range(k)]
+        self.work_conserving = self._shards[0].work_conserving
+        self.reports_gap = self._shards[0].reports_gap
         self._exact: Policy | None = None  # made on the first round a gang fits no shard
         self._of: dict[str, int] = {}
 
