@@ -151,3 +151,29 @@ def test_bad_arguments_name_the_field(tmp_path: Path, kw: dict[str, Any], field:
 def test_no_checkpoint_dir_says_which_variable() -> None:
     with pytest.raises(RuntimeError, match="WALRAS_CHECKPOINT_DIR"):
         Run(3, state={}, report=False, environ={})
+
+
+def test_only_replica_zero_saves_and_every_replica_resumes(tmp_path: Path) -> None:
+    _run(tmp_path, 10, stop_after=1)  # replica 0's slice: checkpoint of step 2
+    state: dict[str, Any] = {}
+    other = Run(
+        10,
+        state=state,
+        checkpoint_dir=tmp_path,
+        report=False,
+        environ={"WALRAS_REPLICA": "1"},
+        log=lambda m: None,
+    )
+    with other:
+        steps = list(other)
+    assert steps[0] == 2 and state == {"done": [0, 1]}  # resumed from replica 0's checkpoint
+    found = checkpoint.latest(tmp_path)
+    assert found is not None and found[0] == 2  # and wrote none of its own
+
+
+def test_a_step_saved_twice_keeps_one_complete_copy(tmp_path: Path) -> None:
+    checkpoint.save(tmp_path, 4, lambda p: (p / "x").write_text("first"))
+    checkpoint.save(tmp_path, 4, lambda p: (p / "x").write_text("second"))
+    found = checkpoint.latest(tmp_path)
+    assert found is not None and (found[1] / "x").read_text() == "first"
+    assert [p.name for p in tmp_path.iterdir()] == [found[1].name]

@@ -19,7 +19,9 @@ import os
 import pickle
 import re
 import shutil
+import socket
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -88,15 +90,21 @@ def save(directory: Path, step: int, write: Callable[[Path], None], keep: int = 
         raise ValueError(f"keep must be at least 1, got {keep}")
     directory.mkdir(parents=True, exist_ok=True)
     final = directory / f"{PREFIX}{step:012d}"
-    partial = directory / f"{PARTIAL}{PREFIX}{step:012d}-{os.getpid()}"
-    shutil.rmtree(partial, ignore_errors=True)
+    # Unique per writer: containers of a gang sharing a volume may all run as PID 1.
+    writer = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    partial = directory / f"{PARTIAL}{PREFIX}{step:012d}-{writer}"
     partial.mkdir()
     try:
         write(partial)
         _fsync_tree(partial)
-        if final.exists():  # the same step saved again (a resume that made no progress)
-            shutil.rmtree(final)
-        os.rename(partial, final)
+        try:
+            os.rename(partial, final)
+        except OSError:
+            if not final.is_dir():
+                raise
+            # The same step is saved already (a resume that made no progress, or another
+            # replica sharing the volume): the complete copy there is as good as this one.
+            shutil.rmtree(partial, ignore_errors=True)
         _fsync_dir(directory)
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)

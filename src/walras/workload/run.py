@@ -32,7 +32,9 @@ work left, so a notice never ends the loop early: it only checkpoints ahead of t
 
 State: either ``state`` (a dict pickled into the checkpoint and restored in place) or ``save`` and
 ``load`` (callables given the checkpoint's directory: ``torch.save`` into it, ``np.savez``...).
-``save=None`` with ``load`` only resumes (e.g. replicas of a gang other than the one that saves).
+``save=None`` with ``load`` only resumes. In a gang, replica 0 saves and every replica resumes
+from its checkpoint (``saves``; the template passes the ``walras.dev/replica`` label as
+``$WALRAS_REPLICA`` through the downward API).
 """
 
 from __future__ import annotations
@@ -70,6 +72,9 @@ class Run:
         notice_margin_s: checkpoint once when the announced stop is this close.
         report: report progress (default: when an API server is configured, i.e. in a pod).
         keep: complete checkpoints kept.
+        saves: whether this process writes checkpoints (default: unless ``$WALRAS_REPLICA`` names
+            a replica other than 0: the replicas of a synchronous gang hold the same state, so
+            replica 0 saves and every replica resumes from its checkpoint).
         environ: the environment to read (default ``os.environ``).
         log: where the run's log lines go (default standard error, prefixed ``walras.workload:``).
     """
@@ -87,6 +92,7 @@ class Run:
         notice_margin_s: float = 30.0,
         report: bool | None = None,
         keep: int = 2,
+        saves: bool | None = None,
         environ: Mapping[str, str] | None = None,
         log: Callable[[str], None] = _stderr,
     ) -> None:
@@ -113,6 +119,7 @@ class Run:
         self.report_every_s = report_every_s
         self.notice_margin_s = notice_margin_s
         self.keep = keep
+        self.saves = saves if saves is not None else env.get("WALRAS_REPLICA", "0") in ("", "0")
         self.log = log
         self._server: ApiServer | None = None
         if report is None or report:
@@ -232,7 +239,7 @@ class Run:
         """Write a checkpoint of the current step now (None: it is saved already, or this
         process does not save)."""
         self._last_checkpoint = time.monotonic()
-        if self.step == self._saved_step:
+        if self.step == self._saved_step or not self.saves:
             return None
         if self._state is not None:
             state = self._state
