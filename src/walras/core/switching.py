@@ -93,14 +93,29 @@ def switching(restart_s: float, hold_s: float) -> Switching:
     return Switching("balanced", hold_s + HOLD_PER_RESTART * restart_s, True)
 
 
+def hold_per_job(restart_s: FloatArray, hold_s: float) -> FloatArray:
+    """Per job, the credit :func:`switching` gives for its own restart cost (seconds):
+    ``hold_s + HOLD_PER_RESTART · restart_s[j]``, so each job's restarts are priced at what they
+    cost it (``walras.core.restarts`` measures them).
+
+    >>> hold_per_job(np.array([10.0, 2.5]), 0.0).tolist()
+    [720.0, 180.0]
+    """
+    return np.asarray(hold_s + HOLD_PER_RESTART * np.asarray(restart_s), dtype=np.float64)
+
+
 def fit_credit(
-    targets: FloatArray, rates: FloatArray, elapsed: FloatArray, restart_s: float, floor: float
+    targets: FloatArray,
+    rates: FloatArray,
+    elapsed: FloatArray,
+    restart_s: float | FloatArray,
+    floor: float,
 ) -> FloatArray:
     """Per job, the credit that minimises its utility given up when every job fits.
 
     ``targets`` ``(J, G)``, ``rates`` ``(J, G)`` (work per second of the job on each group's
-    type), ``elapsed`` ``(J,)`` seconds. A job split ``(t, 1 − t)`` between types whose rates
-    differ by ``gap``, at target rate ``u``, with a lead ``ℓ`` seconds on one of them after
+    type), ``elapsed`` ``(J,)`` seconds, ``restart_s`` one or ``(J,)``. A job split
+    ``(t, 1 − t)`` between types whose rates differ by ``gap``, at target rate ``u``, with a lead ``ℓ`` seconds on one of them after
     ``e`` seconds, runs at ``u + ℓ · gap / e`` instead of ``u``: its log utility is off by about
     ``½ (ℓ gap / (u e))²``, ``(θ gap / (u e))² / 24`` on average over the band ``ℓ ∈ [−θ/2, θ/2]``.
     Its restarts cost ``2 restart_s t (1 − t) / θ`` of its time (two per cycle of

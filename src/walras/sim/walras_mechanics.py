@@ -300,6 +300,7 @@ def run(
             hold_s=float(getattr(config, "hold_s", 0.0)),
             history_half_life_s=float(getattr(config, "history_half_life_s", math.inf)),
             backfill=bool(getattr(config, "backfill", False)),
+            min_run_s=float(getattr(config, "min_run_s", 0.0)),
         )
         ledger.solve_s.append(planned.timings["solve"])
         _apply(sim, planned, now, full)
