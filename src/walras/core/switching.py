@@ -114,8 +114,8 @@ def fit_credit(
     """Per job, the credit that minimises its utility given up when every job fits.
 
     ``targets`` ``(J, G)``, ``rates`` ``(J, G)`` (work per second of the job on each group's
-    type), ``elapsed`` ``(J,)`` seconds, ``restart_s`` one or ``(J,)``. A job split
-    ``(t, 1 − t)`` between types whose rates differ by ``gap``, at target rate ``u``, with a lead ``ℓ`` seconds on one of them after
+    type), ``elapsed`` ``(J,)`` seconds. A job split ``(t, 1 − t)`` between types whose rates
+    differ by ``gap``, at target rate ``u``, with a lead ``ℓ`` seconds on one of them after
     ``e`` seconds, runs at ``u + ℓ · gap / e`` instead of ``u``: its log utility is off by about
     ``½ (ℓ gap / (u e))²``, ``(θ gap / (u e))² / 24`` on average over the band ``ℓ ∈ [−θ/2, θ/2]``.
     Its restarts cost ``2 restart_s t (1 − t) / θ`` of its time (two per cycle of
@@ -127,7 +127,8 @@ def fit_credit(
     ``(θ/2 + one round) / e`` still falls (like ``e^(−1/3)``), and restarts per round fall too.
     Jobs whose types run at the same rate (``gap = 0``) are never moved (their split is rounded
     to one type, which costs the job nothing); the credit is capped at ``2 e + floor`` (a lead
-    never exceeds ``e``) and is at least ``floor``.
+    never exceeds ``e``) and is at least ``floor``. ``restart_s`` may be one per job (each
+    job's own measured cost).
 
     Example: ``restart_s = 10``, ``t = 0.5``, ``u / gap = 1``, ``e = 10,800 s`` (30 rounds of
     360 s): ``θ* = (24 · 10 · 0.25 · 10,800²)^(1/3) ≈ 1,913 s``, about five rounds.
