@@ -126,9 +126,9 @@ def test_run_reports_every_checkpoint_and_the_total(api: Recorder, tmp_path: Pat
         except SystemExit:
             pass
 
-    slice_(2)  # reports 0 at start, 3 at the stop
-    slice_(None)  # reports the restored 3 at start, then 7 at the end
-    assert [_steps(r) for r in api.requests] == [0, 3, 3, 7]
+    slice_(2)  # reports 0 at start, 1 after the first step, 3 at the stop
+    slice_(None)  # reports the restored 3 at start, 4 after the first step, then 7 at the end
+    assert [_steps(r) for r in api.requests] == [0, 1, 3, 3, 4, 7]
     assert {r["path"] for r in api.requests} == {"/api/v1/namespaces/team-a/pods/train-r3-0"}
 
 

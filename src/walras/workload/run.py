@@ -11,8 +11,9 @@ The iterator, after each step it hands out has been run:
 
 * **counts** it: ``run.step`` is the number of steps done (cumulative over every slice);
 * **reports** that count through the ``walras.dev/steps-done`` annotation every
-  ``report_every_s`` seconds, at every checkpoint, and once at start with the restored count
-  (``walras.workload.report``; failures are logged, never fatal);
+  ``report_every_s`` seconds, at every checkpoint, once at start with the restored count and
+  once after the first step (so the operator sees the restart end when it ends:
+  ``walras.core.restarts``; ``walras.workload.report``; failures are logged, never fatal);
 * **checkpoints** every ``checkpoint_every_s`` seconds, once when an advance notice
   (``walras.workload.notice``) says the pod stops within ``notice_margin_s``, and on SIGTERM;
 * **stops** on SIGTERM: the handler only sets a flag, so the step in flight finishes, then the
@@ -186,6 +187,8 @@ class Run:
                 self._stop()
             yield self.step
             self.step += 1
+            if self.step == self.start_step + 1:
+                self.report_now()  # the first progress of this start: the restart is over
             self.after_step()
         self.checkpoint()
         self.report_now()
