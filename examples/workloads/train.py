@@ -39,6 +39,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--checkpoint-every", type=float, default=300.0, help="seconds")
     p.add_argument("--log-every", type=int, default=500, help="steps between loss lines")
+    p.add_argument(
+        "--checkpoint-dir",
+        default=os.environ.get("WALRAS_CHECKPOINT_DIR", ""),
+        help="checkpoints (default $WALRAS_CHECKPOINT_DIR: the volume the template mounts)",
+    )
     p.add_argument("--out", default="", help="write the final weights here (.npz)")
     return p
 
@@ -79,10 +84,18 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("steps", "batch", "features", "hidden"):
         if getattr(args, name) < (0 if name == "steps" else 1):
             p.error(f"--{name} must be {'>= 0' if name == 'steps' else 'positive'}")
+    if not args.checkpoint_dir:
+        p.error("--checkpoint-dir (or $WALRAS_CHECKPOINT_DIR) is required")
     teacher = init_state(args.features, args.hidden, args.seed + 1000)
     state: dict[str, np.ndarray] = init_state(args.features, args.hidden, args.seed)
     loss = float("nan")
-    with Run(args.steps, state=state, checkpoint_every_s=args.checkpoint_every) as run:
+    run = Run(
+        args.steps,
+        state=state,
+        checkpoint_dir=args.checkpoint_dir,
+        checkpoint_every_s=args.checkpoint_every,
+    )
+    with run:
         for step in run:
             x, y = batch(step, args.batch, teacher, args.seed)
             loss = sgd_step(state, x, y, args.lr)

@@ -38,6 +38,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--checkpoint-every", type=float, default=300.0, help="seconds")
     p.add_argument("--log-every", type=int, default=500)
+    p.add_argument(
+        "--checkpoint-dir",
+        default=os.environ.get("WALRAS_CHECKPOINT_DIR", ""),
+        help="checkpoints (default $WALRAS_CHECKPOINT_DIR: the volume the template mounts)",
+    )
     p.add_argument("--out", default="", help="write the final state_dict here")
     return p
 
@@ -54,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.steps < 0 or args.batch < 1 or args.features < 1 or args.hidden < 1:
         p.error("--steps must be >= 0 and --batch, --features, --hidden positive")
+    if not args.checkpoint_dir:
+        p.error("--checkpoint-dir (or $WALRAS_CHECKPOINT_DIR) is required")
     torch.set_num_threads(1)  # one core per replica; and the same sums in every process
     teacher = network(args.features, args.hidden, args.seed + 1000).requires_grad_(False)
     model = network(args.features, args.hidden, args.seed)
@@ -68,7 +75,14 @@ def main(argv: list[str] | None = None) -> int:
         opt.load_state_dict(saved["opt"])
 
     loss = torch.tensor(float("nan"))
-    with Run(args.steps, save=save, load=load, checkpoint_every_s=args.checkpoint_every) as run:
+    run = Run(
+        args.steps,
+        save=save,
+        load=load,
+        checkpoint_dir=args.checkpoint_dir,
+        checkpoint_every_s=args.checkpoint_every,
+    )
+    with run:
         for step in run:
             gen = torch.Generator().manual_seed(args.seed * 1_000_003 + step)
             x = torch.randn(args.batch, args.features, generator=gen)

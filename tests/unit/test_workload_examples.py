@@ -124,3 +124,18 @@ def test_example_manifest_satisfies_the_crd_and_mounts_what_the_workload_reads()
         # The job's total work is the workload's step count.
         args = container["args"]
         assert float(args[args.index("--steps") + 1]) == job["spec"]["totalWork"]
+
+
+def test_no_checkpoint_directory_exits_2_naming_it(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    env.pop("WALRAS_CHECKPOINT_DIR", None)
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLES / "train.py"), "--steps", "3"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert "WALRAS_CHECKPOINT_DIR" in proc.stderr and "Traceback" not in proc.stderr

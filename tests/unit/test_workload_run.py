@@ -177,3 +177,19 @@ def test_a_step_saved_twice_keeps_one_complete_copy(tmp_path: Path) -> None:
     found = checkpoint.latest(tmp_path)
     assert found is not None and (found[1] / "x").read_text() == "first"
     assert [p.name for p in tmp_path.iterdir()] == [found[1].name]
+
+
+def test_the_notice_file_as_the_kubelet_writes_it(tmp_path: Path) -> None:
+    from walras.workload import notice
+
+    # One key="value" line per annotation, values quoted as Go's %q does.
+    text = 'a.example/quote="say \\"hi\\""\nwalras.dev/stop-at="2026-01-02T03:04:05Z"\nnot a line\n'
+    parsed = notice.parse_annotations(text)
+    assert parsed["a.example/quote"] == 'say "hi"'
+    assert notice.parse_stop_at(parsed["walras.dev/stop-at"]) == 1767323045.0
+    assert notice.parse_stop_at("2026-01-02T03:04:05") is None  # no zone: not guessed
+    assert notice.parse_stop_at("soon") is None
+    watch = notice.Notice({"WALRAS_PODINFO_DIR": str(tmp_path)})
+    assert watch.stop_at() is None  # no file: no notice
+    (tmp_path / "annotations").write_text(text)
+    assert watch.stop_at() == 1767323045.0

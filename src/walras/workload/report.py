@@ -38,6 +38,9 @@ from walras.workload.identity import ANN_STEPS_DONE, SERVICEACCOUNT_DIR, pod_ide
 TIMEOUT_S = 10.0
 """A report is small; an API server that does not answer in this long is not waited for (the
 training loop goes on and the next report carries the newer figure)."""
+STOP_TIMEOUT_S = 2.0
+"""The last report before exiting on SIGTERM waits less: the grace period is for the checkpoint,
+and the next start reports the restored count anyway."""
 
 
 class ReportError(RuntimeError):
@@ -80,7 +83,9 @@ class ApiServer:
             ca_file=SERVICEACCOUNT_DIR / "ca.crt",
         )
 
-    def patch_pod(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:
+    def patch_pod(
+        self, namespace: str, name: str, body: Mapping[str, Any], timeout: float = TIMEOUT_S
+    ) -> None:
         """Merge-patch one pod; ReportError with the status and the server's message."""
         path = "/api/v1/namespaces/{}/pods/{}".format(
             urllib.parse.quote(namespace, safe=""), urllib.parse.quote(name, safe="")
@@ -96,7 +101,7 @@ class ApiServer:
             cafile = str(self.ca_file) if self.ca_file.exists() else None
             context = ssl.create_default_context(cafile=cafile)
         try:
-            with urllib.request.urlopen(request, timeout=TIMEOUT_S, context=context) as answer:
+            with urllib.request.urlopen(request, timeout=timeout, context=context) as answer:
                 answer.read()
         except urllib.error.HTTPError as exc:
             detail = exc.read().decode("utf-8", "replace")

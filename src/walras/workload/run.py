@@ -52,7 +52,13 @@ from typing import Any
 from walras.workload import checkpoint
 from walras.workload.identity import pod_identity
 from walras.workload.notice import Notice
-from walras.workload.report import ApiServer, ReportError, progress_patch
+from walras.workload.report import (
+    STOP_TIMEOUT_S,
+    TIMEOUT_S,
+    ApiServer,
+    ReportError,
+    progress_patch,
+)
 
 
 def _stderr(message: str) -> None:
@@ -217,7 +223,7 @@ class Run:
 
     def _stop(self) -> None:
         self.checkpoint()
-        self.report_now()
+        self.report_now(timeout=STOP_TIMEOUT_S)
         self.log(f"stopping at step {self.step} ({self.stop_reason}): exit 0")
         raise SystemExit(0)
 
@@ -258,14 +264,14 @@ class Run:
         return path
 
     # -- progress ----------------------------------------------------------------------------
-    def report_now(self) -> None:
+    def report_now(self, timeout: float = TIMEOUT_S) -> None:
         """Report the step count now (when reporting is on and it changed since the last)."""
         self._last_report = time.monotonic()
         if self._server is None or self.step == self._reported:
             return
         try:
             namespace, name = pod_identity(self._environ)
-            self._server.patch_pod(namespace, name, progress_patch(self.step))
+            self._server.patch_pod(namespace, name, progress_patch(self.step), timeout)
         except (ReportError, RuntimeError) as exc:
             if str(exc) != self._report_error:
                 self.log(f"progress report failed (training goes on): {exc}")
