@@ -179,3 +179,27 @@ def test_each_job_is_priced_at_its_own_measured_cost() -> None:
     # The accounting's reload time is the job's own cost too: productive 2 s after each start
     # (rounds start at 0 and 360 s).
     assert productive == [2.0, ROUND + 2.0]
+
+
+def test_status_fields_satisfy_the_crd_schema() -> None:
+    import pathlib
+
+    import jsonschema
+    import yaml
+
+    crd = yaml.safe_load(
+        (pathlib.Path(__file__).resolve().parents[2] / "crds" / "fungiblejob.yaml").read_text()
+    )
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    progress_schema = schema["properties"]["status"]["properties"]["progress"]
+    t = Tracker()
+    t.observe("u", [pod(1, 0.0, "10")], 1.0)
+    t.observe("u", [pod(2, 20.0, "5")], 22.0)
+    t.observe("u", [pod(2, 20.0, "9")], 26.0)
+    fields = t.status_fields("u")
+    # First start: its first reading (10) is already progress, 1 s after creation; second:
+    # restored 5 of 10 (5 lost), progress seen 6 s after creation.
+    assert fields["stepsLost"] == 5 and fields["restartSeconds"] == [1.0, 6.0]
+    jsonschema.Draft4Validator(progress_schema).validate({**fields, "stepsDone": 10.0})
+    # Every field is declared (the API server prunes undeclared ones from a structural schema).
+    assert set(fields) <= set(progress_schema["properties"])
