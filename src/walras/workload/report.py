@@ -11,9 +11,10 @@ The request is what ``kubectl annotate --overwrite pod <self> walras.dev/steps-d
 sent with the standard library alone (no Kubernetes client in the image) to the API server the
 kubelet names in ``$KUBERNETES_SERVICE_HOST``/``$KUBERNETES_SERVICE_PORT``, verified against the
 ServiceAccount's ``ca.crt``. The token is read for each request because projected tokens are
-rotated by the kubelet (they expire after an hour by default). ``$WALRAS_API_URL`` replaces the
-address (``http://`` skips TLS: tests against a local server). A merge patch needs only the
-``patch`` verb on the pod: no ``get`` first.
+rotated by the kubelet (they expire after an hour by default). ``$WALRAS_API_URL``,
+``$WALRAS_TOKEN_FILE`` and ``$WALRAS_CA_FILE`` replace the address, the token and the CA (a
+process outside a pod; ``http://`` skips TLS: tests against a local server). A merge patch
+needs only the ``patch`` verb on the pod: no ``get`` first.
 
 The operator reads the figure (``walras.core.progress``): the same number on every replica of a
 gang, restored with the checkpoint; a value lower than the pod's previous one is ignored.
@@ -80,7 +81,7 @@ class ApiServer:
         return cls(
             url=url.rstrip("/"),
             token_file=Path(env.get("WALRAS_TOKEN_FILE", str(SERVICEACCOUNT_DIR / "token"))),
-            ca_file=SERVICEACCOUNT_DIR / "ca.crt",
+            ca_file=Path(env.get("WALRAS_CA_FILE", str(SERVICEACCOUNT_DIR / "ca.crt"))),
         )
 
     def patch_pod(
