@@ -18,7 +18,7 @@ from walras.allocator.errors import InvalidProblem
 
 
 def run(
-    hold: float, n_rounds: int, targets: list[list[float]]
+    hold: float | np.ndarray, n_rounds: int, targets: list[list[float]]
 ) -> tuple[int, np.ndarray, np.ndarray]:
     t = np.array(targets, dtype=np.float64)
     n_jobs, n_groups = t.shape
@@ -87,12 +87,29 @@ def test_backfill_gives_leftover_gpus_to_jobs_outside_their_targets() -> None:
         node_group=np.array([0, 1]),
         node_free=np.ones(2, dtype=np.int64),
     )
-    plain = rounds.plan_round(**kwargs)  # type: ignore[arg-type]
+    plain = rounds.plan_round(**kwargs)
     assert [(p.job, p.group) for p in plain.placements] == [(0, 0)]
-    filled = rounds.plan_round(**kwargs, backfill=[[True, False], [True, True]])  # type: ignore[arg-type]
+    filled = rounds.plan_round(**kwargs, backfill=[[True, False], [True, True]])
     assert [(p.job, p.group) for p in filled.placements] == [(0, 0), (1, 1)]
     # A job that cannot run on the idle group is never put there.
-    none = rounds.plan_round(**kwargs, backfill=[[True, False], [True, False]])  # type: ignore[arg-type]
+    none = rounds.plan_round(**kwargs, backfill=[[True, False], [True, False]])
     assert [(p.job, p.group) for p in none.placements] == [(0, 0)]
     with pytest.raises(InvalidProblem, match="backfill"):
-        rounds.plan_round(**kwargs, backfill=[[True]])  # type: ignore[arg-type]
+        rounds.plan_round(**kwargs, backfill=[[True]])
+
+
+def test_a_hold_per_job_is_each_job_its_own_credit() -> None:
+    # Two independent jobs, each split evenly over its own two groups: job 0 on groups 0/1,
+    # job 1 on groups 2/3. Given (J,) holds, each job must behave exactly as it does alone under
+    # its own scalar hold (the credit only ever applies to a job's own pair).
+    targets = [[0.5, 0.5, 0.0, 0.0], [0.0, 0.0, 0.5, 0.5]]
+    alone_0, _, _ = run(0.0, 40, [[0.5, 0.5]])
+    alone_1, _, _ = run(4.0, 40, [[0.5, 0.5]])
+    both, _, _ = run(np.array([0.0, 4.0]), 40, targets)
+    assert both == alone_0 + alone_1
+
+
+def test_a_hold_of_the_wrong_shape_names_the_field() -> None:
+    with pytest.raises(InvalidProblem) as err:
+        run(np.array([1.0, 2.0, 3.0]), 1, [[0.5, 0.5]])
+    assert err.value.field == "hold"

@@ -74,6 +74,7 @@ def test_out_dir_has_csv_and_plots(tmp_path: pathlib.Path) -> None:
         (["--cluster", "4:4:4", "--restart-seconds", "400"], "--restart-seconds must be in"),
         (["--cluster", "4:4:4", "--window", "5"], "--window: expected A:B"),
         (["--cluster", "4:4:4", "--semantics", "nope"], "--semantics: 'nope' is not available"),
+        (["--cluster", "4:4:4", "--min-run-seconds", "-1"], "--min-run-seconds must be >= 0"),
     ],
 )
 def test_bad_options_exit_2_with_one_line(args: list[str], expected: str) -> None:

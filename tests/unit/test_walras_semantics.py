@@ -143,3 +143,21 @@ def test_cli_runs_manifests_under_walras_semantics(tmp_path: pathlib.Path) -> No
     bad = subprocess.run([*cmd, "--policy", "nope", *opts], capture_output=True, text=True)
     assert bad.returncode == 2 and "unknown policy 'nope'" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize(
+    ("min_run", "restarts", "first_done"), [(0.0, 4, 1080.0), (400.0, 2, 720.0)]
+)
+def test_minimum_run_time_in_simulation(min_run: float, restarts: int, first_done: float) -> None:
+    # Two jobs of 720 work at 1/s share one GPU (max-min fairness: ½ each), 360 s rounds, no
+    # restart cost. Without a minimum they alternate every round: A 0–360, B 360–720, A 720–1080
+    # (A done at 1080), B 1080–1440: four starts. With 400 s, A is 360 s old at 360 (kept) and
+    # finishes at 720; B then runs 720–1440: two starts. Both end at 1440.
+    wl = workload([720.0, 720.0], [1.0, 1.0], [0.0, 0.0])
+    tally = Tally(wl, 1)
+    cfg = SimConfig(semantics="walras", min_run_s=min_run)
+    policy = types.SimpleNamespace(name="max-min-fairness")
+    makespan = walras_mechanics.run(wl, tiny_cluster(), policy, cfg, tally)  # type: ignore[arg-type]
+    assert makespan == pytest.approx(1440.0)
+    assert sum(tally.restarts) == restarts
+    assert min(tally.completion_s) == pytest.approx(first_done)

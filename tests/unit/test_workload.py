@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from walras import workload
 from walras.core import model, progress
+from walras.workload import identity
 
 
 class FakeApi:
@@ -35,7 +37,7 @@ def test_report_progress_patches_own_pod(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_hostname_fallback_and_missing_namespace(monkeypatch: pytest.MonkeyPatch) -> None:
     env = {"HOSTNAME": "train-r3-1", "WALRAS_POD_NAMESPACE": "ns"}
     assert workload.pod_identity(env) == ("ns", "train-r3-1")
-    monkeypatch.setattr(workload, "NAMESPACE_FILE", workload.Path("/nonexistent/namespace"))
+    monkeypatch.setattr(identity, "NAMESPACE_FILE", Path("/nonexistent/namespace"))
     with pytest.raises(RuntimeError, match="WALRAS_POD_NAMESPACE"):
         workload.pod_identity({"HOSTNAME": "x"})
 

@@ -93,6 +93,10 @@ def simulate_command(
         bool,
         typer.Option("--backfill/--no-backfill", help="walras: leftover GPUs to waiting jobs."),
     ] = False,
+    min_run_seconds: Annotated[
+        float,
+        typer.Option(help="walras: a gang placed afresh runs at least this long (s; 0: none)."),
+    ] = 0.0,
     pop_shards: Annotated[int, typer.Option(help="walras: POP shards (1 = exact).")] = 1,
     throughput_noise: Annotated[
         float, typer.Option(help="walras: users declare true × exp(σ·N(0,1)) throughputs.")
@@ -180,6 +184,7 @@ def simulate_command(
             policy_args=policy_arg or [],
             hold_seconds=hold_seconds,
             backfill=backfill,
+            min_run_seconds=min_run_seconds,
             pop_shards=pop_shards,
             throughput_noise=throughput_noise,
             hide_fraction=hide_fraction,
@@ -234,6 +239,8 @@ def _run(trace: pathlib.Path, *, progress: bool, **kw: Any) -> Any:
             throughputs=kw["throughputs"],
         )
         workload, built = scenario.workload, scenario.cluster
+    if not kw["min_run_seconds"] >= 0:
+        raise SimInputError(f"--min-run-seconds must be >= 0, got {kw['min_run_seconds']}")
     if kw["pop_shards"] < 1:
         raise SimInputError(f"--pop-shards must be >= 1, got {kw['pop_shards']}")
     policy_args = _policy_args(kw["policy"], kw["policy_args"], kw["semantics"])
@@ -246,6 +253,7 @@ def _run(trace: pathlib.Path, *, progress: bool, **kw: Any) -> Any:
         policy_args=policy_args,
         hold_s=kw["hold_seconds"],
         backfill=kw["backfill"],
+        min_run_s=kw["min_run_seconds"],
         pop_shards=kw["pop_shards"],
         throughput_noise=kw["throughput_noise"],
         hide_fraction=kw["hide_fraction"],

@@ -45,12 +45,15 @@ class CycleOptions:
             is this far ahead of its target, so it is served in blocks (fewer restarts).
         history_half_life_s: the realiser's memory of received time (infinite: since arrival).
         backfill: GPUs no positive target could use go to waiting jobs that can use them.
+        min_run_s: a gang placed afresh runs at least this long before the realiser may stop or
+            move it (0: no minimum; the operator's ``--min-run-seconds``).
     """
 
     restart_s: float = 0.0
     hold_s: float = 0.0
     history_half_life_s: float = math.inf
     backfill: bool = False
+    min_run_s: float = 0.0
 
 
 @dataclass(slots=True)
@@ -131,7 +134,9 @@ def plan(
     hold_s: float = 0.0,
     history_half_life_s: float = math.inf,
     backfill: bool = False,
+    min_run_s: float = 0.0,
     options: CycleOptions | None = None,
+    restart_costs: Mapping[model.JobKey, float] | None = None,
 ) -> CyclePlan:
     """Plan one round (see the module docstring); updates ``state`` in place.
 
@@ -140,9 +145,13 @@ def plan(
     realiser's credit for running gangs (serve in blocks; see ``walras.allocator.rounds``).
     ``history_half_life_s``: the realiser's memory of received time (``History.advance``).
     ``backfill``: GPUs left over by the targets go to waiting jobs that can use them (always on
-    for a policy with ``work_conserving = True``).
+    for a policy with ``work_conserving = True``). ``min_run_s``: a gang placed afresh runs at
+    least this long before the realiser stops or moves it (``walras.core.realise``).
 
-    ``options`` (a :class:`CycleOptions`) overrides the four keyword arguments above.
+    ``options`` (a :class:`CycleOptions`) overrides the five keyword arguments above.
+    ``restart_costs``: per job, its own measured restart cost
+    (``walras.core.restarts.Tracker.costs``): it prices the job's restarts in the realiser and
+    its reload time in the accounting, instead of ``restart_s``.
 
     Raises whatever the policy raises (e.g. ``PolicyUnavailableError``); the shell decides whether
     a failed round is retried.
@@ -150,6 +159,8 @@ def plan(
     if options is not None:
         restart_s, hold_s = options.restart_s, options.hold_s
         history_half_life_s, backfill = options.history_half_life_s, options.backfill
+        min_run_s = options.min_run_s
+    costs = restart_costs or {}
     t0 = time.perf_counter()
     live = {j.uid for j in snap.jobs}
     state.finished = {u: p for u, p in state.finished.items() if u in live}
@@ -201,6 +212,9 @@ def plan(
             restart_s=restart_s,  # priced against the gain of a switch (core.switching)
             # A policy that guarantees work conservation (PS-DSF, Theorem 2) always gets it.
             backfill=backfill or policy.work_conserving,
+            now=now,
+            min_run_s=min_run_s,
+            restart_costs=costs,
         )
     for job in sol.jobs:
         jr = real.jobs[job.key]
@@ -210,7 +224,7 @@ def plan(
             (speed if speed is not None else rate(job, jr.group, snap)) if jr.group else 0.0,
             now,
             restarted=bool(jr.group) and not jr.kept,
-            restart_s=restart_s,
+            restart_s=costs.get(job.key, restart_s),
         )
     solved = {j.key for j in sol.jobs}
     for job in active:

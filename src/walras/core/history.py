@@ -55,6 +55,9 @@ class History:
     running_since: float | None = None
     accounted_at: float | None = None
     productive_from: float | None = None
+    # When the current gang was last placed afresh (its pods created): the minimum run time
+    # (walras.core.realise) counts from here. Not in the status schema: only the record keeps it.
+    started_at: float | None = None
 
     @classmethod
     def from_status(cls, status: Mapping[str, Any], rate_of: Mapping[str, float]) -> History:
@@ -131,6 +134,7 @@ class History:
         """
         if restarted and group:
             self.productive_from = now + restart_s
+            self.started_at = now
         if group == self.running_group:
             # Same group, maybe a new rate: a forked job's copies (HadarE) or a throughput that
             # measurements replaced. Work up to ``now`` was accounted at the old rate by advance().
@@ -142,6 +146,7 @@ class History:
         self.running_since = now if group else None
         if not group:
             self.productive_from = None
+            self.started_at = None
         return True
 
     def status_fields(self) -> dict[str, Any]:
@@ -195,6 +200,7 @@ def record(hist: History) -> dict[str, Any]:
         ("s", hist.running_since),
         ("a", hist.accounted_at),
         ("p", hist.productive_from),
+        ("b", hist.started_at),
     ):
         if value is not None:
             out[key] = round(value, 3)
@@ -217,6 +223,7 @@ def from_record(raw: Mapping[str, Any], rate: float = 0.0) -> History:
         running_since=_time_or_none(raw.get("s")),
         accounted_at=_time_or_none(raw.get("a")),
         productive_from=_time_or_none(raw.get("p")),
+        started_at=_time_or_none(raw.get("b")),
     )
 
 

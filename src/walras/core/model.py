@@ -269,6 +269,9 @@ class PodInfo:
     # The workload's walras.dev/steps-done annotation, unparsed ("" = none); walras.core.progress
     # checks it, so a bad value becomes an Event naming the pod rather than a parse failure.
     steps_done: str = ""
+    # metadata.creationTimestamp (epoch seconds; 0 when absent): where a restart's cost begins
+    # (walras.core.restarts).
+    created: float = 0.0
 
     @property
     def key(self) -> JobKey:
@@ -664,4 +667,5 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
         round=round_no,
         requests=pod_requests(spec),
         steps_done=annotations.get(ANN_STEPS_DONE, ""),
+        created=parse_time(meta.get("creationTimestamp")) or 0.0,
     )

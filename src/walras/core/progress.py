@@ -48,7 +48,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-ANN_STEPS_DONE: Final = "walras.dev/steps-done"
+from walras.workload import identity
+
+# The name the workload side writes (walras.workload, stdlib only, so the constant lives there).
+ANN_STEPS_DONE: Final = identity.ANN_STEPS_DONE
 # A reading faster than this many times the fastest known rate of its job is absurd: well above
 # any honest measurement noise (a round's observation lag doubles a short interval's rate at
 # worst), well below what a wrong unit (ms for s, bytes for steps) produces.

@@ -69,6 +69,7 @@ class JobRound:
     preempted: bool  # it had pods that this round deletes because its slice ended
     why: str = ""  # why a job the plan placed was left out (no eligible node had room)
     bound: int = 0  # of its pods on these nodes, how many the snapshot shows bound already
+    held: bool = False  # kept because it started less than the minimum run time ago
 
     @property
     def nodes(self) -> tuple[str, ...]:
@@ -194,6 +195,9 @@ def realise(
     hold: float = 0.0,
     backfill: bool = False,
     restart_s: float = 0.0,
+    now: float | None = None,
+    min_run_s: float = 0.0,
+    restart_costs: Mapping[model.JobKey, float] | None = None,
 ) -> Realisation:
     """Plan this round and diff it against the existing pods (see the module docstring).
 
@@ -203,6 +207,10 @@ def realise(
     gangs get a credit priced from it (``walras.core.switching``), on top of ``hold``.
     ``backfill``: GPUs no positive target could use go to waiting jobs that run on that group's
     GPU type (``plan_round``'s ``backfill``; the filters below still apply).
+    ``min_run_s``: a running gang that was placed afresh less than this long before ``now``
+    (``History.started_at``) is kept where it is, as an incremental round keeps every gang.
+    ``restart_costs``: per job, its own measured restart cost (``walras.core.restarts``), which
+    prices its restarts instead of ``restart_s`` (the order stays the one ``restart_s`` selects).
     """
     node_index = view.node_index
     pods_by_job = snap.pods_by_job()
@@ -226,11 +234,19 @@ def realise(
     targets = sol.targets.copy()
     running = current.sum(axis=1) == replicas
     frozen: list[rounds.JobPlacement] = []
-    if incremental and J:
-        for r in np.flatnonzero(running).tolist():
+    held = np.zeros(J, dtype=bool)
+    if not incremental and min_run_s > 0 and now is not None:
+        for r, job in enumerate(sol.jobs):
+            hist = histories.get(job.key)
+            started = hist.started_at if hist is not None else None
+            held[r] = bool(running[r]) and started is not None and now - started < min_run_s
+    keep = running if incremental else held
+    if keep.any():
+        for r in np.flatnonzero(keep).tolist():
             ks = np.flatnonzero(current[r])
             groups = np.unique(sol.node_group[ks])
             if groups.shape[0] != 1:
+                held[r] = False  # a gang split over groups is not a placement to keep
                 continue
             node_free[ks] -= current[r, ks] * sol.gpus_per_pod[r]
             nodes = tuple((int(k), int(current[r, k])) for k in ks)
@@ -242,6 +258,7 @@ def realise(
         plan_current[fixed.job] = 0
     if J and K:
         how = switching.switching(restart_s, hold)
+        costs = _restart_costs(sol, restart_s, restart_costs)
         plan = rounds.plan_round(
             targets=np.clip(targets, 0.0, None),
             received=received,
@@ -251,10 +268,10 @@ def realise(
             node_group=sol.node_group,
             node_free=node_free,
             current=plan_current if plan_current.any() else None,
-            hold=how.hold,
+            hold=how.hold if costs is None else switching.hold_per_job(costs, hold),
             backfill=_backfill_mask(sol, view, frozen) if backfill else None,
             order=how.order,
-            hold_fit=_fit_credit(sol, targets, elapsed, restart_s, how),
+            hold_fit=_fit_credit(sol, targets, elapsed, restart_s if costs is None else costs, how),
         )
         placements = {p.job: p for p in (*plan.placements, *frozen)}
         unplaced: Sequence[int] = plan.unplaced
@@ -305,7 +322,9 @@ def realise(
         bound = (
             sum(1 for p in pods if _alive(p) and p.node and p.node in node_names) if pl.kept else 0
         )
-        jobs[job.key] = JobRound(job.key, group, gpu_type, node_pods, pl.kept, False, "", bound)
+        jobs[job.key] = JobRound(
+            job.key, group, gpu_type, node_pods, pl.kept, False, "", bound, bool(held[r])
+        )
     live_jobs = {j.key for j in snap.jobs if not j.finished}
     finished = {j.key for j in snap.jobs if j.finished}
     defects = {d.key for d in snap.defects}
@@ -468,11 +487,22 @@ def _enforce_filters(
     return accepted, why
 
 
+def _restart_costs(
+    sol: policies.Solution, restart_s: float, measured: Mapping[model.JobKey, float] | None
+) -> npt.NDArray[np.float64] | None:
+    """Per job, its measured restart cost where known, else ``restart_s`` (None: all are
+    ``restart_s``, or ``restart_s`` is 0 and Gavel's order prices nothing)."""
+    if not measured or restart_s <= 0:
+        return None
+    costs = [measured.get(job.key, restart_s) for job in sol.jobs]
+    return np.array([c if np.isfinite(c) and c >= 0 else restart_s for c in costs])
+
+
 def _fit_credit(
     sol: policies.Solution,
     targets: npt.NDArray[np.float64],
     elapsed: npt.NDArray[np.float64],
-    restart_s: float,
+    restart_s: float | npt.NDArray[np.float64],
     how: switching.Switching,
 ) -> npt.NDArray[np.float64] | None:
     """Per job, the credit when every job fits (``switching.fit_credit``), or None."""

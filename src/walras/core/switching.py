@@ -92,8 +92,23 @@ def switching(restart_s: float, hold_s: float) -> Switching:
     return Switching("balanced", hold_s + HOLD_PER_RESTART * restart_s, True)
 
 
+def hold_per_job(restart_s: FloatArray, hold_s: float) -> FloatArray:
+    """Per job, the credit :func:`switching` gives for its own restart cost (seconds):
+    ``hold_s + HOLD_PER_RESTART · restart_s[j]``, so each job's restarts are priced at what they
+    cost it (``walras.core.restarts`` measures them).
+
+    >>> hold_per_job(np.array([10.0, 2.5]), 0.0).tolist()
+    [720.0, 180.0]
+    """
+    return np.asarray(hold_s + HOLD_PER_RESTART * np.asarray(restart_s), dtype=np.float64)
+
+
 def fit_credit(
-    targets: FloatArray, rates: FloatArray, elapsed: FloatArray, restart_s: float, floor: float
+    targets: FloatArray,
+    rates: FloatArray,
+    elapsed: FloatArray,
+    restart_s: float | FloatArray,
+    floor: float,
 ) -> FloatArray:
     """Per job, the credit that minimises its utility given up when every job fits.
 
@@ -111,7 +126,8 @@ def fit_credit(
     ``(θ/2 + one round) / e`` still falls (like ``e^(−1/3)``), and restarts per round fall too.
     Jobs whose types run at the same rate (``gap = 0``) are never moved (their split is rounded
     to one type, which costs the job nothing); the credit is capped at ``2 e + floor`` (a lead
-    never exceeds ``e``) and is at least ``floor``.
+    never exceeds ``e``) and is at least ``floor``. ``restart_s`` may be one per job (each
+    job's own measured cost).
 
     Example: ``restart_s = 10``, ``t = 0.5``, ``u / gap = 1``, ``e = 10,800 s`` (30 rounds of
     360 s): ``θ* = (24 · 10 · 0.25 · 10,800²)^(1/3) ≈ 1,913 s``, about five rounds.

@@ -39,6 +39,7 @@ class SimConfig:
     hold_s: float = 0.0
     history_half_life_s: float = math.inf
     backfill: bool = False
+    min_run_s: float = 0.0
     pop_shards: int = 1
     # --semantics walras only: what users declare (walras.sim.declared).
     throughput_noise: float = 0.0

@@ -303,6 +303,7 @@ def run(
             hold_s=config.hold_s,
             history_half_life_s=config.history_half_life_s,
             backfill=config.backfill,
+            min_run_s=config.min_run_s,
         )
         tally.solve_s.append(planned.timings["solve"])
         _apply(sim, planned, now, full)

@@ -52,7 +52,7 @@ def plan_round(
     node_group: object,
     node_free: object,
     current: object | None = None,
-    hold: float = 0.0,
+    hold: float | FloatArray = 0.0,
     backfill: object | None = None,
     order: str = "gavel",
     hold_fit: float | object | None = None,
@@ -69,7 +69,8 @@ def plan_round(
         node_group: ``(K,)`` group of each node, in ``[0, G)``.
         node_free: ``(K,)`` GPUs on each node usable by Walras this round.
         current: ``(J, K)`` replicas of job ``j`` running on node ``k`` now (sticky placement).
-        hold: credit, in the units of ``received``, that a job running its whole gang in a group
+        hold: credit (one, or ``(J,)`` one per job: each job's restart priced at its own measured
+            cost), in the units of ``received``, that a job running its whole gang in a group
             gets on that group's pair: its priority there is computed with
             ``received − hold``. A running job so keeps its slice until it is ``hold`` ahead of
             its target, so it is served in blocks instead of alternating every round (each
@@ -104,13 +105,19 @@ def plan_round(
     t_pair = p.targets[jj, gg]
     r_pair = p.received[jj, gg]
     e_pair = p.elapsed[jj]
-    if hold < 0 or not np.isfinite(hold):
-        raise InvalidProblem(f"hold must be a finite number >= 0, got {hold}", field="hold")
+    hold_arr = np.asarray(hold, dtype=np.float64)
+    if hold_arr.ndim not in (0, 1) or (hold_arr.ndim == 1 and hold_arr.shape != (n_jobs,)):
+        raise InvalidProblem(
+            f"hold must be one number or one per job ({n_jobs}), got shape {hold_arr.shape}",
+            field="hold",
+        )
+    if hold_arr.size and not (np.isfinite(hold_arr).all() and float(hold_arr.min()) >= 0):
+        raise InvalidProblem(f"hold must be finite numbers >= 0, got {hold}", field="hold")
     if order not in ORDERS:
         raise InvalidProblem(
             f"order must be one of {', '.join(map(repr, ORDERS))}, got {order!r}", field="order"
         )
-    credit: float | FloatArray = hold
+    credit: float | FloatArray = float(hold_arr) if hold_arr.ndim == 0 else hold_arr[jj]
     if hold_fit is not None:
         fit = np.broadcast_to(np.asarray(hold_fit, dtype=np.float64), (n_jobs,))
         if fit.size and not (np.isfinite(fit).all() and float(fit.min()) >= 0):

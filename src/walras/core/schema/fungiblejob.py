@@ -221,6 +221,23 @@ class Progress(Model):
     copies: dict[str, float] | None = Field(
         None, description="Forked jobs: steps reported by each running copy (round/node)."
     )
+    restart_seconds: list[float] | None = Field(
+        None,
+        description=(
+            "The job's last measured restart costs, oldest first: seconds from a start's pod "
+            "creation to its first progress above the restored count (docs/workloads.md)."
+        ),
+    )
+    restart_cost_seconds: float | None = Field(
+        None, description="Median of restartSeconds: what the realiser prices a restart at."
+    )
+    steps_lost: Int64 | None = Field(
+        None, description="Reported steps that restores fell back from, summed."
+    )
+    fallbacks: Int64 | None = Field(None, description="Restores that fell back (stepsLost > 0).")
+    restores: Int64 | None = Field(
+        None, description="Restores whose restored count could be compared with the job's."
+    )
 
 
 class ThroughputInUse(Model):
