@@ -123,7 +123,7 @@ async def _scenario(kube: Any, cp: devcluster.ControlPlane, ns: str, lease_ns: s
         loop.LoopConfig(round_seconds=0.5, backend="numpy", debounce=0.05),
         is_leader=lambda: a.is_leader,
     )
-    watcher = handlers.Watcher(rounds.store, rounds)
+    watcher = handlers.Watcher(rounds.cache, rounds)
     tasks.append(asyncio.create_task(mirror(kube, watcher, stop_a)))
     tasks.append(asyncio.create_task(rounds.run(stop_a)))
     try:

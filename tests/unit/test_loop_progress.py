@@ -90,7 +90,7 @@ def setup(declared: float) -> tuple[loop.RoundLoop, FakeApi, Clock]:
 def report(rounds: loop.RoundLoop, clock: Clock, at: float, steps: str) -> None:
     clock.now = at
     rounds.store.upsert("pod", pod(steps))
-    rounds.facts.owner[("ns", "train-r1-0")] = "u1"
+    rounds.cache.facts.owner[("ns", "train-r1-0")] = "u1"
     asyncio.run(rounds.run_round())
 
 

@@ -163,7 +163,7 @@ def test_a_refused_commit_member_leaves_nothing_bound() -> None:
     assert api.names("bind") == []
     assert sorted(api.names("delete")) == ["gang-r1-0", "gang-r1-1"]
     assert admitted(api.statuses["gang"])["reason"] == "QuotaExceeded"
-    assert not rounds.ledger
+    assert not rounds.cache.assumed
 
 
 def test_a_gang_that_fits_is_committed_by_its_last_member_created_on_its_node() -> None:
@@ -186,7 +186,7 @@ def test_a_gang_that_fits_is_committed_by_its_last_member_created_on_its_node() 
     assert api.names("delete") == []
     assert (report.creates, report.bound_at_create, report.binds) == (4, 2, 2)
     # Counted on the node until the watch shows them (a later gang must not be given them).
-    assert sorted(rounds.ledger) == [("ns", n) for n in [*members, "solo-r1-0"]]
+    assert sorted(rounds.cache.assumed) == [("ns", n) for n in [*members, "solo-r1-0"]]
     assert api.statuses["solo"]["phase"] == "Running"
     assert api.statuses["gang"]["phase"] == "Running"
 
@@ -215,7 +215,7 @@ def test_a_gang_whose_node_is_still_busy_is_created_unbound_and_bound_later() ->
         manifest = api.manifests[name]
         rounds.store.upsert("pod", {**manifest, "status": {"phase": "Running"}})
         (owner,) = manifest["metadata"]["ownerReferences"]
-        rounds.facts.owner[("ns", name)] = owner["uid"]  # as the pod handler records it
+        rounds.cache.facts.owner[("ns", name)] = owner["uid"]  # as the pod handler records it
     api.calls.clear()
     api.created_on.clear()
     clock[0] += rounds.config.round_seconds  # the first gang's slice has ended
@@ -246,7 +246,7 @@ def test_an_unbindable_member_removes_the_whole_gang() -> None:
     cond = admitted(api.statuses["gang"])
     assert (cond["status"], cond["reason"]) == ("False", "BindFailed")
     assert "binding pod gang-r1-2 to n0" in cond["message"]
-    assert not rounds.ledger
+    assert not rounds.cache.assumed
 
 
 def test_a_member_not_bound_after_the_commit_removes_the_gang_with_its_commit_member() -> None:
@@ -260,4 +260,4 @@ def test_a_member_not_bound_after_the_commit_removes_the_gang_with_its_commit_me
     assert sorted(api.names("delete")) == ["gang-r1-0", "gang-r1-1", "gang-r1-2"]
     cond = admitted(api.statuses["gang"])
     assert (cond["status"], cond["reason"]) == ("False", "BindFailed")
-    assert not rounds.ledger
+    assert not rounds.cache.assumed

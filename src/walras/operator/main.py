@@ -268,7 +268,7 @@ async def run(options: Options) -> None:
         api.close()
         raise SystemExit(1) from None
     registry = kopf.OperatorRegistry()
-    watcher = handlers.Watcher(store, rounds, readiness)
+    watcher = handlers.Watcher(rounds.cache, rounds, readiness)
     handlers.register(registry, watcher)
     lean_stop = threading.Event()
     handlers.watch_lean(watch_client(options.kubeconfig), watcher, lean_stop)
