@@ -3,11 +3,11 @@
 ``register`` attaches ``on.event`` handlers for ResourcePools, Nodes and Tenants to a kopf registry
 (``walras.operator.main`` creates it). Pods and FungibleJobs, nearly all the events (a job's own
 status patches come back as events too), come from lean LIST-then-WATCH threads (``watch_lean``,
-``walras.kube.watch``): kopf's per-object machinery cost a third of the operator's main thread in
-a 5,000-job cold round. Both hand their events to the event loop, so they never race the round
-loop. They never call the API and never patch the
-object, so kopf writes no annotations or finalizers of its own: every write belongs to the round
-loop.
+``walras.kube.watch``): kopf's per-object machinery (a deep copy, a diff and a handler dispatch
+per event) would run for every one of the events that make most of a large round's traffic. Both
+hand their events to the event loop, so they never race the round loop. They never call the API
+and never patch the object, so kopf writes no annotations or finalizers of its own: every write
+belongs to the round loop.
 
 They write into the cluster cache (:class:`walras.operator.cache.ClusterCache`): the store, and
 beside it the facts a parsed view drops: each pod's controller FungibleJob uid (ownership),

@@ -67,7 +67,7 @@ class Options:
     weighting_exponent: float = -0.5
     pop_shards: int = 1
     psdsf_mode: str = "tdm"
-    # Progress reporting and throughput estimation (walras.operator.throughputs, issue 16).
+    # Progress reporting and throughput estimation (walras.operator.throughputs).
     measured_min_samples: int = 3
     mismatch_factor: float = 2.0
     absurd_factor: float = 10.0
