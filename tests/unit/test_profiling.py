@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from test_operator_whole_gangs import GPU, FakeApi
 
-from walras.core import model, profiling, progress, snapshot
+from walras.core import admission, model, profiling, progress, snapshot
 from walras.kube import writes
-from walras.operator import cache, loop, throughputs
+from walras.operator import loop, throughputs
 
 # ---- selection -----------------------------------------------------------------------------
 
@@ -180,7 +180,7 @@ class Cluster(FakeApi):
         super().__init__()
         self.store = rounds_store
         self.rates = rates
-        self.facts: cache.Facts | None = None
+        self.facts: admission.Facts | None = None
         self.pods: dict[str, dict[str, Any]] = {}
         self.steps: dict[str, float] = {}  # job name -> cumulative steps
         self.placed: list[tuple[str, str]] = []  # (pod, GPU type) as bound or created bound

@@ -5,7 +5,7 @@ Guarantees:
 - **Only whole gangs are bound.** A gang is created and bound as a unit. If the API server
   rejects one member (quota, Pod Security admission, an invalid template, a missing
   ServiceAccount) or a member cannot be bound, the members already made are deleted, no member
-  stays bound, and the job is held out of the solve (``walras.operator.admission``) with the API
+  stays bound, and the job is held out of the solve (``walras.core.admission``) with the API
   server's message.
 - **Commit by the last member.** When binding at creation, every pod but the last member of each
   gang created whole this round is created first, unbound; then each such gang's last member,
@@ -32,9 +32,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from walras.core import model, realise
+from walras.core import admission, model, realise
 from walras.kube import writes as kubeapi
-from walras.operator import admission, cache, metrics
+from walras.operator import cache, metrics
 from walras.operator.round_report import RoundReport
 from walras.operator.round_scratch import RoundScratch
 

@@ -3,7 +3,8 @@
 One owner for two kinds of facts:
 
 - **Watched.** ``store`` holds the parsed pods, nodes, jobs, pools and tenants
-  (:class:`walras.core.snapshot.Store`); ``facts`` holds what a parsed view drops (each pod's
+  (:class:`walras.core.snapshot.Store`); ``facts`` (:class:`walras.core.admission.Facts`) holds
+  what a parsed view drops (each pod's
   controller FungibleJob uid, its ``DisruptionTarget`` condition, each job's
   ``spec.backoffLimit``). Only the watch handlers (``walras.operator.handlers``) write them.
 - **Assumed.** A pod the operator bound, or created bound, counts on its node from that moment
@@ -21,26 +22,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from walras.core import crd, filters, model, snapshot
+from walras.core import admission, crd, filters, model, snapshot
 
 # How long an assumed pod the watch never delivered still counts on its node.
 ASSUME_TTL_S = 10.0
-
-
-@dataclass(slots=True)
-class Facts:
-    """What the watch handlers know of pods and jobs beyond their parsed views.
-
-    ``owner``: pod -> uid of its controller FungibleJob (only when that is the job it is labelled
-    with); ``disrupted``: pods with a ``DisruptionTarget`` condition; ``backoff``: job ->
-    ``spec.backoffLimit``.
-    """
-
-    owner: dict[model.JobKey, str] = field(default_factory=dict)
-    disrupted: set[model.JobKey] = field(default_factory=set)
-    backoff: dict[model.JobKey, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -72,13 +59,12 @@ class ClusterCache:
 
     def __init__(self, store: snapshot.Store | None = None) -> None:
         self.store = store if store is not None else snapshot.Store()
-        self.facts = Facts()
+        self.facts = admission.Facts()
         self.assumed: dict[model.JobKey, Assumed] = {}
 
     def owns(self, pod: model.PodInfo, job_uids: dict[model.JobKey, str]) -> bool:
         """Walras's pod: its controller is the live FungibleJob it is labelled with (same uid)."""
-        owner = self.facts.owner.get(pod.key, "")
-        return bool(owner) and job_uids.get(pod.job_key) == owner
+        return admission.owns(pod, job_uids, self.facts)
 
     def assume(
         self, job: model.JobKey, pods: Iterable[tuple[PendingBind, dict[str, float]]]

@@ -116,7 +116,7 @@ def _generation(obj: Mapping[str, Any]) -> int:
 def controller_uid(obj: Mapping[str, Any]) -> str:
     """The uid of a pod's controller FungibleJob, when that is the job its label names; else ''.
 
-    Only such pods are Walras's (``walras.operator.admission``): a label alone proves nothing.
+    Only such pods are Walras's (``walras.core.admission``): a label alone proves nothing.
     """
     meta = obj.get("metadata") or {}
     job = str((meta.get("labels") or {}).get(crd.LABEL_JOB) or "")

@@ -5,7 +5,7 @@ when a round runs (a full one every ``round_seconds``, an incremental one soon a
 when queued binds retry between rounds. One round is these steps (:meth:`RoundLoop._round`):
 
 1. **Snapshot.** Freeze the cluster cache (``walras.operator.cache``) at the round's clock and
-   apply the operator's admission rules to it (``walras.operator.admission``: ownership, retries,
+   apply the operator's admission rules to it (``walras.core.admission``: ownership, retries,
    holds); adopt restored histories; fold in reported progress and effective throughputs
    (``walras.operator.throughputs``) and the capacity statements of work reserve
    (``walras.operator.sow``). The result is the one immutable snapshot the core sees.
@@ -33,10 +33,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from walras.core import cycle, policies, snapshot
+from walras.core import admission, cycle, policies, snapshot
 from walras.kube import writes as kubeapi
 from walras.operator import (
-    admission,
     binder,
     cache,
     health,
@@ -217,21 +216,16 @@ class RoundLoop:
         return report
 
     async def _round(self, scratch: RoundScratch, t0: float) -> None:
-        report, now = scratch.report, scratch.now
-        # 1. Snapshot: the cache frozen, the admission rules applied, progress and SoW folded in.
-        admitted = self.rules.apply(self.store.freeze(now), now, self.cache)
-        scratch.retry_deletes, scratch.retry_events = admitted.retry_deletes, admitted.retry_events
-        self.histories.adopt(admitted.snapshot, self.state)
-        snap = self.throughputs.prepare(admitted.snapshot, now)
-        self.throughputs.observe_metrics()
-        snap = await self.sow.round(snap, now, refresh=scratch.refresh)
+        report = scratch.report
+        # 1. Snapshot: the one the core sees, immutable from here on.
+        snap = await self._snapshot(scratch)
         # 2. Plan: solve, realise and account, off the event loop.
         planned = await asyncio.to_thread(
             cycle.plan,
             self.state,
             self.policy,
             snap,
-            now=now,
+            now=scratch.now,
             round_no=scratch.round_no,
             incremental=scratch.incremental,
             options=self.config.cycle_options,
@@ -248,6 +242,18 @@ class RoundLoop:
         # 5. Histories whose running state changed.
         await self.histories.save(planned, report)
         report.writes = time.perf_counter() - t3
+
+    async def _snapshot(self, scratch: RoundScratch) -> snapshot.Snapshot:
+        """The cache frozen at the round's clock; the admission rules applied (what they ask to
+        delete and say goes to ``scratch``); restored histories adopted; reported progress,
+        effective throughputs and the capacity statements of work reserve folded in."""
+        now = scratch.now
+        admitted = self.rules.apply(self.store.freeze(now), now, self.cache.facts)
+        scratch.retry_deletes, scratch.retry_events = admitted.retry_deletes, admitted.retry_events
+        self.histories.adopt(admitted.snapshot, self.state)
+        snap = self.throughputs.prepare(admitted.snapshot, now)
+        self.throughputs.observe_metrics()
+        return await self.sow.round(snap, now, refresh=scratch.refresh)
 
     def _report_plan(self, planned: cycle.CyclePlan, report: RoundReport, t0: float) -> None:
         sol = planned.solution

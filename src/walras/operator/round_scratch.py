@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from walras.core import model
-from walras.operator import admission
+from walras.core import admission, model
 from walras.operator.round_report import RoundReport
 
 

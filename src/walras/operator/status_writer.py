@@ -24,10 +24,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from walras.core import admission, crd, cycle, history, model
 from walras.core import conditions as cond
-from walras.core import crd, cycle, history, model
 from walras.kube import writes as kubeapi
-from walras.operator import admission, cache, metrics, status, throughputs
+from walras.operator import cache, metrics, status, throughputs
 from walras.operator.round_scratch import RoundScratch
 
 Job = model.JobSpec | model.JobDefect

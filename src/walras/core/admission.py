@@ -1,4 +1,8 @@
-"""The operator's admission rules, applied to the frozen snapshot before the plan.
+"""Admission rules applied to a frozen snapshot before the plan: ownership, retries, holds.
+
+They need facts a parsed object drops (:class:`Facts`: pod ownership, disruption, each job's
+back-off limit), which the operator's watches record; nothing here reads a clock of its own,
+calls the API or logs, so any shell holding those facts can run them before ``cycle.plan``.
 
 - **Ownership.** A pod is Walras's only if its controller ownerReference is the FungibleJob it is
   labelled with, with that job's uid. Any other pod carrying ``walras.dev/job`` is counted as a
@@ -10,7 +14,7 @@
   when this process first saw it plus those counted since. Up to the limit the failed pod is
   deleted and hidden from the plan, so the job's gang is simply placed again; past it the job
   fails. A disrupted pod is deleted and hidden without counting.
-- **Holds.** A job whose gang could not be created or bound (``walras.operator.binder``) sits out
+- **Holds.** A job whose gang could not be created or bound (the operator's gang binder) sits out
   of the solve, reported as a defect of ``spec.template``, until its retry time: a back-off that
   doubles from ``RETRY_FIRST_S`` to ``RETRY_MAX_S`` with each failed attempt. A new
   ``generation`` of the job retries at once.
@@ -19,14 +23,33 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from walras.core import crd, model, snapshot
-from walras.operator import cache
 
 RETRY_FIRST_S = 5.0
 RETRY_MAX_S = 300.0
+
+
+@dataclass(slots=True)
+class Facts:
+    """What the watches know of pods and jobs beyond their parsed views.
+
+    ``owner``: pod -> uid of its controller FungibleJob (only when that is the job it is labelled
+    with); ``disrupted``: pods with a ``DisruptionTarget`` condition; ``backoff``: job ->
+    ``spec.backoffLimit``.
+    """
+
+    owner: dict[model.JobKey, str] = field(default_factory=dict)
+    disrupted: set[model.JobKey] = field(default_factory=set)
+    backoff: dict[model.JobKey, int] = field(default_factory=dict)
+
+
+def owns(pod: model.PodInfo, job_uids: Mapping[model.JobKey, str], facts: Facts) -> bool:
+    """Walras's pod: its controller is the live FungibleJob it is labelled with (same uid)."""
+    owner = facts.owner.get(pod.key, "")
+    return bool(owner) and job_uids.get(pod.job_key) == owner
 
 
 @dataclass(slots=True)
@@ -74,19 +97,19 @@ class Admission:
         self.failed_pods: dict[str, set[str]] = {}  # job uid -> failed pod uids counted
         self.failures_base: dict[str, int] = {}  # job uid -> failures its status held at first
 
-    def apply(self, snap: snapshot.Snapshot, now: float, cluster: cache.ClusterCache) -> Admitted:
+    def apply(self, snap: snapshot.Snapshot, now: float, facts: Facts) -> Admitted:
         """Ownership, retries and holds applied to ``snap``."""
         job_uids = {j.key: j.uid for j in snap.jobs}
         job_uids.update({d.key: d.uid for d in snap.defects})
         owned: list[model.PodInfo] = []
         foreign = list(snap.foreign_pods)
         for pod in snap.pods:
-            if cluster.owns(pod, job_uids):
+            if owns(pod, job_uids, facts):
                 owned.append(pod)
             elif pod.node and not pod.finished:
                 foreign.append(pod)  # someone else's pod: it uses the node, we never touch it
         out = Admitted(snap)
-        hidden = self._retries(snap, owned, cluster.facts, out)
+        hidden = self._retries(snap, owned, facts, out)
         jobs, defects = self._holds(snap, now)
         out.snapshot = dataclasses.replace(
             snap,
@@ -101,7 +124,7 @@ class Admission:
         self,
         snap: snapshot.Snapshot,
         owned: list[model.PodInfo],
-        facts: cache.Facts,
+        facts: Facts,
         out: Admitted,
     ) -> set[model.JobKey]:
         """Count each failed pod once; returns the pods to hide (``out`` gets their deletes)."""
