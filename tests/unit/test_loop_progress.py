@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from test_operator_whole_gangs import GPU, FakeApi
+from tests.unit.operator_fakes import GPU, FakeApi
 
 from walras.core import progress
 from walras.operator import loop, metrics

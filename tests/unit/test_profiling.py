@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
-from test_operator_whole_gangs import GPU, FakeApi
+from tests.unit.operator_fakes import GPU, FakeApi
 
 from walras.core import admission, model, profiling, progress, snapshot
 from walras.kube import writes
