@@ -3,7 +3,7 @@
 Prints one JSON line per case:
 
 * ``warm_start``: seconds from ``devcluster.start()`` to a ready apiserver with kwok running,
-  binaries already built (issue 4 asks for <= 30 s), and the stop time.
+  binaries already built (target <= 30 s), and the stop time.
 * ``nodes``: creating 200 kwok GPU nodes (8 GPUs each) and waiting until all are Ready.
 * ``pods_bind``: creating 1,000 pods (``schedulerName: walras``, 1 GPU each), binding them across
   the 200 nodes through ``pods/binding`` (5 per node), and waiting until kwok reports all Running:

@@ -3,10 +3,11 @@
 One JSON line per record of ``tests/data/gavel/gavel_results.json`` that the unit tests do not
 run with ECOS: case D5 (480 jobs on 20:20:20 with 4-GPU servers, restart cost 0 and 10 s), every
 policy Gavel ran there. ``--lp-solver ecos`` solves Gavel's LP policies with Gavel's own solver
-in Gavel's problem shape (``walras.sim.ecos_lp``), so the metrics should equal Gavel's printed
-ones; ``err_*`` are ours / Gavel's − 1 (utilisation: a difference). Timing: ``time_s`` (wall),
-``cpu_s`` (process CPU), ``solve_s_mean`` against Gavel's ``gavel_solve_mean_s`` (the same ECOS
-solves, timed by Gavel's wrapper on the same machine kind): ``solve_ratio`` = ours / Gavel's.
+in Gavel's problem shape (``walras.allocator.gavel.ecos``), so the metrics should equal Gavel's
+printed ones; ``err_*`` are ours / Gavel's − 1 (utilisation: a difference). Timing: ``time_s``
+(wall), ``cpu_s`` (process CPU), ``solve_s_mean`` against Gavel's ``gavel_solve_mean_s`` (the
+same ECOS solves, timed by Gavel's wrapper on the same machine kind): ``solve_ratio`` = ours /
+Gavel's.
 
 Pass substrings to run a subset: ``python bench/bench_ecos.py D5/max_min_fairness_perf``.
 """
@@ -59,7 +60,7 @@ def run_case(record: dict[str, Any]) -> dict[str, Any]:
         "makespan_s": round(s["makespan_s"], 3),
         "avg_jct_s": round(s["avg_jct_s"], 3),
         "utilization": round(s["utilization"], 4),
-        "solves": len(result.ledger.solve_s),
+        "solves": len(result.tally.solve_s),
         "gavel_solves": record["solves"],
         "solve_s_mean": round(solve_mean, 5),
         "gavel_solve_mean_s": round(record["solve_mean_s"], 5),

@@ -1,4 +1,4 @@
-"""Throughputs users don't know (issue 16): D5 under price discovery with hidden and noisy
+"""Throughputs users don't know: D5 under price discovery with hidden and noisy
 declarations, with and without estimation; and the estimator's own speed.
 
 D5 (``tests/data/gavel``: 480 jobs at t = 0, 20 V100 + 20 P100 + 20 K80 in nodes of 4, 360 s

@@ -2,7 +2,7 @@
 
 Prints one JSON line per case: ``time_s`` (wall) and ``cpu_s`` (process CPU, steadier on a shared
 machine) of one ``allocate`` call, and the LP size (variables, rows, non-zeros of the HiGHS
-problem). Cases, as in POP's evaluation (paper 001) and the simulator's D5:
+problem). Cases, as in POP's evaluation (the POP paper) and the simulator's D5:
 
 - ``2048x3``: 2,048 jobs on 512 GPUs of each of k80, p100, v100 (1,536 GPUs), POP's size;
 - ``480x3``: 480 jobs on 20 GPUs per type (D5's cluster, where capacity is contended).

@@ -10,7 +10,7 @@ Cases:
   rule, then the DP over the jobs still waiting).
 - ``plan-480x60-replan``: the first round as the ``hadar`` policy plans it (Hyperbolic utility,
   makespan horizon, every job re-planned, backfill, the greedy queue rule above 500,000 cells).
-- ``hadare-paper-mixes``: HadarE's acceptance case (``docs/forking.md``): paper 003 §VI's five
+- ``hadare-paper-mixes``: HadarE's acceptance case (``docs/forking.md``): the Hadar paper's §VI five
   nodes of one GPU each (1 V100, 2 P100 standing in for the T4s, 2 K80) and its workload mixes
   M-1 … M-12 of long forkable Gavel jobs (``tests/unit/hadar_helpers.paper_mix``), each run by
   ``walras simulate --semantics walras`` with the PRODUCT policies ``hadar`` and ``hadare``: per
@@ -157,7 +157,7 @@ def plan_cases() -> list[dict[str, object]]:
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PAPER_REPORTED = (1, 3, 4, 5, 8, 10, 12)
-"""The mixes paper 003 reports results for."""
+"""The mixes the Hadar paper reports results for."""
 TYPES = ("v100", "p100", "k80")
 
 

@@ -25,11 +25,11 @@ Prints one JSON line per case:
   a same-run ratio.
   ``kube_apiserver_cpu_s``, ``etcd_cpu_s``, ``kwok_cpu_s``, ``kube_controller_manager_cpu_s``:
   the control plane's CPU over the round (from the operator's start for the cold round: on 2
-  cores the round is bound by the API server's CPU). Targets (issue 15): round total <= 2 s at
+  cores the round is bound by the API server's CPU). Targets: round total <= 2 s at
   1,000 jobs / 200 nodes (steady); 5,000 / 1,000: cold <= 60 s, steady <= 10 s.
 * ``write_cpu``: the client's own CPU per write (status patch, pod create, bind), sequential
   against the local API server, for the generic ``kubernetes`` request builder
-  (``param_serialize``, the path before issue 15) and the direct urllib3 path
+  (``param_serialize``, the older path) and the direct urllib3 path
   (``walras.kube.writes``), in the same run; ``ratio`` = generic / direct.
 
 Without built control-plane binaries it prints one ``skipped`` line and exits 0. The 5,000 /
@@ -128,8 +128,8 @@ def start_operator(
         "from walras.cli import main; main()",
         "operator",
         "--no-leader-elect",
-        "--backend",
-        "numpy",
+        "--policy-arg",
+        "price-discovery.backend=numpy",
         "--round-seconds",
         str(round_seconds),
         "--kubeconfig",
@@ -253,7 +253,7 @@ def case_pipeline(jobs: int, nodes: int) -> None:
     from walras.operator import status
 
     store = synthetic_store(jobs, nodes)
-    policy = policies.create("price-discovery", policies.PolicyOptions(backend="numpy"))
+    policy = policies.create("price-discovery", {"backend": "numpy"})
     policy.warm_up()
     runs: dict[str, list[float]] = {"snapshot": [], "solve": [], "realise": [], "status": []}
     for _ in range(3):
@@ -406,7 +406,7 @@ def case_write_cpu(cp: devcluster.ControlPlane, kube: Any, requests: int = 300) 
     for path in ("generic", "direct"):
         api = writes.Api(api_client(cp.admin_kubeconfig))
         if path == "generic":
-            api._urllib3 = None  # the request builder every write used before issue 15
+            api._urllib3 = None  # the request builder every write used before
         for op in ("status_patch", "create", "bind"):
             c0, t0 = time.process_time(), time.perf_counter()
             for i in range(requests):

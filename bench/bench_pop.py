@@ -1,6 +1,6 @@
 """Benchmark POP (``walras.allocator.pop``) against the exact solvers; one JSON line per case.
 
-Cases (issue 12's acceptance numbers):
+Cases:
 
 - ``gavel``: Gavel's heterogeneity-aware max-min fairness LP (``max_min_fairness_perf``),
   2,048 single-GPU jobs on 512 GPUs of each of k80/p100/v100, throughputs of Gavel's table
@@ -14,7 +14,7 @@ Cases (issue 12's acceptance numbers):
   normalised throughput) over the exact one. ``gavel_large``: the same at 8,192 jobs on
   3 × 2,048 GPUs, k = 8 and 32 (where the vertex LP's super-linear cost shows).
 - ``gavel_packed``: Gavel's max-min fairness with space sharing (``gavel.packed``; Gavel's
-  ``max_min_fairness_packed``, paper 001's 22.7× headline at 2,048 jobs): single-GPU jobs of the
+  ``max_min_fairness_packed``, the POP paper's 22.7× headline at 2,048 jobs): single-GPU jobs of the
   table's 26 single-GPU job types, every pair co-locatable with Gavel's pair throughputs,
   ``J/4`` GPUs of each of k80/p100/v100 (the paper harness's cluster). The LP has
   ``3·J(J−1)/2`` pair columns, so its cost is super-linear: the exact LP at ``PACKED_JS`` (the
@@ -25,7 +25,7 @@ Cases (issue 12's acceptance numbers):
   ``gavel_packed_large``: the same at ``PACKED_LARGE_JS`` (1,024 jobs exact; 2,048 POP only at
   k ≥ 4, ``exact`` skipped: measured once, 1,378 CPU s and 8.7 GB against 136 CPU s at 1,024
   jobs, far beyond a few minutes; raise ``PACKED_EXACT_MAX`` to repeat it).
-- ``pricing``: price discovery on paper 000's §6.2 data (log utility), n = 10⁶ and 10⁷ (the
+- ``pricing``: price discovery on its paper's §6.2 data (log utility), n = 10⁶ and 10⁷ (the
   latter when memory allows), exact vs k = 8 without and with the price-spread repair:
   ``loss_per_job = (U_exact − U_POP)/n`` (negative: POP above the exact solver's ε-optimal
   answer), the merged certificate ``gap_per_job`` and the repair's recovered utility (repair
@@ -351,15 +351,14 @@ def simulate_once(policy: str, shards: int, jobs: int = SIM_JOBS,
                   rate: float = SIM_RATE) -> dict[str, Any]:  # fmt: skip
     """One ``--semantics walras`` run of the continuous trace (module docstring)."""
     import dataclasses
-    import math
     import types
 
     from walras.sim import walras_mechanics
     from walras.sim.arrivals import poisson_arrivals
     from walras.sim.config import SimConfig
-    from walras.sim.ledger import Ledger
     from walras.sim.metrics import SimResult
     from walras.sim.scenario import load_scenario
+    from walras.sim.tally import Tally
     from walras.sim.trace import read_trace
 
     trace = read_trace(SIM_TRACE)
@@ -368,21 +367,17 @@ def simulate_once(policy: str, shards: int, jobs: int = SIM_JOBS,
     workload = dataclasses.replace(
         scenario.workload, arrivals=np.asarray(poisson_arrivals(jobs, rate, seed=0))
     )
-    config = types.SimpleNamespace(
-        round_s=360.0, restart_s=10.0, seed=0, window=None, semantics="walras",
-        weighting="none", weighting_exponent=-0.5, hold_s=0.0, history_half_life_s=math.inf,
-        backfill=False, pop_shards=shards,
-    )  # fmt: skip
-    ledger = Ledger(workload, scenario.cluster.n_gpus)
+    config = SimConfig(round_s=360.0, restart_s=10.0, seed=0, semantics="walras", pop_shards=shards)
+    tally = Tally(workload, scenario.cluster.n_gpus)
     wall, cpu = time.perf_counter(), _cpu()
     makespan = walras_mechanics.run(
-        workload, scenario.cluster, types.SimpleNamespace(name=policy), config, ledger
+        workload, scenario.cluster, types.SimpleNamespace(name=policy), config, tally
     )
     result = SimResult(
         policy=policy,
         config=SimConfig(semantics="walras", restart_s=10.0),
         cluster=scenario.cluster,
-        ledger=ledger,
+        tally=tally,
         makespan_s=makespan,
         wall_s=time.perf_counter() - wall,
     )

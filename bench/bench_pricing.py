@@ -1,4 +1,4 @@
-"""Benchmark of price discovery on the paper 000 §6.2 instances; one JSON line per case.
+"""Benchmark of price discovery on its paper's §6.2 instances; one JSON line per case.
 
 Cases: n ∈ {1e4, 1e5, 1e6} × {log, target-priority}, plus n = 1e7 log when the machine has the
 memory for it. Each case runs in its own interpreter so that ``peak_rss_mb`` (ru_maxrss of that

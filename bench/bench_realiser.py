@@ -22,7 +22,7 @@ work rate the target promises against the work actually done per second, with 10
 (re)start in both behaviours, so the old behaviour's restarts count against it too), ``time_s``
 and ``cpu_s`` of the whole loop.
 
-Cases (the acceptance of issue 15, item 1):
+Cases:
 
 - ``fit_1000x200``: 1,000 jobs of 1-2 one-GPU pods (1,519 pods) on 200 nodes x 8 GPUs of four
   types (the operator benchmark's ``round_1000x200``): not oversubscribed. 60 rounds; steady
@@ -58,7 +58,7 @@ def store_for(jobs: int, nodes: int, replicas: int | None, seed: int = 0) -> sna
 
 
 def run(store: snapshot.Store, n_rounds: int, restart_s: float, error_round: int) -> dict[str, Any]:
-    policy = policies.create("price-discovery", policies.PolicyOptions(backend="numpy"))
+    policy = policies.create("price-discovery", {"backend": "numpy"})
     state = cycle.CycleState()
     options = cycle.CycleOptions(restart_s=restart_s)
     start = 1.8e9

@@ -25,24 +25,32 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "gavel"
 TRACE = DATA / "static_multi_seed0_n480.trace"
 
-# (label, policy, extra config)
+
+def remaining(exponent: float) -> dict[str, dict[str, object]]:
+    """Price discovery weighted by remaining time^exponent (its own arguments)."""
+    return {"price-discovery": {"weighting": "remaining", "weighting_exponent": exponent}}
+
+
+REMAINING = remaining(-0.5)
+
+# (label, policy, extra SimConfig fields)
 CASES: list[tuple[str, str, dict[str, Any]]] = [
     ("price-discovery", "price-discovery", {}),
-    ("price-discovery-remaining-0.5", "price-discovery", {"weighting": "remaining"}),
+    ("price-discovery-remaining-0.5", "price-discovery", {"policy_args": REMAINING}),
     (
         "price-discovery-remaining-0.5-backfill",
         "price-discovery",
-        {"weighting": "remaining", "backfill": True},
+        {"policy_args": REMAINING, "backfill": True},
     ),
     (
         "price-discovery-remaining-0.75-backfill",
         "price-discovery",
-        {"weighting": "remaining", "weighting_exponent": -0.75, "backfill": True},
+        {"policy_args": remaining(-0.75), "backfill": True},
     ),
     (
         "price-discovery-remaining-1-backfill",
         "price-discovery",
-        {"weighting": "remaining", "weighting_exponent": -1.0, "backfill": True},
+        {"policy_args": remaining(-1.0), "backfill": True},
     ),
     ("price-discovery-hold-3-rounds", "price-discovery", {"hold_s": 1080.0}),
     ("max-min-fairness", "max-min-fairness", {}),
@@ -59,27 +67,13 @@ CASES: list[tuple[str, str, dict[str, Any]]] = [
 def run_case(label: str, policy: str, extra: dict[str, Any]) -> dict[str, Any]:
     from walras.sim import walras_mechanics
     from walras.sim.config import SimConfig
-    from walras.sim.ledger import Ledger
     from walras.sim.metrics import SimResult
     from walras.sim.scenario import load_scenario
+    from walras.sim.tally import Tally
 
     scenario = load_scenario(TRACE, cluster="20:20:20", gpus_per_node="4:4:4")
-    config = types.SimpleNamespace(
-        round_s=360.0,
-        restart_s=10.0,
-        seed=0,
-        window=None,
-        semantics="walras",
-        weighting="none",
-        weighting_exponent=-0.5,
-        hold_s=0.0,
-        history_half_life_s=math.inf,
-        backfill=False,
-        pop_shards=1,
-    )
-    for key, value in extra.items():
-        setattr(config, key, value)
-    ledger = Ledger(scenario.workload, scenario.cluster.n_gpus)
+    config = SimConfig(round_s=360.0, restart_s=10.0, seed=0, semantics="walras", **extra)
+    tally = Tally(scenario.workload, scenario.cluster.n_gpus)
     wall, cpu = time.perf_counter(), time.process_time()
     error = None
     try:
@@ -87,8 +81,8 @@ def run_case(label: str, policy: str, extra: dict[str, Any]) -> dict[str, Any]:
             scenario.workload,
             scenario.cluster,
             types.SimpleNamespace(name=policy),
-            config,  # type: ignore[arg-type]
-            ledger,
+            config,
+            tally,
         )
     except Exception as exc:
         error, makespan = f"{type(exc).__name__}: {exc}", math.nan
@@ -96,7 +90,7 @@ def run_case(label: str, policy: str, extra: dict[str, Any]) -> dict[str, Any]:
         policy=policy,
         config=SimConfig(semantics="walras", restart_s=10.0),
         cluster=scenario.cluster,
-        ledger=ledger,
+        tally=tally,
         makespan_s=makespan,
         wall_s=time.perf_counter() - wall,
     )

@@ -11,7 +11,7 @@ outside the timing. Each case runs ``REPEATS`` times; the line reports the media
 - ``solve_time_s`` / ``solve_cpu_s``: what the command itself reports for building the problem
   and solving it (``time_s``/``cpu_s`` of its JSON), ``gap`` per job and ``iterations``.
 
-Issue 15's target for the log case: solve ≤ 0.35 s CPU, whole process ≤ 0.8 s wall, gap ≤ 1e-3.
+Target for the log case: solve ≤ 0.35 s CPU, whole process ≤ 0.8 s wall, gap ≤ 1e-3.
 ``walras_src`` names the source tree that ran (``PYTHONPATH=/path/to/other/src`` runs another
 checkout's code with this environment, for an old-versus-new comparison in one time window).
 

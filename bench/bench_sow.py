@@ -1,4 +1,4 @@
-"""Benchmark of the SoW mechanism (``walras.allocator.sow``, paper 002, ALGORITHMS.md §6).
+"""Benchmark of the SoW mechanism (``walras.allocator.sow``, docs/algorithms.md#statements-of-work).
 
 Prints one JSON line per case.
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Local Kubernetes control plane for tests and the demo, without Docker (issue 4).
+# Local Kubernetes control plane for tests and the demo, without Docker.
 #
 #   hack/control-plane.sh build          build etcd, kube-apiserver, kube-controller-manager and kwok into the
 #                                        cache (once per version)

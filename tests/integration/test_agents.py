@@ -39,7 +39,7 @@ BASE = "/apis/walras.dev/v1alpha1"
 WALRAS = str(Path(sys.executable).parent / "walras")
 STALE_AFTER = 6.0
 TOL = 1e-3
-# A job's tenant is its namespace (issue 14's governance), so each tenant has its own.
+# A job's tenant is its namespace (governance), so each tenant has its own.
 # (gpu type, count, GPUs per node); every other node of a type is in zone east.
 NODE_TYPES = (("a100", 7, 8), ("v100", 7, 4), ("t4", 6, 4))
 # tenant -> [(job, throughput, replicas, gpus per pod, cpu per pod, weight, nodeSelector)]

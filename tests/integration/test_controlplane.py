@@ -1,4 +1,4 @@
-"""Acceptance tests of the local control plane (issue 4) on the real kube-apiserver + etcd + kwok.
+"""Acceptance tests of the local control plane on the real kube-apiserver + etcd + kwok.
 
 Oracles are the API server's own answers (HTTP status codes, stored objects, the pods' phases as
 kwok drives them, the authenticated identity from SelfSubjectReview) and the binaries' reported

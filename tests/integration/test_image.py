@@ -1,4 +1,4 @@
-"""The shipped image, built here from the shipped Dockerfile and run for real (issue 17).
+"""The shipped image, built here from the shipped Dockerfile and run for real .
 
 ``hack/build-image.sh`` builds the CPU image with buildah (chroot isolation; this
 machine has no Docker engine), from a debian:bookworm-slim it makes with debootstrap. An image of
@@ -198,7 +198,7 @@ def test_image_configuration_is_the_dockerfiles(image: Image) -> None:
 def test_walras_version_in_the_image(container: Container) -> None:
     proc = run(container.command(["walras", "--version"]))
     if "No such option: --version" in proc.stdout + proc.stderr:
-        pytest.xfail("the CLI has no --version option yet (issue 17; src/walras/cli/app.py)")
+        pytest.xfail("the CLI has no --version option yet (src/walras/cli/app.py)")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert pyproject_version() in proc.stdout
 
@@ -280,7 +280,7 @@ def start_operator_in_image(
         "--no-leader-elect",
         "--policy", "price-discovery",
         "--round-seconds", "1",
-        "--backend", "numpy",
+        "--policy-arg", "price-discovery.backend=numpy",
         "--kubeconfig", "/tmp/kubeconfig",
         "--health-port", str(port),
         "--metrics-port", str(port),

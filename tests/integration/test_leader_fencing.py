@@ -33,7 +33,7 @@ from operator_helpers import (
     wait_for,
 )
 
-from walras.core import snapshot
+from walras.core import policies, snapshot
 from walras.kube import writes as kubeapi
 from walras.operator import handlers, loop
 from walras.operator.leader import KubernetesLeaseStore, LeaderElector, LeaseApiError, LeaseRecord
@@ -120,7 +120,11 @@ async def _scenario(kube: Any, cp: devcluster.ControlPlane, ns: str, lease_ns: s
     rounds = loop.RoundLoop(
         snapshot.Store(),
         api,
-        loop.LoopConfig(round_seconds=0.5, backend="numpy", debounce=0.05),
+        loop.LoopConfig(
+            policy=policies.PolicyConfig(args={"price-discovery": {"backend": "numpy"}}),
+            round_seconds=0.5,
+            debounce=0.05,
+        ),
         is_leader=lambda: a.is_leader,
     )
     watcher = handlers.Watcher(rounds.cache, rounds)

@@ -1,4 +1,4 @@
-"""Issue 14, items 1, 2 and 8 on the local control plane: accounting, filters, empty pools.
+"""On the local control plane: accounting, filters, empty pools.
 
 One cluster for the module, set up before the operator starts (so its first round sees it all):
 

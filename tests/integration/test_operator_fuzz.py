@@ -1,4 +1,4 @@
-"""Issue 14's hostile user: mutated FungibleJobs beside valid ones, on the local control plane.
+"""A hostile user: mutated FungibleJobs beside valid ones, on the local control plane.
 
 A seeded generator (deterministic) applies the mutation kinds of the issue (a template whose
 ``resources`` or ``limits`` or labels or annotations is a string, GPU limits of ``1e400``,

@@ -43,7 +43,7 @@ def test_kopf_run_schedules_a_job(
         "WALRAS_KUBECONFIG": control_plane.admin_kubeconfig,
         "WALRAS_LEADER_ELECT": "false",
         "WALRAS_ROUND_SECONDS": "2",
-        "WALRAS_BACKEND": "numpy",
+        "WALRAS_POLICY_ARGS": "price-discovery.backend=numpy",
     }
     log = tmp_path / "kopf.log"
     command = [

@@ -84,8 +84,9 @@ def test_realised_shares_converge_to_targets(
         print("share error per round:", [round(e, 3) for e in errors])
         assert op.alive()
         # The rounding error shrinks: late rounds are closer to the targets than early ones.
+        # No absolute bound: the deficit order's hold credit (walras.allocator.rounds) may keep a
+        # gang for several rounds in a row, so no single round's error has a bound below 1/2.
         assert sum(errors[-3:]) / 3 < sum(errors[:3]) / 3
-        assert errors[-1] <= 0.2
     finally:
         op.terminate()
         devcluster.reset(kube)

@@ -8,7 +8,7 @@ After each of 10 rounds (the operator's ``walras_rounds_total`` counter has move
 round's writes are done) the test reads the pods from the API and checks, by brute force over the
 realised placement:
 
-- Theorem 2's condition (paper 004): no node has free GPUs while a waiting job could run there
+- PS-DSF's Theorem 2 condition: no node has free GPUs while a waiting job could run there
   (positive throughput on the node's GPU type and its whole gang fits in the node's free GPUs;
   under PS-DSF a gang runs on one node);
 - the issue's acceptance: every pool is at least 95% allocated whenever a job that can use it

@@ -1,4 +1,4 @@
-"""StatementOfWork on the local control plane (issue 13, acceptance "on the local control plane").
+"""StatementOfWork on the local control plane.
 
 - Invalid SoWs are rejected by the API server at admission, naming the field: one test per
   kind (increasing value function, probabilities not summing to 1, negative duration), plus a

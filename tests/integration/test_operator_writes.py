@@ -1,4 +1,4 @@
-"""Writes proportional to change (issue 15 item 2), on the real local control plane.
+"""Writes proportional to change, on the real local control plane.
 
 Six single-GPU jobs on two 4-GPU nodes of one pool: everything fits, so once every pod runs no
 job's visible status (phase, GPU type, share, conditions) changes from round to round. Oracles

@@ -37,14 +37,14 @@ from typing import Any
 import pytest
 from operator_helpers import BASE, create_pool, install, list_pods, wait_for
 
-from walras.core import crd, cycle, model, snapshot
+from walras.core import crd, cycle, model, policies, snapshot
 from walras.kube import client as kubeclient
 from walras.kube import writes as kubeapi
 from walras.operator import handlers, loop
 from walras.sim import walras_mechanics
 from walras.sim.config import SimConfig
-from walras.sim.ledger import Ledger
 from walras.sim.scenario import Scenario, load_scenario
+from walras.sim.tally import Tally
 from walras.sim.trace import read_trace
 from walras.testing import devcluster
 
@@ -108,7 +108,7 @@ def simulate(policy: str, arrival: float, rounds: int) -> list[cycle.CyclePlan]:
             sc.cluster,
             policy,
             config,
-            Ledger(sc.workload, sc.cluster.n_gpus),
+            Tally(sc.workload, sc.cluster.n_gpus),
             observer=observe,
         )
     return plans
@@ -213,7 +213,9 @@ async def operate(
 ) -> list[Placement]:
     """``rounds`` rounds of the real round loop, each read back from the API server."""
     clock_now = [arrival]
-    config = loop.LoopConfig(policy=policy, round_seconds=ROUND_S, clock=lambda: clock_now[0])
+    config = loop.LoopConfig(
+        policy=policies.PolicyConfig(policy), round_seconds=ROUND_S, clock=lambda: clock_now[0]
+    )
     client = kubeclient.api_client(kubeconfig, pool_size=32)  # as walras.operator.main builds it
     store = snapshot.Store()
     rounds_loop = loop.RoundLoop(store, kubeapi.Api(client), config)

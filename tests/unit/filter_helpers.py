@@ -1,5 +1,5 @@
 """Cluster objects as API dicts and one planned round (walras.core.cycle.plan), for the unit
-tests of the filters, the realiser and the status under issue 14."""
+tests of the filters, the realiser and the status."""
 
 from __future__ import annotations
 
@@ -58,7 +58,9 @@ def plan(objs: list[tuple[str, dict[str, Any]]], policy_name: str = "price-disco
     store = snapshot.Store()
     for kind, obj in objs:
         store.upsert(kind, obj)
-    policy = policies.create(policy_name, policies.PolicyOptions(backend="numpy"))
+    policy = policies.build(
+        policies.PolicyConfig(policy_name, {"price-discovery": {"backend": "numpy"}})
+    )
     return cycle.plan(cycle.CycleState(), policy, store.freeze(0.0), now=0.0, round_no=1)
 
 

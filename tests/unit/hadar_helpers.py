@@ -174,7 +174,7 @@ def gavel_like(n_jobs: int = 480, seed: int = 0) -> Workload:
 
 
 PAPER_CLUSTER = "v100=1,p100=2,k80=2"
-"""Paper 003 §VI's AWS cluster in Gavel's GPU types: five nodes of ONE GPU each, one V100, two
+"""The Hadar paper's §VI AWS cluster in Gavel's GPU types: five nodes of ONE GPU each, one V100, two
 K80 and two T4. Gavel's throughput table has no T4; the P100 stands in for it (the nearest type
 in the table: a 16 GB data-centre card between the K80 and the V100 in training speed)."""
 
@@ -191,7 +191,7 @@ def gavel_single_gpu_types() -> dict[str, dict[str, float]]:
 
 
 def paper_mix(n_jobs: int, seed: int = 0) -> list[dict[str, Any]]:
-    """FungibleJob manifests of mix M-``n_jobs`` (paper 003 §VI: mixes of 1 to 12 jobs).
+    """FungibleJob manifests of mix M-``n_jobs`` (the Hadar paper's §VI: mixes of 1 to 12 jobs).
 
     The mixes are nested like the paper's (M-k is the first k jobs of one seeded sequence of 12):
     each job is a Gavel job type drawn uniformly from the single-GPU types, with Gavel's

@@ -1,6 +1,6 @@
 """Independent oracles for the SoW mechanism tests (one GPU type).
 
-- :func:`literal_lifo` plays rounds literally, as paper 002 §3 words the rule: committed load is
+- :func:`literal_lifo` plays rounds literally, as the SoW paper (§3) words it: committed load is
   the ``k`` of running/starting jobs; while it exceeds ``C``, remove the most recently born
   active job (pending ones are cancelled, running ones evicted). It does not use the mechanism's
   sequential "loads of earlier-born jobs" shortcut, so it checks that shortcut.

@@ -113,7 +113,7 @@ def test_fixed_damping_oscillates_where_adaptive_converges(
         assert sim.convergence_time(adaptive, ref, tol=TOL) is not None, (name, method)
 
 
-# Issue 15's acceptance: 100 agents converge to 1e-3 within 30 s, 500 within 90 s (real
+# Acceptance: 100 agents converge to 1e-3 within 30 s, 500 within 90 s (real
 # clusters add API latency, which the simulated aggregator's period stands in for).
 ISSUE_BOUND_S = {100: 30.0, 500: 90.0}
 

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "walras"
 CI_VALUES = sorted((CHART / "ci").glob("*.yaml"))
 NAMESPACE = "walras-system"
-# The apiserver version the project runs (issue 4); kubernetes-validate ships its schemas.
+# The apiserver version the project runs; kubernetes-validate ships its schemas.
 KUBE_VERSION = "1.36.0"
 
 Manifest = dict[str, Any]
@@ -165,9 +165,9 @@ CONTROLLER_GRANTS: dict[tuple[str, str], set[str]] = {
     ("walras.dev", "resourcepools"): {"get", "list", "watch"},
     ("walras.dev", "resourcepools/status"): {"patch"},
     ("walras.dev", "nodeallocations"): {"get", "list", "watch"},
-    # Tenants are admin-owned: the controller only reads them (issue 14, governance).
+    # Tenants are admin-owned: the controller only reads them (governance).
     ("walras.dev", "tenants"): {"get", "list", "watch"},
-    # Statements of work (issue 13): listed each round, status patched.
+    # Statements of work: listed each round, status patched.
     ("walras.dev", "statementsofwork"): {"get", "list"},
     ("walras.dev", "statementsofwork/status"): {"patch"},
 }
@@ -392,17 +392,14 @@ def test_values_map_to_operator_flags(helm: str, policy: str) -> None:
         "--set", f"policy={policy}",
         "--set", "agent.enabled=true",
         "--set", "roundSeconds=45",
-        "--set-json", "solver.eps=0.0005",
-        "--set", "solver.backend=numpy",
         "--set", "logging.format=json",
         "--set", "staleAfterSeconds=12",
         "--set", "controller.ports.metrics=9100",
         "--set", "controller.ports.health=9101",
         "--set", "controller.leaderElection.leaseName=my-lease",
         "--set", "solver.popShards=4",
-        "--set", "solver.weighting=remaining",
-        "--set-json", "solver.weightingExponent=-1",
-        "--set", "solver.psdsfMode=rdm",
+        "--set-json", 'policyArgs={"price-discovery": {"eps": 0.0005, "backend": "numpy", '
+        '"weighting": "remaining", "weighting_exponent": -1}, "psdsf": {"mode": "rdm"}}',
         "--set", "throughputs.measuredMinSamples=5",
         "--set-json", "throughputs.mismatchFactor=1.5",
         "--set", "throughputs.absurdFactor=20",
@@ -411,16 +408,19 @@ def test_values_map_to_operator_flags(helm: str, policy: str) -> None:
     )  # fmt: skip
     container = one(docs, "Deployment", "controller")["spec"]["template"]["spec"]["containers"][0]
     assert container["command"] == ["walras", "operator"]
-    args = parse_args(container["args"])
+    # Every policyArgs entry is one --policy-arg (sorted by policy, then argument).
+    assert [a for a in container["args"] if a.startswith("--policy-arg=")] == [
+        "--policy-arg=price-discovery.backend=numpy",
+        "--policy-arg=price-discovery.eps=0.0005",
+        "--policy-arg=price-discovery.weighting=remaining",
+        "--policy-arg=price-discovery.weighting_exponent=-1",
+        "--policy-arg=psdsf.mode=rdm",
+    ]
+    args = parse_args([a for a in container["args"] if not a.startswith("--policy-arg=")])
     assert args == {
         "policy": POLICY_FLAGS[policy],
         "round-seconds": "45",
-        "eps": "0.0005",
-        "backend": "numpy",
         "pop-shards": "4",
-        "weighting": "remaining",
-        "weighting-exponent": "-1",
-        "psdsf-mode": "rdm",
         "measured-min-samples": "5",
         "mismatch-factor": "1.5",
         "absurd-factor": "20",
@@ -538,6 +538,13 @@ def test_pdb_min_available_takes_precedence(helm: str) -> None:
     assert (spec.get("minAvailable"), spec.get("maxUnavailable")) == (1, None)
 
 
+# psdsf-distributed with the operator reading the agents' tasks as RDM, the agents left at TDM.
+DISTRIBUTED_RDM = [
+    *("--set", "policy=psdsf-distributed", "--set", "agent.enabled=true"),
+    *("--set", "policyArgs.psdsf-distributed.mode=rdm"),
+]
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -551,8 +558,23 @@ def test_pdb_min_available_takes_precedence(helm: str) -> None:
             "leaderElection",
             id="two writers",
         ),
-        pytest.param(["--set", "solver.eps=2"], "eps", id="eps out of range"),
-        pytest.param(["--set", "solver.backend=cupy"], "backend", id="unknown backend"),
+        pytest.param(
+            ["--set-json", 'policyArgs={"price-discovery": {"eps": 2}}'],
+            "eps",
+            id="eps out of range",
+        ),
+        pytest.param(
+            ["--set", "policyArgs.price-discovery.backend=cupy"], "backend", id="unknown backend"
+        ),
+        pytest.param(
+            ["--set", "policyArgs.psdsf.weighting=none"], "weighting", id="argument of another"
+        ),
+        pytest.param(["--set", "policyArgs.nope.mode=tdm"], "nope", id="unknown policy's args"),
+        pytest.param(
+            DISTRIBUTED_RDM,
+            "policyArgs.psdsf-distributed.mode (rdm) must equal agent.mode (tdm)",
+            id="operator and agents in different modes",
+        ),
         pytest.param(
             ["--set", "controller.podDisruptionBudget.maxUnavailable=null"],
             "minAvailable or maxUnavailable",
@@ -691,3 +713,26 @@ def test_image_matches_the_chart(helm: str) -> None:
         if src == ".":
             continue  # the whole build context, which .dockerignore itself filters
         assert f"!{src.rstrip('/')}" in [i.rstrip("/") for i in ignore], src
+
+
+def test_policy_args_reach_the_policy_the_operator_builds(helm: str) -> None:
+    """Chart values → rendered --policy-arg flags → the CLI → the builder → the policy object."""
+    from walras.operator import main
+
+    docs = render(
+        helm,
+        "--set", "policy=psdsf",
+        "--set", "policyArgs.psdsf.mode=rdm",
+        "--set", "policyArgs.price-discovery.backend=numpy",
+    )  # fmt: skip
+    container = one(docs, "Deployment", "controller")["spec"]["template"]["spec"]["containers"][0]
+    args = [a.replace("$(POD_NAME)", "walras-controller-0") for a in container["args"]]
+    ctx = _cli_command("operator").make_context("operator", args, resilient_parsing=False)
+    options = main.Options(
+        policy=ctx.params["policy"],
+        policy_args=tuple(ctx.params["policy_arg"]),
+        pop_shards=ctx.params["pop_shards"],
+    )
+    policy = policies.build(main.policy_config(options))
+    assert policy.name == "psdsf"
+    assert getattr(policy, "mode", None) == "rdm"

@@ -1,6 +1,6 @@
 """``import walras.cli`` (what every ``walras`` command and ``walras --help`` pay) stays light.
 
-Heavy libraries are imported inside the commands that need them (issue 15 item 7): a fresh
+Heavy libraries are imported inside the commands that need them: a fresh
 interpreter that imports the CLI, which registers every command on the Typer app, must not have
 loaded any of them. The console script (``walras.console``) runs a plain ``walras solve`` without
 Typer, pydantic or rich, and hands ``--help`` and malformed options to Typer.

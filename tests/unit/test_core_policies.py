@@ -9,37 +9,19 @@ stability of POP's shard assignment under unrelated arrivals, and the registry's
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pytest
-from tests.unit.test_operator_pipeline import cluster, job, workload
+from tests.unit.snapshot_helpers import (
+    assert_type_feasible,
+    cluster,
+    job,
+    solve,
+    with_work,
+    workload,
+)
 
 from walras.core import cycle, history, policies, snapshot, weighting
 from walras.core.policies import registry
-
-
-def solve(name: str, store: snapshot.Store, **options: Any) -> policies.Solution:
-    snap = store.freeze(now=1000.0)
-    view = snapshot.cluster_view(snap)
-    return policies.create(name, policies.PolicyOptions(backend="numpy", **options)).solve(
-        snap, view
-    )
-
-
-def with_work(jobs: list[dict[str, Any]], total: float = 1e5) -> list[dict[str, Any]]:
-    for j in jobs:
-        j["spec"]["totalWork"] = total
-    return jobs
-
-
-def assert_type_feasible(sol: policies.Solution, store: snapshot.Store) -> None:
-    view = snapshot.cluster_view(store.freeze(now=0.0))
-    demand = np.array([j.replicas for j in sol.jobs]) * sol.gpus_per_pod
-    use = (sol.targets * demand[:, None]).sum(axis=0)
-    # Capacity per type is what the view offers; 1e-6 relative slack is the solvers' tolerance.
-    assert np.all(use <= view.type_capacity * (1 + 1e-6) + 1e-9), (use, view.type_capacity)
-    assert np.all(sol.targets >= 0) and np.all(sol.targets.sum(axis=1) <= 1 + 1e-9)
 
 
 def test_registry_names_aliases_and_errors() -> None:
@@ -169,7 +151,7 @@ def test_weighting_worked_example() -> None:
 
 def test_memo_reuses_a_solution_only_for_identical_inputs() -> None:
     store = cluster(workload())
-    policy = policies.create("price-discovery", policies.PolicyOptions(backend="numpy"))
+    policy = policies.create("price-discovery", {"backend": "numpy"})
     snap = store.freeze(now=0.0)
     view = snapshot.cluster_view(snap)
     first = policy.solve(snap, view)
@@ -202,7 +184,7 @@ def test_history_leaves_restart_time_out_of_work() -> None:
 def test_cycle_counts_restarts_for_gangs_placed_afresh() -> None:
     store = cluster(with_work(workload()[:3], total=1e6))
     state = cycle.CycleState()
-    policy = policies.create("price-discovery", policies.PolicyOptions(backend="numpy"))
+    policy = policies.create("price-discovery", {"backend": "numpy"})
     plan = cycle.plan(state, policy, store.freeze(now=0.0), now=0.0, round_no=1, restart_s=10.0)
     placed = [k for k, jr in plan.realisation.jobs.items() if jr.group]
     assert placed

@@ -43,7 +43,7 @@ PROMQL_KEYWORDS = {
     "bool", "offset", "inf", "nan",
 }  # fmt: skip
 
-# Topics the dashboard promises (issue 17): each must be queried by some panel.
+# Topics the dashboard promises: each must be queried by some panel.
 REQUIRED_SERIES = {
     "walras_rounds_total": "rounds",
     "walras_round_seconds_bucket": "round time",

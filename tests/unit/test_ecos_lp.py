@@ -1,4 +1,5 @@
-"""``--lp-solver ecos``: Gavel's LP policies solved with cvxpy + ECOS (``walras.sim.ecos_lp``).
+"""``--lp-solver ecos``: Gavel's LP policies solved with cvxpy + ECOS
+(``walras.allocator.gavel.ecos``).
 
 Oracles: a hand-derived optimum; the optimal values of the same LPs from scipy's HiGHS (an
 independent solver) and the horizon of :mod:`walras.allocator.gavel.min_total_duration`, which
@@ -21,11 +22,12 @@ from sim_helpers import DATA, load_replay
 from typer.testing import CliRunner
 
 from walras.allocator import gavel
+from walras.allocator.gavel import ecos as ecos_lp
 from walras.allocator.gavel.finish_time_fairness import FinishTimeFairness
 from walras.allocator.gavel.min_total_duration import MinTotalDuration
 from walras.cli import simulate as _simulate  # noqa: F401  (registers the command on app)
 from walras.cli.app import app
-from walras.sim import ecos_lp, engine
+from walras.sim import engine
 from walras.sim.config import SimConfig
 from walras.sim.errors import SimInputError
 from walras.sim.policies import GavelPolicy, PolicyView

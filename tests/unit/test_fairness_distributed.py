@@ -1,4 +1,4 @@
-"""Distributed PS-DSF: node_update and the asynchronous agent simulation (paper 004 §III-D).
+"""Distributed PS-DSF: node_update and the asynchronous agent simulation (PS-DSF §III-D).
 
 Checks the settings documented in ``walras.allocator.fairness.distributed``: staggered agents
 converge to the centralised answer (within 1e-3), damped simultaneous agents converge,

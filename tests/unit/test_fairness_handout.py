@@ -2,7 +2,7 @@
 
 Oracles, each checked directly on the output by brute force over every node and job (never by
 calling the module again): feasibility (rows ≤ 1, node GPUs, only usable pairs), the per-job form
-of Theorem 2 (paper 004: a node with GPUs left has no usable job whose row is not full), each
+of Theorem 2 (the PS-DSF paper: a node with GPUs left has no usable job whose row is not full), each
 tenant's own time handed to its own jobs before any other tenant's (own < budget only when all
 of its usable jobs are full), the fill using only what the own phase left, equal time inside a
 tenant's node budget, and a job's faster nodes offered first. The module docstring's worked

@@ -1,4 +1,4 @@
-"""PS-DSF against the paper's Table IV (paper 004 §V, ALGORITHMS.md §2) and the DRF example."""
+"""PS-DSF against the paper's Table IV (§V; docs/algorithms.md#ps-dsf) and the DRF example."""
 
 from __future__ import annotations
 

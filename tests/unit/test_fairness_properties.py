@@ -1,4 +1,4 @@
-"""Theorem 3 properties of PS-DSF as hypothesis tests, for TDM and RDM (paper 004 §III-C).
+"""Theorem 3 properties of PS-DSF as hypothesis tests, for TDM and RDM (PS-DSF §III-C).
 
 Single-resource fairness, bottleneck fairness, envy-freeness and sharing incentive in both modes;
 Pareto optimality under TDM; and a *found* instance showing RDM PS-DSF is not always Pareto

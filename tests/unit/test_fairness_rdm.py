@@ -112,12 +112,14 @@ def test_fill_levels_give_each_tenant_its_bottleneck() -> None:
 
 
 def test_psdsf_policy_rejects_an_unknown_mode() -> None:
-    with pytest.raises(ValueError, match="psdsf_mode"):
-        policies.create("psdsf", policies.PolicyOptions(psdsf_mode="both"))
+    with pytest.raises(
+        policies.PolicyArgError, match=r"psdsf\.mode: 'both' is not one of tdm, rdm"
+    ):
+        policies.create("psdsf", {"mode": "both"})
 
 
 def test_psdsf_policy_in_rdm_mode_solves_the_tenant_model_under_rdm() -> None:
-    from tests.unit.test_operator_pipeline import cluster, job, workload
+    from tests.unit.snapshot_helpers import cluster, job, workload
 
     from walras.allocator import fairness
     from walras.core import snapshot
@@ -126,7 +128,7 @@ def test_psdsf_policy_in_rdm_mode_solves_the_tenant_model_under_rdm() -> None:
     jobs = [*workload()[:6], job("t2", {"k80": 2.0}, replicas=2, tenant="t2")]
     snap = cluster(jobs).freeze(now=0.0)
     view = snapshot.cluster_view(snap)
-    sol = policies.create("psdsf", policies.PolicyOptions(psdsf_mode="rdm")).solve(snap, view)
+    sol = policies.create("psdsf", {"mode": "rdm"}).solve(snap, view)
     problem = fairness_problem(tenant_model(list(sol.jobs), view.nodes, snap.pools))
     rdm = fairness.solve(problem, mode="rdm")
     # The policy's tenant totals are an allocation that satisfies Theorem 1 (RDM).
@@ -135,7 +137,7 @@ def test_psdsf_policy_in_rdm_mode_solves_the_tenant_model_under_rdm() -> None:
 
 
 def test_psdsf_rdm_hands_out_gpus_not_time() -> None:
-    from tests.unit.test_operator_pipeline import cluster, job
+    from tests.unit.snapshot_helpers import cluster, job
 
     from walras.allocator import fairness
     from walras.core import snapshot
@@ -155,7 +157,7 @@ def test_psdsf_rdm_hands_out_gpus_not_time() -> None:
     ]
     snap = cluster(jobs).freeze(now=0.0)
     view = snapshot.cluster_view(snap)
-    sol = policies.create("psdsf", policies.PolicyOptions(psdsf_mode="rdm")).solve(snap, view)
+    sol = policies.create("psdsf", {"mode": "rdm"}).solve(snap, view)
     problem = fairness_problem(tenant_model(list(sol.jobs), view.nodes, snap.pools))
     tasks = np.asarray(fairness.solve(problem, mode="rdm").tasks)
     gamma = fairness.monopoly_tasks(problem)

@@ -190,9 +190,7 @@ def _tenant_outcome(job_objs: list[dict[str, Any]]) -> dict[str, tuple[float, fl
     """Per namespace (= tenant): (work per second its jobs get, what it spends at the prices)."""
     snap = _store(job_objs).freeze(0.0)
     view = snapshot.cluster_view(snap)
-    policy = policies.create(
-        "price-discovery", policies.PolicyOptions(eps=1e-3, backend="numpy", max_iter=5000)
-    )
+    policy = policies.create("price-discovery", {"eps": 1e-3, "backend": "numpy", "max_iter": 5000})
     sol = policy.solve(snap, view)
     assert not sol.issues, sol.issues
     assert sol.converged, (sol.gap, sol.iterations)

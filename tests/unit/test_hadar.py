@@ -1,4 +1,4 @@
-"""Tests for Hadar/HadarE (``walras.allocator.hadar``, ALGORITHMS.md §5, paper 003).
+"""Tests for Hadar/HadarE (``walras.allocator.hadar``, docs/algorithms.md#hadar-and-hadare).
 
 Oracles, not stored numbers: the price formula's endpoints and worked example, payoffs recomputed
 from the utility formula, FIND_ALLOC against enumerating every node-level allocation, the queue's
@@ -479,7 +479,7 @@ def test_hadare_splits_remaining_steps_in_proportion_to_throughput() -> None:
 
 def test_hadare_last_round_gives_the_slower_copies_to_another_job() -> None:
     # Job 0 can finish this round on its fastest copy alone (3 × 350 ≥ 1049); job 1, with a
-    # million steps left, takes the other two nodes (paper 003: the fastest β nodes).
+    # million steps left, takes the other two nodes (the Hadar paper: the fastest β nodes).
     remaining = 3.0 * (L - RESTART) - 1.0
     thr = np.array([[3.0, 2.0, 1.0], [3.0, 2.0, 1.0]])
     inputs = make_inputs(thr, [1, 1], [remaining, 1e6], [0, 1, 2], [1, 1, 1], forkable=[True, True])
@@ -549,7 +549,7 @@ def hadare_run() -> tuple[Workload, RunResult]:
 def test_hadare_leaves_no_gpu_idle_that_a_copy_could_use(
     hadare_run: tuple[Workload, RunResult],
 ) -> None:
-    # Paper 003's corollary, for multi-GPU nodes: a GPU stays idle only if every job that is not
+    # Hadar's corollary, for multi-GPU nodes: a GPU stays idle only if every job that is not
     # in its last round already has a copy on that node (one copy per node) or cannot fit there.
     work, result = hadare_run
     for plan in result.plans:

@@ -1,4 +1,4 @@
-"""HadarE against Hadar on paper 003 §VI's single-job mix M-1, through the product policies.
+"""HadarE against Hadar on the Hadar paper's single-job mix M-1, through the product policies.
 
 The run is ``walras simulate --semantics walras`` (``hadar_helpers.simulate_manifests``) on the
 paper's five one-GPU nodes. Bounds, derived for one job of work ``W`` whose per-node rates are

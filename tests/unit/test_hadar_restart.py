@@ -1,6 +1,6 @@
 """Restart-aware re-planning (``plan_round(preempt=True)``, ``admission.QueueJob.stay``).
 
-Issue 11: "running jobs keep their GPUs unless moving them gains more than the restart cost". With
+The rule: "running jobs keep their GPUs unless moving them gains more than the restart cost". With
 every job re-planned each round, a running job's options are: keep its GPUs (no restart) or any
 allocation (restart paid). Oracles: the queue choice against enumerating every subset and every
 type-count allocation with that rule written out, and the rule's exact break-even points.

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from walras.core import history, model
+from walras.core import history, model, policies
 from walras.kube import writes
 from walras.operator import history_store, loop
 
@@ -73,7 +73,9 @@ def make_loop(
         loop.snapshot.Store(),
         api,  # type: ignore[arg-type]  # duck-typed stand-in for walras.kube.writes.Api
         loop.LoopConfig(
-            backend="numpy", clock=lambda: clock[0], history_namespace=history_namespace
+            policy=policies.PolicyConfig(args={"price-discovery": {"backend": "numpy"}}),
+            clock=lambda: clock[0],
+            history_namespace=history_namespace,
         ),
     )
     store = rounds.store

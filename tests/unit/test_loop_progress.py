@@ -15,7 +15,7 @@ from typing import Any
 
 from tests.unit.operator_fakes import GPU, FakeApi
 
-from walras.core import progress
+from walras.core import policies, progress
 from walras.operator import loop, metrics
 
 
@@ -52,7 +52,10 @@ def setup(declared: float) -> tuple[loop.RoundLoop, FakeApi, Clock]:
     rounds = loop.RoundLoop(
         loop.snapshot.Store(),
         api,  # type: ignore[arg-type]  # duck-typed stand-in for walras.kube.writes.Api
-        loop.LoopConfig(backend="numpy", clock=clock),
+        loop.LoopConfig(
+            policy=policies.PolicyConfig(args={"price-discovery": {"backend": "numpy"}}),
+            clock=clock,
+        ),
     )
     store = rounds.store
     store.upsert("pool", {"metadata": {"name": "g", "generation": 1}, "spec": {"gpuType": "g"}})

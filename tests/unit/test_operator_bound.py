@@ -1,4 +1,4 @@
-"""Issue 14 in the status: ``Bound`` only when the whole gang is bound; empty pools reported."""
+"""Status: ``Bound`` only when the whole gang is bound; empty pools reported."""
 
 from __future__ import annotations
 

@@ -182,7 +182,7 @@ def test_pod_walras_labels_and_requests() -> None:
     assert pod.requests == {"nvidia.com/gpu": 2.0, "cpu": 1.0}
 
 
-# ------------------------------------------------------------------ accounting (issue 14)
+# ------------------------------------------------------------------ accounting
 
 
 @pytest.mark.parametrize(

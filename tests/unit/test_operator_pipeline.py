@@ -13,80 +13,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from tests.unit.snapshot_helpers import cluster, job, node, pool, workload
 
 from walras.allocator import fairness, pricing
 from walras.core import crd, history, policies, realise, snapshot
 from walras.core.tenants import fairness_problem, psdsf_problem, tenant_model
-
-
-def node(name: str, gpu_type: str, gpus: int, **labels: str) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "labels": {"walras.dev/gpu-type": gpu_type, **labels}},
-        "status": {
-            "allocatable": {"nvidia.com/gpu": str(gpus), "cpu": "32", "memory": "256Gi"},
-            "conditions": [{"type": "Ready", "status": "True"}],
-        },
-    }
-
-
-def pool(gpu_type: str) -> dict[str, Any]:
-    return {"metadata": {"name": gpu_type, "generation": 1}, "spec": {"gpuType": gpu_type}}
-
-
-def job(
-    name: str,
-    throughput: dict[str, float],
-    replicas: int = 1,
-    ns: str = "ns",
-    tenant: str | None = None,
-    gpus: int | None = None,
-    cpu: str | None = None,
-    selector: dict[str, str] | None = None,
-) -> dict[str, Any]:
-    container: dict[str, Any] = {"name": "c"}
-    if gpus is not None or cpu is not None:
-        container["resources"] = {}
-        if gpus is not None:
-            container["resources"]["limits"] = {"nvidia.com/gpu": str(gpus)}
-        if cpu is not None:
-            container["resources"]["requests"] = {"cpu": cpu}
-    spec: dict[str, Any] = {
-        "replicas": replicas,
-        "throughput": throughput,
-        "template": {"spec": {"containers": [container], "nodeSelector": selector or {}}},
-    }
-    if tenant:
-        # A job's tenant is its namespace (issue 14's governance; spec.tenant is ignored).
-        ns = tenant
-    return {
-        "metadata": {"namespace": ns, "name": name, "uid": f"uid-{name}", "generation": 1},
-        "spec": spec,
-    }
-
-
-def cluster(jobs: list[dict[str, Any]], order: int = 0) -> snapshot.Store:
-    store = snapshot.Store()
-    objs: list[tuple[str, dict[str, Any]]] = [("pool", pool(t)) for t in ("v100", "k80")]
-    objs += [("node", node(f"v100-{i}", "v100", 8)) for i in range(2)]
-    objs += [("node", node(f"k80-{i}", "k80", 4)) for i in range(3)]
-    objs += [("job", j) for j in jobs]
-    if order:
-        objs = [objs[i] for i in np.random.default_rng(order).permutation(len(objs))]
-    for kind, obj in objs:
-        store.upsert(kind, obj)
-    return store
-
-
-def workload() -> list[dict[str, Any]]:
-    rng = np.random.default_rng(7)
-    return [
-        job(
-            f"j{i:02d}",
-            {"v100": float(rng.uniform(2, 10)), "k80": float(rng.uniform(0.5, 3))},
-            replicas=int(rng.integers(1, 4)),
-        )
-        for i in range(12)
-    ]
 
 
 def test_snapshot_order_is_independent_of_event_order() -> None:
@@ -124,9 +55,7 @@ def test_cluster_view_excludes_unusable_nodes_and_foreign_gpus() -> None:
 def test_price_discovery_targets_are_feasible() -> None:
     snap = cluster(workload()).freeze(now=0.0)
     view = snapshot.cluster_view(snap)
-    sol = policies.create("price-discovery", policies.PolicyOptions(backend="numpy")).solve(
-        snap, view
-    )
+    sol = policies.create("price-discovery", {"backend": "numpy"}).solve(snap, view)
     demand = np.array([[j.replicas] * 2 for j in sol.jobs], dtype=float)
     assert np.all(sol.targets >= 0)
     assert np.all(sol.targets.sum(axis=1) <= 1 + 1e-9)
@@ -145,9 +74,9 @@ def test_impossible_jobs_are_dropped_and_do_not_change_the_others() -> None:
     ]
     clean = cluster(workload()).freeze(now=0.0)
     mixed = cluster(workload() + bad).freeze(now=0.0)
-    pol = policies.create("price-discovery", policies.PolicyOptions(backend="numpy"))
+    pol = policies.create("price-discovery", {"backend": "numpy"})
     sol_clean = pol.solve(clean, snapshot.cluster_view(clean))
-    sol_mixed = policies.create("price-discovery", policies.PolicyOptions(backend="numpy")).solve(
+    sol_mixed = policies.create("price-discovery", {"backend": "numpy"}).solve(
         mixed, snapshot.cluster_view(mixed)
     )
     reasons = {i.key[1]: (i.reason, i.field) for i in sol_mixed.issues}
@@ -163,9 +92,7 @@ def test_impossible_jobs_are_dropped_and_do_not_change_the_others() -> None:
 def test_alternatives_are_single_type_best_responses() -> None:
     snap = cluster(workload()).freeze(now=0.0)
     view = snapshot.cluster_view(snap)
-    sol = policies.create("price-discovery", policies.PolicyOptions(backend="numpy")).solve(
-        snap, view
-    )
+    sol = policies.create("price-discovery", {"backend": "numpy"}).solve(snap, view)
     prices = np.array([sol.prices[t] for t in sol.groups])
     for key, alts in sol.alternatives.items():
         r = next(i for i, j in enumerate(sol.jobs) if j.key == key)
@@ -182,9 +109,7 @@ def test_realise_respects_node_capacity_and_is_a_fixed_point() -> None:
     store = cluster(workload())
     snap = store.freeze(now=100.0)
     view = snapshot.cluster_view(snap)
-    sol = policies.create("price-discovery", policies.PolicyOptions(backend="numpy")).solve(
-        snap, view
-    )
+    sol = policies.create("price-discovery", {"backend": "numpy"}).solve(snap, view)
     hists = {j.key: history.History() for j in sol.jobs}
     plan = realise.realise(sol, snap, view, hists, round_no=5)
     used: dict[str, int] = {}
@@ -232,9 +157,7 @@ def test_pods_of_deleted_jobs_and_gone_nodes_are_deleted() -> None:
         store.upsert("pod", {"metadata": meta, "spec": {"nodeName": node_name}})
     snap = store.freeze(now=0.0)
     view = snapshot.cluster_view(snap)
-    sol = policies.create("price-discovery", policies.PolicyOptions(backend="numpy")).solve(
-        snap, view
-    )
+    sol = policies.create("price-discovery", {"backend": "numpy"}).solve(snap, view)
     plan = realise.realise(sol, snap, view, {}, round_no=2)
     reasons = {d.pod.name: d.reason for d in plan.deletes}
     assert reasons == {"gone-r1-0": "JobGone", "a-r1-0": "NodeGone"}
@@ -244,17 +167,13 @@ def test_incremental_round_keeps_running_gangs() -> None:
     store = cluster([job("a", {"v100": 1.0}, replicas=8)])
     snap = store.freeze(now=0.0)
     view = snapshot.cluster_view(snap)
-    sol = policies.create("price-discovery", policies.PolicyOptions(backend="numpy")).solve(
-        snap, view
-    )
+    sol = policies.create("price-discovery", {"backend": "numpy"}).solve(snap, view)
     first = realise.realise(sol, snap, view, {}, round_no=1)
     for c in first.creates:
         store.upsert("pod", {**c.manifest, "spec": {**c.manifest["spec"], "nodeName": c.node}})
     store.upsert("job", job("b", {"v100": 1.0}, replicas=8))
     snap2 = store.freeze(now=0.0)
-    sol2 = policies.create("price-discovery", policies.PolicyOptions(backend="numpy")).solve(
-        snap2, view
-    )
+    sol2 = policies.create("price-discovery", {"backend": "numpy"}).solve(snap2, view)
     plan = realise.realise(sol2, snap2, view, {}, round_no=2, incremental=True)
     assert plan.jobs[("ns", "a")].kept and plan.deletes == ()
     assert {c.job.name for c in plan.creates} == {"b"}
@@ -328,7 +247,7 @@ def test_psdsf_distributed_aligns_agent_tasks_by_name() -> None:
         return shuffled, tenants, nodes
 
     dist = policies.create(
-        "psdsf-distributed", policies.PolicyOptions(distributed_reader=reader)
+        "psdsf-distributed", handle=policies.Handle(distributed_reader=reader)
     ).solve(snap, view)
     np.testing.assert_allclose(dist.targets, central.targets, atol=1e-12)
     assert dist.tenant_tasks == pytest.approx(central.tenant_tasks)

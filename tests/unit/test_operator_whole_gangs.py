@@ -19,6 +19,7 @@ from typing import Any
 
 from tests.unit.operator_fakes import GPU, FakeApi
 
+from walras.core import policies
 from walras.kube import writes
 from walras.operator import loop
 
@@ -41,7 +42,10 @@ def make_loop(
     bind_at_create: bool = True,
     replicas: int = 3,
 ) -> loop.RoundLoop:
-    config = loop.LoopConfig(backend="numpy", bind_at_create=bind_at_create)
+    config = loop.LoopConfig(
+        policy=policies.PolicyConfig(args={"price-discovery": {"backend": "numpy"}}),
+        bind_at_create=bind_at_create,
+    )
     if clock is not None:
         config = dataclasses.replace(config, clock=lambda: clock[0])
     rounds = loop.RoundLoop(

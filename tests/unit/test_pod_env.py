@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.unit.test_operator_pipeline import cluster, job
+from tests.unit.snapshot_helpers import cluster, job
 
 from walras import workload
 from walras.core import cycle, pod_env, policies
@@ -18,7 +18,7 @@ from walras.core import cycle, pod_env, policies
 def created(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     plan = cycle.plan(
         cycle.CycleState(),
-        policies.create("price-discovery", policies.PolicyOptions(backend="numpy")),
+        policies.create("price-discovery", {"backend": "numpy"}),
         cluster(jobs).freeze(now=0.0),
         now=0.0,
         round_no=1,

@@ -1,4 +1,4 @@
-"""POP (paper 001, ALGORITHMS.md §4): partition, capacity split, merged feasibility, bounds.
+"""POP (docs/algorithms.md#pop): partition, capacity split, merged feasibility, bounds.
 
 Oracles: hand-derived splits and repair example, capacity/time feasibility checked directly on
 the arrays, weak duality against the exact solver's dual bound, and lower bounds on the sharded

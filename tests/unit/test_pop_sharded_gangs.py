@@ -10,8 +10,7 @@ type-feasible (the checks of ``test_core_policies``).
 from __future__ import annotations
 
 import numpy as np
-from tests.unit.test_core_policies import assert_type_feasible, solve, with_work
-from tests.unit.test_operator_pipeline import cluster, job
+from tests.unit.snapshot_helpers import assert_type_feasible, cluster, job, solve, with_work
 
 from walras.allocator import pop
 from walras.core import snapshot

@@ -14,8 +14,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-from tests.unit.test_core_policies import with_work
-from tests.unit.test_operator_pipeline import cluster, job
+from tests.unit.snapshot_helpers import cluster, job, with_work
 
 from walras.core import policies, snapshot
 
@@ -27,7 +26,7 @@ def test_a_gang_larger_than_a_types_capacity_gets_no_alternative_there() -> None
     view = snapshot.cluster_view(snap)
     assert view.gpu_types == ("k80", "v100")
     shard = dataclasses.replace(view, type_capacity=np.array([7.0, 8.0]))
-    policy = policies.create("price-discovery", policies.PolicyOptions(backend="numpy"))
+    policy = policies.create("price-discovery", {"backend": "numpy"})
     sol = policy.solve(snap, shard)
     assert not sol.issues
     by_name = {j.name: r for r, j in enumerate(sol.jobs)}

@@ -1,4 +1,4 @@
-"""Paper 000 §6.2 shape at n = 1e5 (the paper reports n = 1e6; the shape does not depend on n).
+"""The price-discovery paper's §6.2 shape at n = 1e5 (the paper reports n = 1e6; same shape).
 
 Log utility: ≤ 20 iterations, ~17 % of jobs on two types, ~18 % with idle time.
 Target-priority (T = 0.2, w ∈ {1, 2}): > 95 % of jobs reach the target, nearly all w = 2 jobs.

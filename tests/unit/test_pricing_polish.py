@@ -1,4 +1,4 @@
-"""The elastic-job polish and the start-price BFGS (issue 15 item 7) against independent oracles.
+"""The elastic-job polish and the start-price BFGS against independent oracles.
 
 The polish builds a candidate allocation from one evaluation of the dual; the solver keeps it
 only as a lower bound. Whatever prices it starts from, that allocation must be feasible, its
@@ -61,7 +61,7 @@ def test_polished_allocation_is_feasible_and_bounded_by_cvxpy(
 
 
 def test_polish_certifies_after_one_evaluation_at_scale(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Paper 000 §6.2 log instance above the sampled-start size: the first full evaluation with
+    # The paper's §6.2 log instance above the sampled-start size: the first full evaluation with
     # the polish certifies 1e-3 per job, so scipy's L-BFGS-B is never needed.
     def no_lbfgsb() -> None:
         raise AssertionError("L-BFGS-B was needed")

@@ -1,4 +1,7 @@
-"""Price discovery against certificates and independent oracles (ALGORITHMS.md §1 "Oracles")."""
+"""Price discovery against certificates and independent oracles.
+
+The oracles are listed in docs/algorithms.md#price-discovery.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Input validation and edge cases of price discovery (ALGORITHMS.md §1 "Edge cases", issue 2).
+"""Input validation and edge cases of price discovery (docs/algorithms.md#price-discovery).
 
 Every malformed input raises ``InvalidProblem`` naming the job or type; ``screen_jobs`` lists
 per-job defects so that the operator can drop them; fuzzed inputs give either a named error or

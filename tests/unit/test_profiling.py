@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from tests.unit.operator_fakes import GPU, FakeApi
 
-from walras.core import admission, model, profiling, progress, snapshot
+from walras.core import admission, model, policies, profiling, progress, snapshot
 from walras.kube import writes
 from walras.operator import loop, throughputs
 
@@ -242,7 +242,7 @@ def run(rates: Mapping[str, float] | None, total: float | None, rounds_n: int) -
         store,
         cluster,  # type: ignore[arg-type]  # duck-typed stand-in for walras.kube.writes.Api
         loop.LoopConfig(
-            backend="numpy",
+            policy=policies.PolicyConfig(args={"price-discovery": {"backend": "numpy"}}),
             round_seconds=ROUND,
             clock=lambda: clock[0],
             progress=throughputs.Settings(profiling_seconds=SLICE),

@@ -1,4 +1,4 @@
-"""PS-DSF uses the cluster: Theorem 2's condition (paper 004) on every realised round.
+"""PS-DSF uses the cluster: Theorem 2's condition (the PS-DSF paper) on every realised round.
 
 ``psdsf`` and ``psdsf-distributed`` run through the scheduling core (``walras.core.cycle.plan``,
 the code both shells run) for several rounds on random clusters: GPU types with random speeds,
@@ -163,7 +163,7 @@ def test_psdsf_leaves_no_gpu_idle_while_a_job_that_can_use_it_waits(
 def test_psdsf_distributed_too_even_with_unconverged_agents(seed: int) -> None:
     store = _store(seed)
     reader = _central_reader(store, 1.3)
-    policy = policies.create("psdsf-distributed", policies.PolicyOptions(distributed_reader=reader))
+    policy = policies.create("psdsf-distributed", handle=policies.Handle(distributed_reader=reader))
     assert _run(store, policy) == []
 
 

@@ -121,7 +121,7 @@ INVALID: list[tuple[str, Callable[[dict[str, Any]], None], tuple[Any, ...]]] = [
     ("FungibleJob", _set(("spec", "replicas"), 5000), ("spec", "replicas")),
     ("FungibleJob", _delete(("spec", "replicas")), ("spec",)),
     ("FungibleJob", _delete(("spec", "template")), ("spec",)),
-    # At most 64 GPU types ({} is valid: nothing declared, issue 16).
+    # At most 64 GPU types ({} is valid: nothing declared).
     (
         "FungibleJob",
         _set(("spec", "throughput"), {f"t{i}": 1.0 for i in range(65)}),

@@ -22,7 +22,7 @@ from walras.sim import declared, walras_mechanics
 from walras.sim.cluster import build_cluster
 from walras.sim.config import SimConfig
 from walras.sim.errors import SimInputError
-from walras.sim.ledger import Ledger
+from walras.sim.tally import Tally
 from walras.sim.workload import Workload
 
 
@@ -42,18 +42,18 @@ def workload(rates: list[list[float]], total: float = 1000.0, kinds: int = 0) ->
     )
 
 
-def simulate(wl: Workload, cfg: SimConfig, observer: object = None) -> tuple[float, Ledger]:
+def simulate(wl: Workload, cfg: SimConfig, observer: object = None) -> tuple[float, Tally]:
     cluster = build_cluster(dict.fromkeys(wl.gpu_types, 1), dict.fromkeys(wl.gpu_types, 1))
-    ledger = Ledger(wl, cluster.n_gpus)
+    tally = Tally(wl, cluster.n_gpus)
     makespan = walras_mechanics.run(
         wl,
         cluster,
         types.SimpleNamespace(name="price-discovery"),
         cfg,
-        ledger,
+        tally,
         observer=observer,  # type: ignore[arg-type]  # a plain callable
     )
-    return makespan, ledger
+    return makespan, tally
 
 
 def test_no_options_means_users_declare_the_truth() -> None:
@@ -69,9 +69,9 @@ def test_true_throughput_drives_progress_whatever_is_declared(estimate: bool) ->
     cfg = SimConfig(semantics="walras", restart_s=10.0, throughput_noise=1.0, estimate=estimate)
     view = declared.from_config(wl, cfg)
     assert view is not None and abs(view.declared[0, 0] - 2.0) > 0.01  # the noise is there
-    makespan, ledger = simulate(wl, cfg)
+    makespan, tally = simulate(wl, cfg)
     assert makespan == pytest.approx(510.0)
-    assert ledger.completion_s[0] == pytest.approx(510.0)
+    assert tally.completion_s[0] == pytest.approx(510.0)
 
 
 @pytest.mark.parametrize(("fraction", "k"), [(0.5, 3), (0.5, 2), (0.34, 3), (0.9, 3)])

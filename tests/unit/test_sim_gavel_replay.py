@@ -49,7 +49,7 @@ def test_replayed_allocations_reproduce_gavel(path: pathlib.Path) -> None:
     if printed["restarted_dispatches"] is not None:
         paid, dispatches = printed["restarted_dispatches"]
         assert summary["restarts"] == paid
-        assert sum(result.ledger.rounds_run) == dispatches
+        assert sum(result.tally.rounds_run) == dispatches
 
 
 def test_d1_agnostic_max_min_is_decided_by_solver_noise() -> None:

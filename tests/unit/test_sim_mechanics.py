@@ -72,7 +72,7 @@ def test_restart_cost_on_alternating_jobs() -> None:
     #   R1 A: 700 steps, ends 350 + 10 = 360.   R2 B: 700, ends 720.
     #   R3 A: 300 left, ends 720 + 150 + 10 = 880 (A done).   R4 B: 300, ends 880 + 160 = 1040.
     result = _run(_trace((1000, 1, 0), (1000, 1, 0)), restart=10.0)
-    assert result.ledger.completion_s == [880.0, 1040.0]
+    assert result.tally.completion_s == [880.0, 1040.0]
     s = result.summary()
     assert s["restarts"] == 4
     assert s["makespan_s"] == 1040.0
@@ -83,7 +83,7 @@ def test_restart_cost_on_alternating_jobs() -> None:
 def test_no_restart_cost_alternating() -> None:
     # Same without X: R1 A 720 (ends 360), R2 B 720 (720), R3 A 280 (860), R4 B 280 (1000).
     result = _run(_trace((1000, 1, 0), (1000, 1, 0)))
-    assert result.ledger.completion_s == [860.0, 1000.0]
+    assert result.tally.completion_s == [860.0, 1000.0]
     assert result.summary()["avg_jct_s"] == 930.0
 
 
@@ -94,8 +94,8 @@ def test_gang_keeps_its_gpus_and_splits_steps() -> None:
     s = result.summary()
     assert s["makespan_s"] == 750.0
     assert s["restarts"] == 1
-    assert result.ledger.gpu_busy_s == [750.0, 750.0]
-    assert result.ledger.gpu_seconds == [1500.0]
+    assert result.tally.gpu_busy_s == [750.0, 750.0]
+    assert result.tally.gpu_seconds == [1500.0]
 
 
 def test_failed_gang_quirk_drops_job_without_jct() -> None:
@@ -104,7 +104,7 @@ def test_failed_gang_quirk_drops_job_without_jct() -> None:
     # 1 / 2 = 0.5 s after it starts: makespan 5 · 0.5 = 2.5 s, no busy time credited.
     result = _run(_trace((1, 2, 0)), gpus=2, per_node=2)
     s = result.summary()
-    assert result.ledger.failed == [True]
+    assert result.tally.failed == [True]
     assert s["avg_jct_s"] is None
     assert s["makespan_s"] == 2.5
     assert s["rounds"] == 5

@@ -54,7 +54,7 @@ def test_sweep_runs_every_combination(tmp_path: pathlib.Path) -> None:
 
 def test_sweep_spec_lp_solver_reaches_the_policy(tmp_path: pathlib.Path) -> None:
     # Oracle: Gavel's own D1 max_min_fairness record. The HiGHS path misses its makespan by
-    # 7.09 % (test_sim_gavel_reference's NOISE_DECIDED); only ECOS in Gavel's problem shape
+    # 7.09 % (test_sim_gavel_reference's SOLVER_DECIDED); only ECOS in Gavel's problem shape
     # lands within the issue's ±3 %, so meeting the band shows the spec's key reached the LP.
     from sim_helpers import gavel_records
 

@@ -1,4 +1,4 @@
-"""Tests of the SoW mechanism (paper 002, ALGORITHMS.md §6): incentives, LIFO, prices, plans.
+"""Tests of the SoW mechanism (docs/algorithms.md#statements-of-work): incentives, LIFO, prices.
 
 Oracles: exact enumeration of earlier jobs' outcomes with a literal round-by-round LIFO
 (``sow_helpers``), hand-derived prices from the formula, and the HiGHS offline optimum against a
@@ -89,7 +89,7 @@ def measure_gains(
 ) -> dict[str, float]:
     """Brute force over misreports of the last-born SoW; returns the largest gains found.
 
-    Theorem 3.2 (paper 002; proof in its Appendix B, restated): let ``Û`` be the estimated and
+    Theorem 3.2 (the SoW paper; proof in its Appendix B, restated): let ``Û`` be the estimated and
     ``U`` the true expected utility of a plan under the TRUE SoW, and ``Δ = max_π |Û(π) − U(π)|``.
     The truthful plan ``π*`` maximises ``Û``; a misreport yields some plan ``π'``; so
     ``U(π') ≤ Û(π') + Δ ≤ Û(π*) + Δ ≤ U(π*) + 2Δ``. Hence gain ≤ 2Δ: the paper's ε is 2Δ

@@ -1,4 +1,4 @@
-"""SoW mechanism acceptance (issue 13) and the simulator module (its CLI: test_sow_simulate_files).
+"""SoW mechanism acceptance and the simulator module (its CLI: test_sow_simulate_files).
 
 Oracles: exact failure probabilities by enumerating the earlier jobs' outcomes under a literal
 LIFO replay (``sow_helpers``), prices recomputed by hand from the formula, the LIFO rule stated on

@@ -19,8 +19,8 @@ from walras.sim import walras_mechanics
 from walras.sim.cluster import build_cluster
 from walras.sim.config import SimConfig
 from walras.sim.errors import SimInputError
-from walras.sim.ledger import Ledger
 from walras.sim.manifests import load_manifests
+from walras.sim.tally import Tally
 from walras.sim.workload import Workload
 
 
@@ -43,33 +43,33 @@ def workload(total: list[float], rate: list[float], arrival: list[float]) -> Wor
     )
 
 
-def run(wl: Workload, cluster: object, policy: str, restart: float) -> tuple[float, Ledger]:
-    ledger = Ledger(wl, cluster.n_gpus)  # type: ignore[attr-defined]
+def run(wl: Workload, cluster: object, policy: str, restart: float) -> tuple[float, Tally]:
+    tally = Tally(wl, cluster.n_gpus)  # type: ignore[attr-defined]
     cfg = SimConfig(semantics="walras", restart_s=restart)
-    makespan = walras_mechanics.run(wl, cluster, types.SimpleNamespace(name=policy), cfg, ledger)  # type: ignore[arg-type]
-    return makespan, ledger
+    makespan = walras_mechanics.run(wl, cluster, types.SimpleNamespace(name=policy), cfg, tally)  # type: ignore[arg-type]
+    return makespan, tally
 
 
 @pytest.mark.parametrize("policy", ["price-discovery", "max-min-fairness", "fifo-aware"])
 def test_one_job_alone_finishes_at_restart_plus_work_over_rate(policy: str) -> None:
     # The module docstring's example: arrival 0, restart 10 s, 1000 work at 2/s: it is placed at
     # t = 0, works from 10 s, finishes at 10 + 500 = 510 s; full rounds at 360 s keep it in place.
-    makespan, ledger = run(workload([1000.0], [2.0], [0.0]), tiny_cluster(), policy, 10.0)
+    makespan, tally = run(workload([1000.0], [2.0], [0.0]), tiny_cluster(), policy, 10.0)
     assert makespan == pytest.approx(510.0)
-    assert ledger.completion_s[0] == pytest.approx(510.0)
-    assert sum(ledger.restarts) == 1
+    assert tally.completion_s[0] == pytest.approx(510.0)
+    assert sum(tally.restarts) == 1
     # The GPU was held from 0 to 510: utilisation 1.
-    assert ledger.gpu_busy_s[0] == pytest.approx(510.0)
+    assert tally.gpu_busy_s[0] == pytest.approx(510.0)
 
 
 def test_a_completion_frees_the_gpu_for_a_waiting_job_at_once() -> None:
     # One GPU, FIFO: job 0 (100 work at 1/s) runs from 0 to 100 s; job 1 (arrives at 0, 50 work at
     # 1/s) starts in the incremental round at 100 s and finishes at 150 s, not at the 360 s round.
-    makespan, ledger = run(
+    makespan, tally = run(
         workload([100.0, 50.0], [1.0, 1.0], [0.0, 0.0]), tiny_cluster(), "fifo-aware", 0.0
     )
-    assert ledger.completion_s[0] == pytest.approx(100.0)
-    assert ledger.completion_s[1] == pytest.approx(150.0)
+    assert tally.completion_s[0] == pytest.approx(100.0)
+    assert tally.completion_s[1] == pytest.approx(150.0)
     assert makespan == pytest.approx(150.0)
 
 
@@ -104,9 +104,9 @@ def test_manifests_run_under_walras_semantics(tmp_path: pathlib.Path) -> None:
     cluster = tiny_cluster()
     wl = load_manifests(path, cluster)  # type: ignore[arg-type]
     assert wl.job_types == ("team/first", "team/late")
-    makespan, ledger = run(wl, cluster, "price-discovery", 0.0)
+    makespan, tally = run(wl, cluster, "price-discovery", 0.0)
     # first: 0 → 500 s; late arrives at 600 s on the idle GPU and runs 500 s: 1100 s.
-    assert ledger.completion_s[0] == pytest.approx(500.0)
+    assert tally.completion_s[0] == pytest.approx(500.0)
     assert makespan == pytest.approx(1100.0)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from tests.unit.test_operator_pipeline import cluster, job
+from tests.unit.snapshot_helpers import cluster, job
 
 from walras.core import model, snapshot, weighting
 

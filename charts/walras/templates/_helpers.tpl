@@ -59,6 +59,11 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- if and (eq .Values.policy "psdsf-distributed") (not .Values.agent.enabled) }}
 {{- fail "policy psdsf-distributed needs the node agents: set agent.enabled=true" }}
 {{- end }}
+{{- /* The operator reads the agents' tasks in its own mode: the two must agree. */ -}}
+{{- $distributed := index (.Values.policyArgs | default dict) "psdsf-distributed" | default dict }}
+{{- if and (eq .Values.policy "psdsf-distributed") (ne ($distributed.mode | default "tdm") .Values.agent.mode) }}
+{{- fail (printf "policyArgs.psdsf-distributed.mode (%s) must equal agent.mode (%s)" ($distributed.mode | default "tdm") .Values.agent.mode) }}
+{{- end }}
 {{- if and (gt (int .Values.controller.replicas) 1) (not .Values.controller.leaderElection.enabled) }}
 {{- fail "controller.replicas > 1 needs controller.leaderElection.enabled=true (otherwise every replica writes)" }}
 {{- end }}

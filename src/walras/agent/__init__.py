@@ -1,4 +1,6 @@
-"""Node agents: distributed, asynchronous PS-DSF on the cluster (paper 004 §III-D, issue 6).
+"""Node agents: distributed, asynchronous PS-DSF on the cluster.
+
+The algorithm: docs/algorithms.md#distributed-ps-dsf.
 
 - ``steps`` — one agent step (damped server procedure), pure;
 - ``columns`` — a node's column of the PS-DSF tenant model from API dicts, pure;

@@ -1,4 +1,4 @@
-"""One agent step of distributed, asynchronous PS-DSF (paper 004 §III-D; ALGORITHMS.md §2).
+"""One agent step of distributed, asynchronous PS-DSF (docs/algorithms.md#distributed-ps-dsf).
 
 Called by the node agent (``walras.agent.runner``) every τ seconds and by the simulator
 (``walras.agent.simulate``). Pure: numpy plus the allocator's ``fairness.node_update``.
@@ -74,12 +74,8 @@ move in the same direction as the previous one (a slow, consistent drift) divide
 ``PACE_FASTER`` = 1.25, a reversal (an overshoot) multiplies it by ``PACE_SLOWER`` = 2, within
 [1/4, 4] (``c_n m_n ≥ 1`` still holds). The bounds keep an overshoot small: at ``m_n = 1/4`` the
 loop gain is at most 4 k, and one reversal halves it. The factor never changes a fixed point
-(``x̂ = x`` does not depend on ``c_n``). Simulated on the benchmark's 500-node instance
-(0.285 s aggregator): 59 s → 23 s without latency, not within 90 s → 52–56 s with 0.6 s; on
-100 nodes with 0.1 s/0.05 s, 25 s → 16 s. On the real 500-agent benchmark (2 shared cores,
-with the write rule): 31, 48 and 64 s to 1e-3 with the runner's back-off, 33 and 74 s without,
-27 s once the aggregator stopped listing Nodes inline (its publishes had stalled to one per
-1.4 s in the slow runs), where the plateau had kept the error above 1.7e-2 for 90 s.
+(``x̂ = x`` does not depend on ``c_n``). The pace shortens convergence markedly on the agents'
+benchmark (docs/evaluation.md#agents-converging).
 
 **Which steps write.** A move that changes nothing the 1e-3 criterion can see costs the API
 server a write (and every agent of the tenant some of its capacity) all the same. A step is not
@@ -110,7 +106,8 @@ damping of the split.
 A step is skipped (nothing written) when the published totals do not yet include this node's own
 last write: ``b_n`` would otherwise count the node's old allocation as "elsewhere". The check
 compares the resourceVersion of the NodeAllocation list the totals were summed from with the
-resourceVersion of the agent's last write (ALGORITHMS.md's "per-user version checks").
+resourceVersion of the agent's last write (the per-user version check of
+docs/algorithms.md#distributed-ps-dsf).
 """
 
 from __future__ import annotations

@@ -6,9 +6,9 @@ it never imports kopf, kubernetes or anything from the operator, agent, sim or c
 
 Subpackages:
 
-- ``pricing``: price discovery over GPU types (paper 000, ALGORITHMS.md §1).
-- ``fairness``: PS-DSF over nodes (paper 004, ALGORITHMS.md §2).
-- ``rounds``: fractional allocations to per-round placements (ALGORITHMS.md §3).
+- ``pricing``: price discovery over GPU types (docs/algorithms.md#price-discovery).
+- ``fairness``: PS-DSF over nodes (Khamse-Ashari et al. 2017, docs/algorithms.md#ps-dsf).
+- ``rounds``: fractional allocations to per-round placements (docs/algorithms.md#round-realiser).
 """
 
 from walras.allocator.errors import InvalidProblem

@@ -47,7 +47,7 @@ def fairshare(
         bool, typer.Option(help="Reject tenants with no eligible node instead of giving 0.")
     ] = True,
 ) -> None:
-    """Compute the PS-DSF allocation (paper 004) of a problem file."""
+    """Compute the PS-DSF allocation (Khamse-Ashari et al. 2017) of a problem file."""
     import numpy as np
 
     from walras.allocator.errors import InvalidProblem

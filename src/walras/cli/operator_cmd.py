@@ -29,30 +29,30 @@ def policy_name(value: str) -> str:
         raise typer.BadParameter(str(exc)) from None
 
 
-class Backend(StrEnum):
-    auto = "auto"
-    numpy = "numpy"
-    torch = "torch"
-
-
-class PsdsfMode(StrEnum):
-    tdm = "tdm"
-    rdm = "rdm"
-
-
 class LogFormat(StrEnum):
     text = "text"
     json = "json"
 
 
-def _weighting(value: str) -> str:
-    from walras.core import weighting
+POLICY_ARG_HELP = (
+    "A policy's argument, POLICY.FIELD=VALUE (repeatable), e.g. psdsf.mode=rdm or "
+    "price-discovery.backend=numpy; `walras policies` lists each policy's arguments."
+)
 
-    if value not in weighting.WEIGHTINGS:
-        raise typer.BadParameter(
-            f"--weighting: {value!r} is not one of {', '.join(weighting.WEIGHTINGS)}"
-        )
-    return value
+
+def policy_args(items: list[str] | None) -> list[str]:
+    """``items`` unchanged once the registry has decoded them; exit 2 otherwise.
+
+    Checked while the flags are parsed, before anything starts: the registry names the policy
+    and argument at fault (``psdsf.mode: 'both' is not one of tdm, rdm``).
+    """
+    from walras.core import policies
+
+    try:
+        policies.check(policies.PolicyConfig(args=policies.parse_arg_flags(items or [])))
+    except (policies.PolicyArgError, policies.UnknownPolicyError) as exc:
+        raise typer.BadParameter(str(exc)) from None
+    return list(items or [])
 
 
 @app.command("operator")
@@ -65,18 +65,18 @@ def operator_command(
             help="Allocation policy: a name from the policy registry (`walras policies`).",
         ),
     ] = "price-discovery",
+    policy_arg: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--policy-arg", envvar="WALRAS_POLICY_ARGS", callback=policy_args, help=POLICY_ARG_HELP
+        ),
+    ] = None,
     round_seconds: Annotated[
         float,
         typer.Option(
             envvar="WALRAS_ROUND_SECONDS", min=0.05, help="Length of a round (time slice)."
         ),
     ] = 360.0,
-    eps: Annotated[
-        float, typer.Option(envvar="WALRAS_EPS", min=0.0, help="Price discovery: average gap.")
-    ] = 1e-3,
-    backend: Annotated[
-        Backend, typer.Option(envvar="WALRAS_BACKEND", help="Price discovery backend.")
-    ] = Backend.auto,
     kubeconfig: Annotated[
         str | None,
         typer.Option(envvar="WALRAS_KUBECONFIG", help="Kubeconfig (default: in-cluster)."),
@@ -187,29 +187,12 @@ def operator_command(
             help="Give GPUs left over by the targets to waiting jobs that can use them.",
         ),
     ] = False,
-    weighting: Annotated[
-        str,
-        typer.Option(
-            envvar="WALRAS_WEIGHTING",
-            help="price-discovery: 'none' or 'remaining' (weight by remaining time^exponent).",
-        ),
-    ] = "none",
-    weighting_exponent: Annotated[
-        float, typer.Option(envvar="WALRAS_WEIGHTING_EXPONENT", help="Exponent of 'remaining'.")
-    ] = -0.5,
     pop_shards: Annotated[
         int,
         typer.Option(
             envvar="WALRAS_POP_SHARDS", min=1, help="POP: solve this many job shards (1 = exact)."
         ),
     ] = 1,
-    psdsf_mode: Annotated[
-        PsdsfMode,
-        typer.Option(
-            envvar="WALRAS_PSDSF_MODE",
-            help="psdsf: 'tdm' (nodes time-shared) or 'rdm' (resources divisible inside a node).",
-        ),
-    ] = PsdsfMode.tdm,
     measured_min_samples: Annotated[
         int,
         typer.Option(
@@ -256,9 +239,8 @@ def operator_command(
 
     options = main.Options(
         policy=policy,
+        policy_args=tuple(policy_arg or ()),
         round_seconds=round_seconds,
-        eps=eps,
-        backend=backend.value,
         kubeconfig=kubeconfig,
         metrics_port=metrics_port,
         health_port=health_port,
@@ -276,10 +258,7 @@ def operator_command(
         hold_seconds=hold_seconds,
         history_half_life=history_half_life,
         backfill=backfill,
-        weighting=_weighting(weighting),
-        weighting_exponent=weighting_exponent,
         pop_shards=pop_shards,
-        psdsf_mode=psdsf_mode.value,
         measured_min_samples=measured_min_samples,
         mismatch_factor=mismatch_factor,
         absurd_factor=absurd_factor,
@@ -304,11 +283,14 @@ def policies_command() -> None:
     table.add_column("name")
     table.add_column("aliases")
     table.add_column("what it does")
+    table.add_column("arguments (--policy-arg), defaults")
     aliases = policies.aliases()
     for name in policies.names():
+        defaults = policies.registry.args_type(name)().encode()
         table.add_row(
             name,
             ", ".join(a for a, n in aliases.items() if n == name),
             policies.registry.summary(name),
+            ", ".join(f"{field}={value}" for field, value in defaults.items()),
         )
     Console().print(table)

@@ -56,9 +56,18 @@ def simulate_command(
     policy: Annotated[
         str,
         typer.Option(
-            help="Gavel policy name, e.g. max_min_fairness_perf, fifo; or sow (statements of work)."
+            help="Gavel policy name, e.g. max_min_fairness_perf, fifo; a policy of `walras "
+            "policies` (with --semantics walras); or sow (statements of work)."
         ),
     ] = "max_min_fairness_perf",
+    policy_arg: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--policy-arg",
+            help="walras: a policy's argument, POLICY.FIELD=VALUE (repeatable), as `walras "
+            "operator --policy-arg` takes it, e.g. psdsf.mode=rdm.",
+        ),
+    ] = None,
     cluster: Annotated[
         str, typer.Option(help="GPUs per type: v100=20,p100=20,k80=20 or Gavel's 20:20:20.")
     ] = DEFAULT_CLUSTER,
@@ -70,17 +79,13 @@ def simulate_command(
         typer.Option(help="Gavel simulation_throughputs.json (default: the shipped copy)."),
     ] = None,
     semantics: Annotated[
-        str,
+        str | None,
         typer.Option(
-            help="Round mechanics: gavel (Gavel's simulator) or walras (the operator's own core)."
+            help="Round mechanics: gavel (Gavel's simulator) or walras (the operator's own core); "
+            "default: gavel for Gavel's policy names, walras for the others.",
+            show_default=False,
         ),
-    ] = "gavel",
-    weighting: Annotated[
-        str, typer.Option(help="walras: price discovery's weighting, none or remaining.")
-    ] = "none",
-    weighting_exponent: Annotated[
-        float, typer.Option(help="walras: exponent β of remaining time for --weighting.")
-    ] = -0.5,
+    ] = None,
     hold_seconds: Annotated[
         float, typer.Option(help="walras: realiser credit for running gangs (s).")
     ] = 0.0,
@@ -137,7 +142,7 @@ def simulate_command(
     from walras.sim.errors import PolicyError, SimInputError, SimulationStuckError
 
     if policy == "sow" or (str(trace) == "sow" and not trace.exists()):
-        # Statements of work (paper 002): their own workload and mechanism (cli/simulate_sow.py).
+        # Statements of work: their own workload and mechanism (cli/simulate_sow.py).
         from walras.cli.simulate_sow import simulate_sow
 
         if spec is not None:
@@ -171,9 +176,8 @@ def simulate_command(
             cluster=cluster,
             gpus_per_node=gpus_per_node,
             throughputs=throughputs,
-            semantics=semantics,
-            weighting=weighting,
-            weighting_exponent=weighting_exponent,
+            semantics=semantics or _default_semantics(policy),
+            policy_args=policy_arg or [],
             hold_seconds=hold_seconds,
             backfill=backfill,
             pop_shards=pop_shards,
@@ -230,18 +234,16 @@ def _run(trace: pathlib.Path, *, progress: bool, **kw: Any) -> Any:
             throughputs=kw["throughputs"],
         )
         workload, built = scenario.workload, scenario.cluster
-    if kw["weighting"] not in ("none", "remaining"):
-        raise SimInputError(f"--weighting: {kw['weighting']!r} is not one of none, remaining")
     if kw["pop_shards"] < 1:
         raise SimInputError(f"--pop-shards must be >= 1, got {kw['pop_shards']}")
+    policy_args = _policy_args(kw["policy"], kw["policy_args"], kw["semantics"])
     config = SimConfig(
         round_s=kw["round_seconds"],
         restart_s=kw["restart_seconds"],
         seed=kw["seed"],
         window=kw["window"],
         semantics=kw["semantics"],
-        weighting=kw["weighting"],
-        weighting_exponent=kw["weighting_exponent"],
+        policy_args=policy_args,
         hold_s=kw["hold_seconds"],
         backfill=kw["backfill"],
         pop_shards=kw["pop_shards"],
@@ -263,6 +265,32 @@ def _run(trace: pathlib.Path, *, progress: bool, **kw: Any) -> Any:
             return engine.run(workload, built, policy, config, bar.update)
     except InvalidProblem as exc:
         raise SimInputError(f"policy {kw['policy']}: {exc}") from exc
+
+
+def _default_semantics(policy: str) -> str:
+    """Gavel's mechanics for Gavel's policy names (as before), the operator's core otherwise."""
+    from walras.sim.policies import GAVEL_POLICIES
+
+    return "gavel" if policy in GAVEL_POLICIES else "walras"
+
+
+def _policy_args(policy: str, items: list[str], semantics: str) -> dict[str, dict[str, str]]:
+    """``--policy-arg`` items decoded and checked by the policy registry, as the operator does."""
+    from walras.core import policies
+    from walras.sim.errors import SimInputError
+
+    if items and semantics != "walras":
+        raise SimInputError(
+            "--policy-arg configures the core's policies: it needs --semantics walras"
+        )
+    if not items:
+        return {}
+    try:
+        args = policies.parse_arg_flags(items)
+        policies.check(policies.PolicyConfig(policies.canonical(policy), args))
+    except (policies.PolicyArgError, policies.UnknownPolicyError) as exc:
+        raise SimInputError(f"--policy-arg: {exc}") from None
+    return args
 
 
 def _core_policy(name: str) -> Any:
@@ -323,7 +351,7 @@ def _print_summary(result: Any) -> None:
     s = result.summary()
     console = Console()
     table = Table(
-        title=f"{result.ledger.workload.source} · {result.policy} · {result.cluster.describe()}"
+        title=f"{result.tally.workload.source} · {result.policy} · {result.cluster.describe()}"
     )
     table.add_column("metric")
     table.add_column("value", justify="right")
@@ -339,14 +367,14 @@ def _print_summary(result: Any) -> None:
         a, b = result.config.window
         table.add_row(f"average JCT, jobs {a}..{b - 1}", hours(s["avg_jct_window_s"]))
     table.add_row("utilisation", f"{s['utilization']:.3f}")
-    failed = sum(result.ledger.failed)
+    failed = sum(result.tally.failed)
     table.add_row("jobs", f"{s['jobs']}" + (f" ({failed} failed)" if failed else ""))
     table.add_row("rounds", f"{s['rounds']}")
     table.add_row("restarts", f"{s['restarts']}")
     if s["solve_s_mean"] is not None:
         table.add_row(
             "policy solves",
-            f"{len(result.ledger.solve_s)}: mean {s['solve_s_mean'] * 1e3:.1f} ms, "
+            f"{len(result.tally.solve_s)}: mean {s['solve_s_mean'] * 1e3:.1f} ms, "
             f"p95 {s['solve_s_p95'] * 1e3:.1f} ms, max {s['solve_s_max'] * 1e3:.1f} ms",
         )
     table.add_row("wall time", f"{s['wall_s']:.2f} s")

@@ -1,4 +1,4 @@
-"""``walras simulate --policy sow``: play statements of work (paper 002) on a simulated cluster.
+"""``walras simulate --policy sow``: play statements of work on a simulated cluster.
 
 Inputs: the word ``sow`` with ``--sow-workload N`` (N generated SoWs, seeded by ``--seed``), a
 SoW workload YAML file, or StatementOfWork manifests (one or more documents, a ``List`` as

@@ -38,7 +38,7 @@ WORK_DONE: Final = "TotalWorkDone"
 POD_FAILED: Final = "PodFailed"
 NODES_READY: Final = "NodesReady"
 NO_NODES: Final = "NoNodes"
-# Issue 14 (accounting, filters, empty pools): a planned gang not bound yet; a pool with nodes
+# Accounting, filters, empty pools: a planned gang not bound yet; a pool with nodes
 # but no GPU Walras may use; the filter reasons are in walras.core.policies.eligibility.
 BIND_PENDING: Final = "BindPending"
 NO_CAPACITY: Final = "NoCapacity"

@@ -200,7 +200,7 @@ def plan(
             hold=hold_s,
             restart_s=restart_s,  # priced against the gain of a switch (core.switching)
             # A policy that guarantees work conservation (PS-DSF, Theorem 2) always gets it.
-            backfill=backfill or bool(getattr(policy, "work_conserving", False)),
+            backfill=backfill or policy.work_conserving,
         )
     for job in sol.jobs:
         jr = real.jobs[job.key]

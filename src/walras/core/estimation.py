@@ -127,7 +127,7 @@ def effective(
         known.append(row)
     missing = any(len(row) < m or any(s == ESTIMATED for _, _, s in row.values()) for row in known)
     # Estimation starts with evidence beyond declarations: a measurement or an admin default.
-    # Until then an undeclared type stays out, as before issue 16, so a cluster whose workloads
+    # Until then an undeclared type stays out, as without estimation, so a cluster whose workloads
     # do not report progress schedules exactly as it did.
     evidence = bool((samples > 0).any()) or any(defaults.get(t, 0.0) > 0 for t in types)
     estimate = None

@@ -42,7 +42,7 @@ UTILITY_KINDS: Mapping[str, str] = {
 
 
 def parse_time(value: object) -> float | None:
-    """RFC 3339 (``2026-11-22T07:45:56Z``, optional fraction) as epoch seconds; None if absent."""
+    """RFC 3339 (``YYYY-MM-DDThh:mm:ssZ``, optional fraction) as epoch seconds; None if absent."""
     if not isinstance(value, str) or not value:
         return None
     try:

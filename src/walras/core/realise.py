@@ -14,10 +14,10 @@ existing Walras pods:
 
 Every placement obeys kube-scheduler's filters (``walras.core.filters``): ``plan_round`` packs
 GPUs only, so each of its placements is checked, in order (kept gangs first), against the nodes
-that pass the job's filters and against a per-node ledger of every resource (foreign pods' and the
-placements accepted so far); a placement that breaks a filter or overfills a resource is moved to
-eligible nodes of the same group with room, or, when the gang fits nowhere, left out of the round
-with the reason in ``JobRound.why``.
+that pass the job's filters and against the per-node use of every resource (foreign pods' and
+the placements accepted so far); a placement that breaks a filter or overfills a resource is
+moved to eligible nodes of the same group with room, or, when the gang fits nowhere, left out of
+the round with the reason in ``JobRound.why``.
 
 An *incremental* round (a job arrived or finished between round boundaries) keeps every running
 gang as it is and only fills free GPUs, so that arrivals start at once without cutting anyone's
@@ -365,7 +365,7 @@ def _gang(
     return out
 
 
-class _Ledger:
+class _NodeUse:
     """Per-node use of every resource while placements are accepted (foreign pods' first)."""
 
     def __init__(self, sol: policies.Solution, view: snapshot.ClusterView) -> None:
@@ -421,31 +421,31 @@ def _enforce_filters(
     the others by job row. A placement is accepted as planned when each of its nodes passes the
     job's filters and holds its pods next to what is accounted on it so far (foreign pods'
     requests, then the accepted placements'); otherwise its pods are re-packed onto the group's
-    eligible nodes with room (:meth:`_Ledger.pack`); otherwise the job is left out of this
+    eligible nodes with room (:meth:`_NodeUse.pack`); otherwise the job is left out of this
     round, with kube-scheduler's diagnosis as the reason. When some job was left out, it (in
     its other groups with a target) and the jobs the plan could not place (``unplaced``),
     largest target first, may use what that freed, so filters do not leave GPUs idle that the
     plan would have filled.
     """
-    ledger = _Ledger(sol, view)
+    use = _NodeUse(sol, view)
     accepted: dict[int, rounds.JobPlacement] = {}
     why: dict[int, str] = {}
     for r in sorted(placements, key=lambda r: (not placements[r].kept, r)):
         pl = placements[r]
         job = sol.jobs[r]
-        fit = ledger.capacity.type_fit(job, sol.group_type[pl.group])
+        fit = use.capacity.type_fit(job, sol.group_type[pl.group])
         eligible = set(fit.nodes.tolist())
         # A kept gang's pods are on their nodes already (they hold what they use): only count it.
         chosen: list[tuple[int, int]] | None = list(pl.nodes)
-        if not pl.kept and not all(k in eligible and ledger.room(job, k) >= n for k, n in pl.nodes):
-            chosen = ledger.pack(job, pl.group, {k for k, _ in pl.nodes})
+        if not pl.kept and not all(k in eligible and use.room(job, k) >= n for k, n in pl.nodes):
+            chosen = use.pack(job, pl.group, {k for k, _ in pl.nodes})
         if chosen is None:
             why[r] = (
                 f"the gang of {job.replicas} pods does not fit on {sol.group_type[pl.group]} "
                 f"nodes that pass its filters this round ({fit.diagnosis.message()})"
             )
             continue
-        ledger.take(job, chosen)
+        use.take(job, chosen)
         nodes = tuple((int(k), int(n)) for k, n in chosen)
         accepted[r] = rounds.JobPlacement(
             job=r, group=pl.group, nodes=nodes, kept=pl.kept and nodes == pl.nodes
@@ -458,9 +458,9 @@ def _enforce_filters(
                     break
                 if r in placements and g == placements[r].group:
                     continue  # where it was just left out
-                chosen = ledger.pack(job, g, set())
+                chosen = use.pack(job, g, set())
                 if chosen is not None:
-                    ledger.take(job, chosen)
+                    use.take(job, chosen)
                     nodes = tuple((int(k), int(n)) for k, n in chosen)
                     accepted[r] = rounds.JobPlacement(job=r, group=g, nodes=nodes, kept=False)
                     why.pop(r, None)

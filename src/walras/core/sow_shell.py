@@ -1,7 +1,7 @@
 """The operator's pure side of StatementOfWork: parse, advance the ledger, persist, reserve.
 
-The mechanism (``walras.allocator.sow``, ALGORITHMS.md §6) plays integer rounds; the operator
-maps wall time to them with a :class:`RoundClock`: round ``t`` is
+The mechanism (``walras.allocator.sow``, docs/algorithms.md#statements-of-work) plays integer
+rounds; the operator maps wall time to them with a :class:`RoundClock`: round ``t`` is
 ``[epoch + t·round_seconds, epoch + (t + 1)·round_seconds)``. Each operator round calls
 :func:`advance` with the current mechanism round ``T``:
 

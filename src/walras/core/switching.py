@@ -65,9 +65,8 @@ HOLD_PER_RESTART = 72.0
 FIT_SCALE = 3.0
 """:func:`fit_credit` uses ``FIT_SCALE · θ*``: longer blocks than the model's optimum (whose loss
 at ``3θ*`` is ``(3²/2 + 1/3) / 1.5 ≈ 3.2×`` its minimum), the price of at most 5 % of pods
-restarted per round (issue 15) on the 1,000-job benchmark, where it still gives up less utility
-than Gavel's order (``bench/bench_realiser.py``: 0.019 against 0.034 after 60 rounds; with
-``2θ*`` 5.2 % of pods restart per round)."""
+restarted per round on the 1,000-job benchmark, where it still gives up less utility than Gavel's
+order (docs/evaluation.md#restarts-and-realiser-error)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""The PS-DSF tenant model shared by the ``psdsf`` policies and the node agents (paper 004 §IV).
+"""The PS-DSF tenant model shared by the ``psdsf`` policies and the node agents (PS-DSF §IV).
 
 :func:`psdsf_problem` is what the node agents (``walras.agent``) build from API dicts, and
 :func:`tenant_model` what the ``psdsf`` policies build from a snapshot; they are one model, so the
@@ -15,7 +15,7 @@ agents converge to exactly the centrally computed allocation:
 - ``throughput_{n,i}`` = max of ``â_{j,type(i)}`` over the jobs of ``n`` eligible on ``i``;
 - cap ``D_n = Σ_j r_j · max_{t ∈ T} â_{j,t}`` (replicas at their best normalised rate).
 
-**Normalised throughputs.** The GPU extension (paper 004 §IV) measures a tenant's tasks ``x_n`` in
+**Normalised throughputs.** PS-DSF's GPU extension (§IV) measures a tenant's tasks ``x_n`` in
 work units and the tenant aggregates several jobs, so their rates must be in one unit. Raw
 steps/s are not: an LM at 66 steps/s beside a recommendation model at 1.6 steps/s would make the
 tenant's rate (a max over its jobs) the LM's, its cap mostly the LM's, and the recommendation job
@@ -31,7 +31,8 @@ tenant's units add up across jobs. Scaling a job's whole row of rates (changing 
 its step definition) leaves ``â`` unchanged, so no job can inflate its tenant's share by
 reporting rates in smaller steps. Shares are fair in these units, not in GPU counts: a tenant
 whose jobs gain most from the fast types gets fewer, faster GPUs (TDM PS-DSF is a Fisher market
-with nodes as goods, ALGORITHMS §2, and each tenant buys the node time it values most per price).
+with nodes as goods, docs/algorithms.md#ps-dsf, and each tenant buys the node time it values
+most per price).
 
 Worked example: jobs ``lm {k80: 43, v100: 121}`` and ``rec {k80: 20, v100: 13}`` in one tenant on
 a k80 and a v100 node: ``â_lm = {k80: 1, v100: 2.81}``, ``â_rec = {k80: 1.54, v100: 1}``; the

@@ -1,8 +1,8 @@
-"""Job weights that know how much work is left (issue 10, step 3).
+"""Job weights that know how much work is left.
 
-Paper 000's log utility ``w_i log t_i`` ignores how long a job still has to run, so a job one round
-from done and a job with days left get the same share. With ``weighting = "remaining"`` each job's
-utility weight is scaled by its remaining time raised to an exponent ``β``::
+Price discovery's log utility ``w_i log t_i`` ignores how long a job still has to run, so a job one
+round from done and a job with days left get the same share. With ``weighting = "remaining"`` each
+job's utility weight is scaled by its remaining time raised to an exponent ``β``::
 
     T_i  = (totalWork_i − workDone_i) / max_t a_{i,t}     remaining seconds at its best type
     w'_i = w_i · T_i^β / mean_k(T_k^β)                     (β < 0: short jobs weigh more)
@@ -10,8 +10,8 @@ utility weight is scaled by its remaining time raised to an exponent ``β``::
 The mean normalisation keeps the average weight unchanged, so the solver's absolute stopping
 tolerance (``eps · n``) means the same at any scale; log utility's allocation is invariant to a
 common factor anyway. ``β = −1`` approximates shortest-remaining-time-first within the market,
-``β = 0`` is plain paper 000. Jobs without ``totalWork`` (or already done) keep their weight and
-do not enter the mean.
+``β = 0`` is plain price discovery. Jobs without ``totalWork`` (or already done) keep their
+weight and do not enter the mean.
 
 Worked example: two jobs with ``w = 1`` and 100 s and 400 s left at β = −0.5: ``T^β`` = 0.1 and
 0.05, mean 0.075, so ``w'`` = 1.33 and 0.67: the short job gets twice the weight.

@@ -55,7 +55,7 @@ def create_namespaces(api: Any, load: workload.Workload) -> None:
     custom = client.CustomObjectsApi(api)
     for namespace in sorted({job.namespace for job in load.jobs}):
         devcluster.create_namespace(api, namespace)
-        # The tenant's weight is the admin's, on a Tenant object (issue 14's governance).
+        # The tenant's weight is the admin's, on a Tenant object (a job's tenant is its namespace).
         custom.create_cluster_custom_object(
             GROUP, VERSION, "tenants", workload.tenant_manifest(namespace)
         )

@@ -1,7 +1,7 @@
 """Read the node agents' converged PS-DSF tasks from their NodeAllocations.
 
 The operator's ``psdsf-distributed`` policy calls :func:`reader` once per round through
-``walras.core.policies.PolicyOptions.distributed_reader``; tests and benches call
+``walras.core.policies.Handle.distributed_reader``; tests and benches call
 :func:`distributed_tasks`. The agents (``walras.agent``) write the NodeAllocations; this module
 only reads them, so the operator never imports the agent.
 """

@@ -12,12 +12,13 @@ chunk the server flushed (a busy chunk holds hundreds): raw dicts, never model c
 missing from it is gone (the caller drops it: a DELETED event may have been lost in the gap).
 
 Why this and not kopf, which watches the other kinds: the operator's store needs only the latest
-object, but kopf runs each event through a queue and a worker task per object, cause detection
-and handler keyword arguments. Pods are most of the events (a cold round of 5,000 jobs: about
-7,500 pods, each created, bound and started); in that round's profile (py-spy, 2026-11-24) kopf's
-machinery took about a third of the operator's main thread. ``kubernetes.watch.Watch`` would
-parse into model classes (slower still) and gives one event per call. Runs in a thread of its
-own: the JSON parsing happens off the event loop's stack, and a batch reaches it as one callback.
+object, but kopf runs each event through a queue and a worker task per object, cause detection and
+handler keyword arguments. Pods are most of the events (a cold round of 5,000 jobs: about 7,500
+pods, each created, bound and started), and kopf's per-event machinery took a large part of the
+operator's main thread in that round's profile (docs/evaluation.md#watching-pods).
+``kubernetes.watch.Watch`` would parse into model classes (slower still) and gives one event per
+call. Runs in a thread of its own: the JSON parsing happens off the event loop's stack, and a batch
+reaches it as one callback.
 """
 
 from __future__ import annotations

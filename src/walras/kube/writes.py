@@ -10,10 +10,9 @@ authentication) with plain dict bodies, in a private thread pool so that many wr
 run in parallel without blocking the event loop. With a real ``ApiClient`` they skip its generic
 request builder (``param_serialize``: a recursive sanitising walk of the body, and an auth refresh
 per request) and go straight to its urllib3 pool: compact JSON, the headers it would send, the
-same pool. Measured with ``cProfile`` against the local API server, 300 sequential status patches:
-the client's own CPU fell from 1.17 ms to about 0.6 ms per request (see ``bench_operator``'s
-``write_cpu`` case); any other client object (the tests' stand-ins) takes the generic path.
-Conflicts are idempotent outcomes, not errors:
+same pool, which about halves the client's own CPU per request
+(docs/evaluation.md#client-cpu-per-write); any other client object (the tests' stand-ins) takes the
+generic path. Conflicts are idempotent outcomes, not errors:
 
 - create → 409 AlreadyExists is :attr:`Outcome.EXISTS` (a restarted operator re-creating the
   deterministic pod name);
@@ -99,10 +98,9 @@ class Api:
         self,
         api_client: Any,
         *,
-        # Requests in flight. 32 rather than 16: on the 2-core local control plane the API
-        # server spent fewer CPU-seconds per write with more in flight (5,000-job cold round, two
-        # back-to-back pairs: 53.7 s / 55.4 s at 32 against 67.1 s / 64.0 s at 16; 64.7 s at 8;
-        # measured while gangs of any size were created on their nodes, 2026-11-24).
+        # Requests in flight. 32 rather than 16: the API server spends fewer CPU-seconds per
+        # write with more in flight, so a cold round is shorter
+        # (docs/evaluation.md#writes-in-flight).
         # The operator's connection pool holds as many (walras.operator.main: pool_size=32).
         workers: int = 32,
         timeout: float = 15.0,

@@ -40,6 +40,8 @@ def options_from_env() -> main.Options:
             values[spec.name] = int(raw)
         elif isinstance(default, float):
             values[spec.name] = float(raw)
+        elif isinstance(default, tuple):  # repeated flags: whitespace-separated items
+            values[spec.name] = tuple(raw.split())
         else:  # strings, and the optional ones (None by default): empty means unset
             values[spec.name] = raw or default
     return main.Options(**values)  # type: ignore[arg-type]  # each value has its field's type

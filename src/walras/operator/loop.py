@@ -54,10 +54,9 @@ logger = logging.getLogger("walras.operator.loop")
 
 @dataclass(frozen=True, slots=True)
 class LoopConfig:
-    policy: str = "price-discovery"
+    # Which policy, its arguments and POP shards (walras.core.policies.registry.build).
+    policy: policies.PolicyConfig = field(default_factory=policies.PolicyConfig)
     round_seconds: float = 360.0
-    eps: float = 1e-3
-    backend: str = "auto"
     debounce: float = 0.3
     # /readyz turns 503 after this many failed rounds in a row (walras.operator.health.ROUNDS).
     max_failed_rounds: int = 3
@@ -66,12 +65,6 @@ class LoopConfig:
     clock: Callable[[], float] = time.time
     # How rounds are realised and accounted (restart cost, hold, memory, backfill).
     cycle_options: cycle.CycleOptions = field(default_factory=cycle.CycleOptions)
-    # Price discovery's remaining-work weighting and POP shards (walras.core.policies).
-    weighting: str = "none"
-    weighting_exponent: float = -0.5
-    pop_shards: int = 1
-    # PS-DSF's mode, "tdm" or "rdm" (walras.core.policies.psdsf).
-    psdsf_mode: str = "tdm"
     # Progress and throughput estimation thresholds (walras.operator.throughputs).
     progress: throughputs.Settings = field(default_factory=throughputs.Settings)
     # Where the schedule history's ConfigMaps live (walras.operator.history_store): "" = in each
@@ -87,18 +80,12 @@ def build_policy(
     config: LoopConfig, distributed_reader: policies.DistributedReader | None
 ) -> policies.Policy:
     """The round's policy, from the loop's settings (the one place the operator builds it)."""
-    return policies.create(
+    return policies.build(
         config.policy,
-        policies.PolicyOptions(
-            eps=config.eps,
-            backend=config.backend,
-            distributed_reader=distributed_reader,
+        policies.Handle(
             round_seconds=config.round_seconds,
             restart_seconds=config.cycle_options.restart_s,
-            weighting=config.weighting,
-            weighting_exponent=config.weighting_exponent,
-            pop_shards=config.pop_shards,
-            psdsf_mode=config.psdsf_mode,
+            distributed_reader=distributed_reader,
         ),
     )
 
@@ -209,7 +196,7 @@ class RoundLoop:
         else:
             health.ROUNDS.record(True)
         report.total = time.perf_counter() - t0
-        round_report.observe(report, self.config.policy)
+        round_report.observe(report, self.policy.name, reports_gap=self.policy.reports_gap)
         self.last_report = report
         self.rounds_done += 1
         logger.info("round %s", json.dumps(dataclasses.asdict(report), sort_keys=True))

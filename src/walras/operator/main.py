@@ -39,9 +39,9 @@ class Options:
     """The ``walras operator`` flags."""
 
     policy: str = "price-discovery"
+    # Every policy's arguments, "POLICY.FIELD=VALUE" (walras.core.policies.registry).
+    policy_args: tuple[str, ...] = ()
     round_seconds: float = 360.0
-    eps: float = 1e-3
-    backend: str = "auto"
     kubeconfig: str | None = None
     metrics_port: int = 8080
     health_port: int = 8081
@@ -63,10 +63,7 @@ class Options:
     hold_seconds: float = 0.0
     history_half_life: float = math.inf
     backfill: bool = False
-    weighting: str = "none"
-    weighting_exponent: float = -0.5
     pop_shards: int = 1
-    psdsf_mode: str = "tdm"
     # Progress reporting and throughput estimation (walras.operator.throughputs).
     measured_min_samples: int = 3
     mismatch_factor: float = 2.0
@@ -188,6 +185,13 @@ class Operator:
         return handlers.Readiness(expected)
 
 
+def policy_config(options: Options) -> policies.PolicyConfig:
+    """The policy, its arguments and POP shards the flags ask for (checked by the CLI)."""
+    return policies.PolicyConfig(
+        options.policy, policies.parse_arg_flags(options.policy_args), options.pop_shards
+    )
+
+
 def build(options: Options, *, default_identity: str | None = None) -> Operator:
     """Client, writes, store, leader election, the policy's reader and the round loop."""
     client = api_client(options.kubeconfig)
@@ -204,9 +208,6 @@ def build(options: Options, *, default_identity: str | None = None) -> Operator:
             lease_seconds=options.lease_seconds,
             renew_seconds=options.renew_seconds,
         )
-    reader = None
-    if policies.canonical(options.policy) == "psdsf-distributed":
-        reader = nodeallocations.reader(client, stale_after=options.stale_after)
     store = snapshot.Store()
     # Fenced writes: every request checks, right before it is sent, that we still hold the Lease.
     api = kubeapi.Api(client, fence=elector.holds_lease if elector is not None else None)
@@ -218,10 +219,8 @@ def build(options: Options, *, default_identity: str | None = None) -> Operator:
         store,
         api,
         loop.LoopConfig(
-            policy=options.policy,
+            policy=policy_config(options),
             round_seconds=options.round_seconds,
-            eps=options.eps,
-            backend=options.backend,
             debounce=options.debounce,
             cycle_options=cycle.CycleOptions(
                 restart_s=options.restart_seconds,
@@ -229,10 +228,6 @@ def build(options: Options, *, default_identity: str | None = None) -> Operator:
                 history_half_life_s=options.history_half_life,
                 backfill=options.backfill,
             ),
-            weighting=options.weighting,
-            weighting_exponent=options.weighting_exponent,
-            pop_shards=options.pop_shards,
-            psdsf_mode=options.psdsf_mode,
             history_namespace=options.history_namespace,
             bind_at_create=options.bind_at_create,
             progress=throughputs.Settings(
@@ -244,7 +239,8 @@ def build(options: Options, *, default_identity: str | None = None) -> Operator:
             ),
         ),
         is_leader=is_leader,
-        distributed_reader=reader,
+        # Reading the agents' NodeAllocations costs nothing until a policy asks (psdsf-distributed).
+        distributed_reader=nodeallocations.reader(client, stale_after=options.stale_after),
     )
     return Operator(options, client, api, store, rounds, elector)
 

@@ -41,13 +41,14 @@ class RoundReport:
     prices: dict[str, float] = field(default_factory=dict)
 
 
-def observe(report: RoundReport, policy: str) -> None:
-    """Export one finished round's timings, solver figures and prices as metrics."""
+def observe(report: RoundReport, policy: str, *, reports_gap: bool) -> None:
+    """Export one finished round's timings, solver figures and prices as metrics (the duality gap
+    only for a policy that has one)."""
     for phase in ("snapshot", "solve", "realise", "writes", "total"):
         metrics.ROUND_SECONDS.labels(phase=phase).observe(getattr(report, phase))
     metrics.SOLVE_SECONDS.labels(policy=policy).observe(report.solve)
     metrics.SOLVER_ITERATIONS.labels(policy=policy).set(report.iterations)
-    if policy == "price-discovery":
+    if reports_gap:
         metrics.DUALITY_GAP.set(report.gap)
     for gpu_type, price in report.prices.items():
         metrics.PRICE.labels(gpu_type=gpu_type).set(price)

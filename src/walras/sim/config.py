@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from walras.allocator import gavel
 
 SEMANTICS = ("gavel", "walras")
 """Round mechanics: ``gavel`` (Gavel's simulator, rebuilt) and ``walras`` (the operator's own
 scheduling core, ``walras.core.cycle.plan``, on a simulated clock and cluster)."""
 
-LP_SOLVERS = ("highs", "ecos")
+LP_SOLVERS = gavel.LP_SOLVERS
 """``--lp-solver`` for Gavel's LP policies: ``highs`` (default, :mod:`walras.allocator.gavel`) or
-``ecos`` (Gavel's own solver, cvxpy + ECOS, extra ``walras[ecos]``; :mod:`walras.sim.ecos_lp`)."""
+``ecos`` (Gavel's own solver, cvxpy + ECOS, extra ``walras[ecos]``;
+:mod:`walras.allocator.gavel.ecos`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,7 +23,7 @@ class SimConfig:
     """``round_s``: round length; ``restart_s``: seconds a (re)started job loses in its round;
     ``min_reset_interval_s``: Gavel's ``minimum_time_between_allocation_resets``; ``window``:
     job ids ``[a, b)`` whose mean JCT is reported separately (Gavel's ``-s a -e b``);
-    ``lp_solver``: one of :data:`LP_SOLVERS`, for Gavel's LP policies. The last six
+    ``lp_solver``: one of :data:`LP_SOLVERS`, for Gavel's LP policies. The last eight
     fields configure ``--semantics walras`` (see ``docs/policies.md``)."""
 
     round_s: float = 360.0
@@ -29,9 +33,9 @@ class SimConfig:
     semantics: str = "gavel"
     min_reset_interval_s: float = 1920.0
     lp_solver: str = "highs"
-    # --semantics walras only (walras.core.cycle.CycleOptions and walras.core.policies options):
-    weighting: str = "none"
-    weighting_exponent: float = -0.5
+    # --semantics walras only (walras.core.cycle.CycleOptions, and the policy's arguments and POP
+    # shards as walras.core.policies.PolicyConfig takes them, e.g. {"psdsf": {"mode": "rdm"}}):
+    policy_args: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
     hold_s: float = 0.0
     history_half_life_s: float = math.inf
     backfill: bool = False

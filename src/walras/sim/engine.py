@@ -1,8 +1,8 @@
 """Entry point of a simulation: inputs in, :class:`~walras.sim.metrics.SimResult` out.
 
-``run`` builds the shared pieces (workload arrays, ledger) and hands them to the round mechanics
+``run`` builds the shared pieces (workload arrays, tally) and hands them to the round mechanics
 named by ``config.semantics``. Mechanics are modules with one ``run(workload, cluster, policy,
-config, ledger, progress) -> final clock`` function, registered in :data:`MECHANICS`; the Gavel
+config, tally, progress) -> final clock`` function, registered in :data:`MECHANICS`; the Gavel
 one is :mod:`walras.sim.gavel_mechanics`. The clock is simulated, so nothing here sleeps or reads
 the wall clock except to time the run itself.
 """
@@ -18,13 +18,13 @@ from threadpoolctl import threadpool_limits
 from walras.sim.cluster import Cluster
 from walras.sim.config import SimConfig
 from walras.sim.errors import SimInputError
-from walras.sim.ledger import Ledger
 from walras.sim.metrics import SimResult
 from walras.sim.policies import Policy
+from walras.sim.tally import Tally
 from walras.sim.workload import Workload
 
 Mechanics = Callable[
-    [Workload, Cluster, Policy, SimConfig, Ledger, Callable[[int, int], None] | None], float
+    [Workload, Cluster, Policy, SimConfig, Tally, Callable[[int, int], None] | None], float
 ]
 
 MECHANICS: dict[str, str] = {
@@ -62,17 +62,17 @@ def run(
         if not 0 <= a < b:
             raise SimInputError(f"--window: expected A:B with 0 ≤ A < B, got {a}:{b}")
     started = time.perf_counter()
-    ledger = Ledger(workload, cluster.n_gpus)
+    tally = Tally(workload, cluster.n_gpus)
     # Policies solve many small problems (3×3 blocks per job); OpenBLAS worker threads would
     # busy-wait between them and take the CPU from the solver itself (see
     # walras.allocator.pricing.solver.one_blas_thread). Restored when the run ends.
     with threadpool_limits(limits=1, user_api="blas"):
-        makespan = mechanics(workload, cluster, policy, config, ledger, progress)
+        makespan = mechanics(workload, cluster, policy, config, tally, progress)
     return SimResult(
         policy=policy.name,
         config=config,
         cluster=cluster,
-        ledger=ledger,
+        tally=tally,
         makespan_s=makespan,
         wall_s=time.perf_counter() - started,
     )

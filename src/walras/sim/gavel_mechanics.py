@@ -1,4 +1,5 @@
-"""Gavel's simulator mechanics (``scheduler/scheduler.py::simulate`` at commit c4fa400), rebuilt.
+"""Gavel's simulator mechanics (``scheduler/scheduler.py::simulate``, the version in
+tests/data/gavel/NOTICE.md), rebuilt.
 
 One loop iteration is one round:
 
@@ -47,8 +48,8 @@ from walras.sim.arrivals import ArrivalQueue
 from walras.sim.cluster import GAVEL_TYPES, Cluster
 from walras.sim.config import SimConfig
 from walras.sim.errors import PolicyError, SimulationStuckError
-from walras.sim.ledger import Ledger, RoundRecord
 from walras.sim.policies import Policy, PolicyView
+from walras.sim.tally import RoundRecord, Tally
 from walras.sim.workload import Workload
 
 MAX_FAILED_ATTEMPTS = 5
@@ -72,7 +73,7 @@ def run(
     cluster: Cluster,
     policy: Policy,
     config: SimConfig,
-    ledger: Ledger,
+    tally: Tally,
     progress: Progress | None = None,
 ) -> float:
     """Simulate until every job has left; returns the final clock (Gavel's "Total duration")."""
@@ -135,18 +136,18 @@ def run(
                 failures[j] += 1
                 need_update = True
                 if failures[j] >= MAX_FAILED_ATTEMPTS:
-                    ledger.complete(j, finish, failed=True)
+                    tally.complete(j, finish, failed=True)
                     leave(j)
                 continue
             failures[j] = 0
-            ledger.ran(j, steps, exec_s, gpus)
+            tally.ran(j, steps, exec_s, gpus)
             job_time[j, c] += exec_s
             worker_time[c] += exec_s
-            if ledger.remaining(j) <= 0:
-                ledger.complete(j, finish)
+            if tally.remaining(j) <= 0:
+                tally.complete(j, finish)
                 leave(j)
         if running and progress is not None:
-            progress(ledger.finished, n)
+            progress(tally.finished, n)
         running = []
 
         for j in arrivals.admit(now):
@@ -169,7 +170,7 @@ def run(
                     total += half
                 worker_time[c] = total
             last_reset = now
-            alloc[idx] = _solve(policy, workload, ledger, idx, capacity, cluster, now)
+            alloc[idx] = _solve(policy, workload, tally, idx, capacity, cluster, now)
             in_alloc[:] = False
             in_alloc[idx] = True
             need_update = False
@@ -188,16 +189,16 @@ def run(
             # A kept gang is the very tuple of last round, so the set comparison is rarely needed.
             restarted = prev is None or (prev != gpus and set(prev) != set(gpus))
             span = round_s - restart_s if restarted and restart_s > 0 else round_s
-            steps = min(int(t * span), ledger.remaining(j))
+            steps = min(int(t * span), tally.remaining(j))
             finish = now + steps / t
             if restarted and restart_s > 0:
                 finish += restart_s
             running.append((finish, j, gpus, steps, c))
-            ledger.dispatched(j, now, restarted)
+            tally.dispatched(j, now, restarted)
             busy[c] += len(gpus)
         prev_assign = assign
         if running:
-            ledger.rounds.append(
+            tally.rounds.append(
                 RoundRecord(now, max(r[0] for r in running), tuple(busy), len(assign),
                             len(active) - len(assign))
             )  # fmt: skip
@@ -218,7 +219,7 @@ def _shuffled(walk: list[int], rng: random.Random) -> list[int]:
 def _solve(
     policy: Policy,
     workload: Workload,
-    ledger: Ledger,
+    tally: Tally,
     idx: np.ndarray,
     capacity: np.ndarray,
     cluster: Cluster,
@@ -226,27 +227,29 @@ def _solve(
 ) -> np.ndarray:
     # Gavel solves even with no job left (its policies return an empty allocation); calling the
     # policy here too keeps the solve counts equal.
-    remaining = workload.total_steps[idx] - np.array([ledger.steps_done[j] for j in idx.tolist()])
-    view = PolicyView(
-        throughputs=workload.throughputs[idx],
-        scale_factors=workload.scale_factors[idx],
-        capacity=capacity,
-        job_ids=idx.astype(np.int64),
-        priority_weights=workload.priority_weights[idx],
-        num_steps_remaining=remaining.astype(np.float64),
-        times_since_start=now - workload.arrivals[idx],
-        type_names=cluster.gpu_types,
-    )
+    remaining = workload.total_steps[idx] - np.array([tally.steps_done[j] for j in idx.tolist()])
     started, started_cpu = time.perf_counter(), time.process_time()
     try:
+        # Gavel's inputs, checked on construction (inside the solve's time, as Gavel's own
+        # policies convert their inputs there).
+        view = PolicyView(
+            throughputs=workload.throughputs[idx],
+            scale_factors=workload.scale_factors[idx],
+            capacity=capacity,
+            job_ids=idx.astype(np.int64),
+            priority_weights=workload.priority_weights[idx],
+            num_steps_remaining=remaining.astype(np.float64),
+            times_since_start=now - workload.arrivals[idx],
+            type_names=cluster.gpu_types,
+        )
         x = policy.allocate(view)
     except Exception as exc:  # any solver failure ends the run with its context, not a traceback
         raise PolicyError(
             f"policy {policy.name} failed at t={now:.1f} s with {idx.size} active jobs: "
             f"{type(exc).__name__}: {exc}"
         ) from exc
-    ledger.solve_s.append(time.perf_counter() - started)
-    ledger.solve_cpu_s.append(time.process_time() - started_cpu)
+    tally.solve_s.append(time.perf_counter() - started)
+    tally.solve_cpu_s.append(time.process_time() - started_cpu)
     return np.asarray(x, dtype=np.float64).reshape(idx.size, len(cluster.gpu_types))
 
 

@@ -17,7 +17,6 @@ Every error names the document, the job and the field.
 
 from __future__ import annotations
 
-import datetime as dt
 import pathlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from walras.core import model
 from walras.sim.cluster import Cluster
 from walras.sim.errors import SimInputError
 from walras.sim.workload import Workload
@@ -61,15 +61,6 @@ def is_manifest_file(path: pathlib.Path) -> bool:
     return path.suffix.lower() in (".yaml", ".yml", ".json")
 
 
-def _stamp(value: object) -> float | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
 def load_manifests(path: pathlib.Path, cluster: Cluster) -> ManifestWorkload:
     """The jobs of ``path`` on ``cluster``'s GPU types (see the module docstring)."""
     docs = _documents(path)
@@ -83,7 +74,7 @@ def load_manifests(path: pathlib.Path, cluster: Cluster) -> ManifestWorkload:
         jobs.append((i, doc))
     if not jobs:
         raise SimInputError(f"{path}: no unfinished FungibleJob to simulate")
-    stamps = [_stamp((d.get("metadata") or {}).get("creationTimestamp")) for _, d in jobs]
+    stamps = [model.parse_time((d.get("metadata") or {}).get("creationTimestamp")) for _, d in jobs]
     origin = min((s for s in stamps if s is not None), default=0.0)
     types = cluster.gpu_types
     names: list[str] = []
@@ -135,7 +126,7 @@ def load_manifests(path: pathlib.Path, cluster: Cluster) -> ManifestWorkload:
         source=str(path),
         job_types=tuple(names),
         lines=tuple(i for i, _ in jobs),
-        # Work units need not be whole steps for manifests (Ledger and mechanics read floats).
+        # Work units need not be whole steps for manifests (Tally and mechanics read floats).
         total_steps=np.array(total, dtype=np.float64),
         scale_factors=np.array(replicas, dtype=np.int64),
         arrivals=np.array(arrivals, dtype=np.float64),

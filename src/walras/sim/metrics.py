@@ -17,7 +17,7 @@ import numpy.typing as npt
 
 from walras.sim.cluster import Cluster
 from walras.sim.config import SimConfig
-from walras.sim.ledger import Ledger
+from walras.sim.tally import Tally
 
 SUMMARY_KEYS = (
     "makespan_s",
@@ -39,28 +39,28 @@ SUMMARY_KEYS = (
 
 @dataclass(frozen=True, slots=True)
 class SimResult:
-    """A finished run: its inputs' descriptions, the ledger and the final clock."""
+    """A finished run: its inputs' descriptions, the tally and the final clock."""
 
     policy: str
     config: SimConfig
     cluster: Cluster
-    ledger: Ledger
+    tally: Tally
     makespan_s: float
     wall_s: float
 
     def jct_s(self) -> npt.NDArray[np.float64]:
-        return self.ledger.jct_s()
+        return self.tally.jct_s()
 
     def utilization(self) -> float:
         if self.makespan_s <= 0:
             return 0.0
-        return float(np.mean(np.array(self.ledger.gpu_busy_s) / self.makespan_s))
+        return float(np.mean(np.array(self.tally.gpu_busy_s) / self.makespan_s))
 
     def summary(self) -> dict[str, Any]:
         """The ``--json`` object (keys :data:`SUMMARY_KEYS`; the window key only with a window)."""
         jct = self.jct_s()
         done = jct[~np.isnan(jct)]
-        solves = np.array(self.ledger.solve_s, dtype=np.float64)
+        solves = np.array(self.tally.solve_s, dtype=np.float64)
         out: dict[str, Any] = {
             "makespan_s": self.makespan_s,
             "avg_jct_s": _stat(done, np.mean),
@@ -75,9 +75,9 @@ class SimResult:
         out.update(
             {
                 "utilization": self.utilization(),
-                "jobs": self.ledger.workload.n_jobs,
-                "rounds": len(self.ledger.rounds),
-                "restarts": int(sum(self.ledger.restarts)),
+                "jobs": self.tally.workload.n_jobs,
+                "rounds": len(self.tally.rounds),
+                "restarts": int(sum(self.tally.restarts)),
                 "solve_s_mean": _stat(solves, np.mean),
                 "solve_s_p95": _pct(solves, 95),
                 "solve_s_max": _stat(solves, np.max),

@@ -1,25 +1,25 @@
-"""The policy interface of the simulator and the adapter to Gavel's policies.
+"""The simulator's Gavel mechanics and its policies: a thin adapter over Gavel's one front door.
 
-A mechanics hands a policy a :class:`PolicyView` (the active jobs as arrays, columns in the
-cluster's GPU-type order) and gets back ``X[j, t]``, the fraction of time job ``j`` should run on
-type ``t``. :class:`GavelPolicy` wraps :mod:`walras.allocator.gavel` (Gavel's policies as LPs,
-imported lazily so ``walras --help`` stays fast); the Walras policies arrive later through the
-core registry. Gavel's policy objects keep state across calls (FIFO's queue, finish-time
-fairness's isolated time), so one policy object serves one simulation.
+``--semantics gavel`` (:mod:`walras.sim.gavel_mechanics`) hands a policy a :data:`PolicyView`
+(the active jobs as arrays, columns in the cluster's GPU-type order: Gavel's own inputs,
+:class:`walras.allocator.gavel.GavelInputs`) and gets back ``X[j, t]``, the fraction of time job
+``j`` should run on type ``t``. :class:`GavelPolicy` gets its policy object from
+:func:`walras.allocator.gavel.make_policy` (HiGHS, or Gavel's cvxpy + ECOS with
+``lp_solver="ecos"``), the same door the scheduling core's Gavel policies use, and adds only what
+Gavel's round mechanics read from a policy's name. ``--semantics walras`` runs the core's own
+policies instead, built by ``walras.core.policies.build`` as the operator builds them. Gavel's
+policy objects keep state across calls (FIFO's queue, finish-time fairness's isolated time), so
+one policy object serves one simulation.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
-
 import numpy as np
-import numpy.typing as npt
 
+from walras.allocator.errors import InvalidProblem
+from walras.allocator.gavel import GavelPolicy as Policy
+from walras.allocator.gavel.inputs import FloatArray, GavelInputs, IntArray
 from walras.sim.errors import SimInputError
-
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
 
 GAVEL_POLICIES = (
     "max_min_fairness_perf",
@@ -32,32 +32,15 @@ GAVEL_POLICIES = (
     "fifo",
 )
 
+PolicyView = GavelInputs
+"""What a policy sees at one solve: one row per active job, one column per GPU type."""
 
-@dataclass(frozen=True, slots=True)
-class PolicyView:
-    """What a policy sees at one solve: one row per active job, one column per GPU type."""
-
-    throughputs: FloatArray
-    scale_factors: IntArray
-    capacity: FloatArray
-    job_ids: IntArray
-    priority_weights: FloatArray
-    num_steps_remaining: FloatArray
-    times_since_start: FloatArray
-    type_names: tuple[str, ...]
-
-
-class Policy(Protocol):
-    """Anything with a name and ``allocate(view) -> X`` (time fractions, shape of throughputs)."""
-
-    name: str
-
-    def allocate(self, view: PolicyView) -> FloatArray: ...
+__all__ = ["GAVEL_POLICIES", "FloatArray", "GavelPolicy", "IntArray", "Policy", "PolicyView"]
 
 
 class GavelPolicy:
-    """One of Gavel's policies (:data:`GAVEL_POLICIES`) from :mod:`walras.allocator.gavel`
-    (HiGHS), or with ``lp_solver="ecos"`` solved by Gavel's own solver (:mod:`.ecos_lp`)."""
+    """One of Gavel's policies (:data:`GAVEL_POLICIES`) from :func:`walras.allocator.gavel.
+    make_policy`, solved with HiGHS or, ``lp_solver="ecos"``, Gavel's own solver."""
 
     def __init__(self, name: str, *, seed: int = 0, lp_solver: str = "highs") -> None:
         if name not in GAVEL_POLICIES:
@@ -67,14 +50,10 @@ class GavelPolicy:
         from walras.allocator import gavel
 
         self.name = name
-        self._gavel = gavel
-        self._policy = gavel.make_policy(name, seed=seed)
-        self._ecos: Policy | None = None
-        if lp_solver != "highs":
-            # Opt-in: Gavel's own solver, cvxpy + ECOS (walras.sim.ecos_lp; extra walras[ecos]).
-            from walras.sim import ecos_lp
-
-            self._ecos = ecos_lp.for_policy(name, lp_solver)
+        try:
+            self._policy = gavel.make_policy(name, seed=seed, lp_solver=lp_solver)
+        except InvalidProblem as exc:  # no cvxpy/ECOS, or an unknown --lp-solver: bad input
+            raise SimInputError(str(exc)) from None
 
     @property
     def heterogeneity_aware(self) -> bool:
@@ -87,16 +66,4 @@ class GavelPolicy:
         return self.name.startswith("fifo")
 
     def allocate(self, view: PolicyView) -> FloatArray:
-        if self._ecos is not None:
-            return self._ecos.allocate(view)
-        inputs = self._gavel.GavelInputs(
-            throughputs=view.throughputs,
-            scale_factors=view.scale_factors,
-            capacity=view.capacity,
-            job_ids=view.job_ids,
-            priority_weights=view.priority_weights,
-            num_steps_remaining=view.num_steps_remaining,
-            times_since_start=view.times_since_start,
-            type_names=view.type_names,
-        )
-        return np.asarray(self._policy.allocate(inputs), dtype=np.float64)
+        return np.asarray(self._policy.allocate(view), dtype=np.float64)

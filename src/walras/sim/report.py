@@ -46,7 +46,7 @@ def write_outputs(result: SimResult, out: pathlib.Path) -> list[pathlib.Path]:
 
 
 def write_jobs_csv(result: SimResult, path: pathlib.Path) -> pathlib.Path:
-    led = result.ledger
+    led = result.tally
     w = led.workload
     jct = led.jct_s()
     with path.open("w", newline="", encoding="utf-8") as fh:
@@ -75,7 +75,7 @@ def write_jobs_csv(result: SimResult, path: pathlib.Path) -> pathlib.Path:
 
 def write_plots(result: SimResult, out: pathlib.Path) -> list[pathlib.Path]:
     plt = pyplot()
-    title = f"{result.ledger.workload.source} · {result.policy}"
+    title = f"{result.tally.workload.source} · {result.policy}"
     paths: list[pathlib.Path] = []
 
     jct = result.jct_s()
@@ -89,7 +89,7 @@ def write_plots(result: SimResult, out: pathlib.Path) -> list[pathlib.Path]:
     ax.grid(alpha=0.3)
     paths.append(_save(fig, out / "jct_cdf.png"))
 
-    rounds = result.ledger.rounds
+    rounds = result.tally.rounds
     starts = np.array([r.start_s for r in rounds]) / 3600.0
     ends = np.array([r.end_s for r in rounds]) / 3600.0
     fig, ax = plt.subplots(figsize=(7, 4))

@@ -43,7 +43,7 @@ from walras.sim import declared as declarations
 from walras.sim.cluster import Cluster
 from walras.sim.config import SimConfig
 from walras.sim.errors import SimInputError, SimulationStuckError
-from walras.sim.ledger import Ledger, RoundRecord
+from walras.sim.tally import RoundRecord, Tally
 from walras.sim.workload import Workload
 
 Progress = Callable[[int, int], None]
@@ -144,7 +144,7 @@ class _Sim:
     workload: Workload
     cluster: Cluster
     config: SimConfig
-    ledger: Ledger
+    tally: Tally
     store: Store = field(default_factory=Store)
     work: list[float] = field(default_factory=list)
     running: dict[int, _Running] = field(default_factory=dict)
@@ -168,8 +168,8 @@ class _Sim:
         if now > begin:
             self.work[j] += (now - begin) * run.rate
         busy = now - run.accounted_to
-        steps = round(self.work[j]) - self.ledger.steps_done[j]
-        self.ledger.ran(j, max(steps, 0), busy, run.gpus)
+        steps = round(self.work[j]) - self.tally.steps_done[j]
+        self.tally.ran(j, max(steps, 0), busy, run.gpus)
         run.accounted_to = now
 
     def finish_time(self, j: int) -> float:
@@ -197,32 +197,35 @@ def run(
     cluster: Cluster,
     policy: Any,
     config: SimConfig,
-    ledger: Ledger,
+    tally: Tally,
     progress: Progress | None = None,
     *,
     observer: Callable[[cycle.CyclePlan], None] | None = None,
 ) -> float:
     """Simulate until every job has finished; returns the final clock (the makespan).
 
-    ``observer`` is called with every cycle's plan once it is applied (the same-code-path test
-    compares these with the real operator's rounds).
+    ``policy`` is a registered policy's name (or alias), or anything with that ``name`` (what
+    :func:`walras.sim.engine.run` passes); the policy object itself is built here from it and
+    ``config.policy_args``. ``observer`` is called with every cycle's plan once it is applied
+    (the same-code-path test compares these with the real operator's rounds).
     """
-    name = getattr(policy, "name", str(policy))
+    name = policy if isinstance(policy, str) else str(policy.name)
     try:
-        core_policy = policies.create(
-            name,
-            policies.PolicyOptions(
-                seed=config.seed,
+        # The operator's builder (walras.core.policies.registry.build), with the simulator's
+        # facts in the handle: the same policy object the operator would run.
+        core_policy = policies.build(
+            policies.PolicyConfig(name, config.policy_args, config.pop_shards),
+            policies.Handle(
                 round_seconds=float(config.round_s),
                 restart_seconds=float(config.restart_s),
-                weighting=getattr(config, "weighting", "none"),
-                weighting_exponent=getattr(config, "weighting_exponent", -0.5),
-                pop_shards=int(getattr(config, "pop_shards", 1)),
+                seed=config.seed,
             ),
         )
     except policies.UnknownPolicyError as exc:
         raise SimInputError(f"--policy: {exc}") from None
-    sim = _Sim(workload, cluster, config, ledger, work=[0.0] * workload.n_jobs)
+    except policies.PolicyArgError as exc:
+        raise SimInputError(f"--policy-arg: {exc}") from None
+    sim = _Sim(workload, cluster, config, tally, work=[0.0] * workload.n_jobs)
     sim.declared = declarations.from_config(workload, config)
     for gpu_type in cluster.gpu_types:
         sim.store.upsert("pool", pool_manifest(gpu_type))
@@ -297,11 +300,11 @@ def run(
             round_no=round_no,
             incremental=not full,
             restart_s=restart_s,
-            hold_s=float(getattr(config, "hold_s", 0.0)),
-            history_half_life_s=float(getattr(config, "history_half_life_s", math.inf)),
-            backfill=bool(getattr(config, "backfill", False)),
+            hold_s=config.hold_s,
+            history_half_life_s=config.history_half_life_s,
+            backfill=config.backfill,
         )
-        ledger.solve_s.append(planned.timings["solve"])
+        tally.solve_s.append(planned.timings["solve"])
         _apply(sim, planned, now, full)
         if observer is not None:
             observer(planned)
@@ -311,12 +314,12 @@ def run(
                 for g in run_.gpus:
                     busy[cluster.gpu_types.index(sim.node_type[sim._node_of_gpu(g)])] += 1
             waiting = len(sim.admitted) - len(sim.done) - len(sim.running)
-            ledger.rounds.append(
+            tally.rounds.append(
                 RoundRecord(now, now + round_s, tuple(busy), len(sim.running), waiting)
             )
             next_full = now + round_s
         if progress is not None:
-            progress(ledger.finished, n)
+            progress(tally.finished, n)
     return now
 
 
@@ -331,10 +334,10 @@ def _complete(sim: _Sim, j: int, now: float) -> None:
     pods = sim.running[j].pods
     sim.stop(j, now)
     sim.work[j] = float(sim.workload.total_steps[j])
-    remaining = int(sim.workload.total_steps[j]) - sim.ledger.steps_done[j]
+    remaining = int(sim.workload.total_steps[j]) - sim.tally.steps_done[j]
     if remaining > 0:
-        sim.ledger.steps_done[j] += remaining
-    sim.ledger.complete(j, now)
+        sim.tally.steps_done[j] += remaining
+    sim.tally.complete(j, now)
     sim.done.add(j)
     for pod in pods:
         sim.store.upsert("pod", _pod_manifest_phase(sim, pod, crd.PHASE_SUCCEEDED))
@@ -412,14 +415,14 @@ def _apply(sim: _Sim, planned: cycle.CyclePlan, now: float, full: bool) -> None:
             pods=tuple(pods),
             accounted_to=now,
         )
-        sim.ledger.dispatched(j, now, restarted=True)
+        sim.tally.dispatched(j, now, restarted=True)
         if rate > 0:
             heapq.heappush(sim.finish_heap, (sim.finish_time(j), j))
     if full:
         for key, jr in planned.realisation.jobs.items():
             j = sim.index[key]
             if jr.kept and j in sim.running and j not in by_job:
-                sim.ledger.dispatched(j, now, restarted=False)
+                sim.tally.dispatched(j, now, restarted=False)
 
 
 def created_pod(manifest: Mapping[str, Any], node: str) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Throughput estimation: fill in the (job × GPU type) steps/s nobody declared or measured.
 
-Issue 16, item 3. :func:`estimate_throughputs` takes the matrix with NaN for unknown entries,
+:func:`estimate_throughputs` takes the matrix with NaN for unknown entries,
 sample counts (measured vs declared), group labels (same ``spec.profile`` or image) and per-type
 admin defaults, and returns every entry with its :class:`Source`: ``declared``, ``measured``,
 ``estimated-own``, ``estimated-similar``, ``default`` or ``unknown``.

@@ -1,4 +1,4 @@
-"""PS-DSF: per-server dominant-share fairness on heterogeneous nodes (paper 004, ALGORITHMS §2).
+"""PS-DSF: per-server dominant-share fairness on heterogeneous nodes (docs/algorithms.md#ps-dsf).
 
 Public interface (the cross-team contract):
 

@@ -1,4 +1,4 @@
-"""Baseline multi-resource allocators the paper compares PS-DSF with (paper 004 §II).
+"""Baseline multi-resource allocators the PS-DSF paper compares with (docs/algorithms.md#ps-dsf).
 
 - **DRF** on one node: equalise ``x_n · max_r d_{n,r}/c_r / φ_n`` by progressive filling.
 - **C-DRFH**: DRF's global dominant share computed as if all nodes were one pooled server,

@@ -1,4 +1,4 @@
-"""Distributed PS-DSF (paper 004 §III-D): one node's update, and a simulation of many agents.
+"""Distributed PS-DSF (docs/algorithms.md#distributed-ps-dsf): one node's update, and a simulation.
 
 :func:`node_update` is what each node agent runs every ``τ`` seconds. It needs only
 

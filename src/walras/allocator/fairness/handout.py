@@ -1,5 +1,5 @@
 """Per-job time fractions from tenants' PS-DSF node times: own tenant first, then a fill that
-leaves no GPU idle while a job that can use it waits (paper 004 Theorem 2, at the job level).
+leaves no GPU idle while a job that can use it waits (the PS-DSF paper's Theorem 2, per job).
 
 PS-DSF (TDM) gives each tenant ``n`` a fraction ``y[n, k] = x[n, k] / γ[n, k]`` of node ``k``'s
 time (``Σ_n y[n, k] ≤ 1``). Jobs, not tenants, run: job ``j`` is a gang of ``g_j`` GPUs that runs

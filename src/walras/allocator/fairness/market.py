@@ -1,6 +1,6 @@
 """Fast exact TDM: PS-DSF as a linear Fisher market, solved through its prices.
 
-Under TDM (no binding caps) PS-DSF is the Eisenberg–Gale program (ALGORITHMS.md §2)
+Under TDM (no binding caps) PS-DSF is the Eisenberg–Gale program (docs/algorithms.md#ps-dsf)
 
     max Σ_n φ_n log x_n   s.t.  x_n = Σ_i γ_{n,i} y_{n,i},  Σ_n y_{n,i} ≤ 1,  y ≥ 0,
 

@@ -1,6 +1,6 @@
 """The PS-DSF problem: nodes, tenants, resources, and the per-node quantities derived from them.
 
-Notation (ALGORITHMS.md §2, paper 004): nodes ``i = 0..K-1`` with capacity ``c[i, r]``, tenants
+Notation (docs/algorithms.md#ps-dsf): nodes ``i = 0..K-1`` with capacity ``c[i, r]``, tenants
 ``n = 0..N-1`` with per-task demand ``d[n, r]``, weight ``φ_n > 0``, eligibility ``δ[n, i]``, an
 optional demand cap ``D_n`` (the most tasks the tenant can use) and, for the GPU extension, a
 per-node throughput ``t[n, i]``. Derived here:

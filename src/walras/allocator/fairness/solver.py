@@ -6,7 +6,7 @@ support, Sinkhorn split). Its answer is kept only when Theorem 2's certificate i
 ``MARKET_ACCEPT``; otherwise — in particular whenever a demand cap binds, which the market does
 not model — the sweeps below run, warm-started from the market answer.
 
-Sweeps (paper 004 Algorithm I, ALGORITHMS.md §2; RDM always, TDM as the fallback):
+Sweeps (the PS-DSF paper's Algorithm I, docs/algorithms.md#ps-dsf; RDM always, TDM as fallback):
 
 1. Start from DRF on every node alone (the water-fill with nothing elsewhere, ``b = 0``) — under
    TDM this is the time-shared DRF, under RDM the classic progressive-filling DRF.

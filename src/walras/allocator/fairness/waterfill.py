@@ -1,4 +1,4 @@
-"""The PS-DSF server procedure on one node, as an exact water-fill (ALGORITHMS.md §2).
+"""The PS-DSF server procedure on one node, as an exact water-fill (docs/algorithms.md#ps-dsf).
 
 Fix node ``i``. For each tenant ``n`` eligible there, let ``b_n ≥ 0`` be its tasks on *other*
 nodes, ``γ_n`` its monopoly tasks here, ``φ_n`` its weight and ``u_n = max(0, D_n − b_n)`` the

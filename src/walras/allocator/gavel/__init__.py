@@ -1,14 +1,18 @@
 """Gavel's baseline policies (space sharing off), as exact optimisations with Gavel's meaning.
 
 Max-min fairness *with* space sharing (a variable per pair of co-located jobs, Gavel's
-``max_min_fairness_packed``, paper 001's POP benchmark) is :mod:`.packed`.
+``max_min_fairness_packed``, Narayanan et al. 2021's POP benchmark) is :mod:`.packed`.
 
 Gavel (Narayanan et al., OSDI 2020; github.com/stanford-futuredata/gavel, ``scheduler/policies``)
 turns the active jobs into time fractions ``x[j, t]``: the share of wall time job ``j`` should run
-on GPU type ``t``. Its round-based mechanism then realises them. The simulator
-(``walras simulate --semantics gavel``) calls :func:`make_policy` once per run and
-``policy.allocate(inputs)`` wherever Gavel calls ``Scheduler._compute_allocation``; the round
-mechanics are not here.
+on GPU type ``t``. Its round-based mechanism then realises them.
+
+:func:`make_policy` is the one front door to these policies: the simulator's Gavel mechanics
+(``walras simulate --semantics gavel``, through ``walras.sim.policies.GavelPolicy``) and the
+scheduling core's Gavel policies (``walras.core.policies.gavel_adapter``) both get their policy
+object from it, with HiGHS (default) or, ``lp_solver="ecos"``, Gavel's own cvxpy + ECOS
+(:mod:`.ecos`), and call ``policy.allocate(inputs)`` wherever Gavel calls
+``Scheduler._compute_allocation``; the round mechanics are not here.
 
 Every policy returns a ``(J, T)`` matrix with rows summing to ≤ 1 and
 ``Σ_j x[j, t] · scale[j] ≤ capacity[t]`` (except where Gavel's agnostic FIFO itself overbooks a
@@ -62,23 +66,39 @@ _REGISTRY: dict[str, Callable[[int, bool], GavelPolicy]] = {
 
 POLICY_NAMES: tuple[str, ...] = tuple(_REGISTRY)
 
+LP_SOLVERS = ("highs", "ecos")
+"""How the LP policies are solved: HiGHS (scipy; default) or Gavel's own cvxpy + ECOS."""
 
-def make_policy(name: str, *, seed: int = 0, central: bool = True) -> GavelPolicy:
+
+def make_policy(
+    name: str, *, seed: int = 0, central: bool = True, lp_solver: str = "highs"
+) -> GavelPolicy:
     """A fresh policy object for Gavel's policy ``name``.
 
     ``seed`` seeds the agnostic FIFO's generator (Gavel's ``--seed``). ``central`` selects, for
     the LP policies, the analytic center of the optimal face (default; what Gavel's
     interior-point solver returns, see :mod:`.center`) or HiGHS's optimal vertex (``False``).
+    ``lp_solver="ecos"`` solves the LP policies with cvxpy + ECOS in Gavel's problem shape
+    (:mod:`.ecos`; FIFO has no LP and is the same either way).
     """
     factory = _REGISTRY.get(name)
     if factory is None:
         raise InvalidProblem(
             f"unknown Gavel policy {name!r}; known: {', '.join(POLICY_NAMES)}", field="policy"
         )
+    if lp_solver not in LP_SOLVERS:
+        raise InvalidProblem(
+            f"--lp-solver: {lp_solver!r} is not one of {', '.join(LP_SOLVERS)}", field="lp_solver"
+        )
+    if lp_solver == "ecos" and not name.startswith("fifo"):
+        from walras.allocator.gavel.ecos import EcosGavelLp  # opt-in: cvxpy only when asked
+
+        return EcosGavelLp(name)
     return factory(seed, central)
 
 
 __all__ = [
+    "LP_SOLVERS",
     "POLICY_NAMES",
     "FloatArray",
     "GavelInputs",

@@ -1,6 +1,6 @@
 """Gavel's max-min fairness with space sharing (``max_min_fairness_packed``), as one HiGHS LP.
 
-Gavel's ``MaxMinFairnessPolicyWithPacking.get_allocation`` (the policy of paper 001's headline
+Gavel's ``MaxMinFairnessPolicyWithPacking.get_allocation`` (the policy of the POP paper's headline
 experiment, 2,048 jobs on 1,536 GPUs) lets two jobs share a GPU. Its combinations ``c`` are the
 single jobs and every pair ``{i, j}`` of jobs with the same scale factor; ``x[c, t]`` is the time
 share of combination ``c`` on type ``t``. A job ``j`` in combination ``c`` runs at
@@ -44,7 +44,8 @@ from walras.allocator.gavel.max_min_fairness import proportional_throughputs
 METHOD = "highs-ipm"
 """HiGHS's interior-point method (with its crossover to a vertex): measured on the benchmark's
 256-job instance (32,640 pairs), 2.7 s against 4.6 s for dual simplex and 4.3 s for scipy's
-default choice. Gavel and paper 001 solve this LP with interior-point solvers too (ECOS, MOSEK)."""
+default choice. Gavel and the POP paper solve this LP with interior-point solvers too (ECOS,
+MOSEK)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +148,7 @@ def all_pairs(
 
 def restrict(inputs: PackedInputs, rows: IntArray, capacity: FloatArray) -> PackedInputs:
     """The sub-problem of jobs ``rows`` (ascending) with ``capacity``: only pairs with both
-    members inside survive (POP drops pairs across shards, as paper 001's harness does)."""
+    members inside survive (POP drops pairs across shards, as the POP paper's harness does)."""
     b = inputs.base
     new = np.full(b.n_jobs, -1, dtype=np.int64)
     new[rows] = np.arange(len(rows))

@@ -1,6 +1,6 @@
 """Hadar and HadarE: online primal–dual GPU scheduling and job forking.
 
-Paper 003 and ALGORITHMS.md §5.
+Sultana et al. 2024 and docs/algorithms.md#hadar-and-hadare.
 
 Arrays in, an immutable per-round plan out; no Kubernetes and no upper layers. The core's
 ``hadar``/``hadare`` policies wrap :func:`plan_round`.

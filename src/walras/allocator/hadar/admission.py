@@ -1,4 +1,4 @@
-"""The queue's choice: which waiting jobs run this round (paper 003 Algorithm 2, payoff fixed).
+"""The queue's choice: which waiting jobs run this round (Hadar's Algorithm 2, payoff fixed).
 
 Jobs are taken in queue order (longest waiting first, ties lower index). Admitting job ``j`` at
 pooled state ``s`` (free GPUs per type) gives it its FIND_ALLOC allocation ``w_j(s)`` at the prices

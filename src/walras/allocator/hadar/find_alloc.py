@@ -1,4 +1,4 @@
-"""FIND_ALLOC: a job's best allocation at the current prices (paper 003 Algorithm 2, lines 24–36).
+"""FIND_ALLOC: a job's best allocation at the current prices (Hadar's Algorithm 2, lines 24–36).
 
 A candidate allocation gives job ``j`` its whole gang of ``W_j`` GPUs, ``w_r`` of type ``r``. Its
 rate is the slowest member's (eq. 1b): ``rate = min_{r: w_r > 0} X_j^r`` with ``X_j^r =

@@ -1,4 +1,4 @@
-"""HadarE: forked copies of forkable jobs (paper 003 §V, ALGORITHMS.md §5).
+"""HadarE: forked copies of forkable jobs (docs/algorithms.md#hadar-and-hadare).
 
 After Hadar has kept, moved and admitted jobs, HadarE puts the GPUs that are still free to work:
 
@@ -19,8 +19,8 @@ After Hadar has kept, moved and admitted jobs, HadarE puts the GPUs that are sti
    follow the fluid plan the TTD bound is made of: a node of type ``r`` goes first to a job
    whose share of ``r`` in the LP (``HorizonResult.share``, GPUs on average until ``T*``) exceeds
    what it holds this round, a copy that stays in place first, the largest shortfall next; the
-   gain orders the rest. (On paper 003's mixes this took the worst mix, M-8, from 1.9 % to 0.2 %
-   above the bound; with at least as many jobs as nodes the gain alone did better on
+   gain orders the rest. (On the Hadar paper's mixes this took the worst mix, M-8, from 1.9 %
+   to 0.2 % above the bound; with at least as many jobs as nodes the gain alone did better on
    ``examples/hadare-small.yaml``.)
 2. **Last round.** If the job's gangs can finish its remaining work this round
    (``Σ_c cap_c ≥ rem_j`` with ``cap_c = rate_c · (L − restart if not kept)``), only its fastest

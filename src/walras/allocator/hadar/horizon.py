@@ -42,7 +42,7 @@ Worked example: one type of 2 GPUs, three 1-GPU jobs needing 10 h, 1 h and 1 h: 
 ``2 + 0.55/1.05``) and starts now; the short jobs (slack 9.5 h) are not. Shortest-first alone
 would run both short jobs first and finish at 11 h instead of 10 h.
 
-Deviation from paper 003 (documented in :mod:`~walras.allocator.hadar.planner`): the paper has no
+Deviation from the Hadar paper (documented in :mod:`~walras.allocator.hadar.planner`): it has no
 horizon; its utilities are fixed per job. Here the weight is re-derived each round.
 """
 

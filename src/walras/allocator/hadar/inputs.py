@@ -9,7 +9,7 @@ Conventions (shared with :mod:`walras.allocator.rounds`):
 - ``throughput[j, t]`` is the work units per second of job ``j``'s *whole gang* when all its
   ``replicas[j]`` GPUs are of type ``t`` (0 = cannot run there). Per GPU, each member contributes
   ``throughput[j, t] / replicas[j]``; a data-parallel gang advances at its slowest member's pace
-  (paper 003, eq. 1b: ``W_j · min_r X_j^r``), so a gang spread over several types runs at
+  (Sultana et al. 2024, eq. 1b: ``W_j · min_r X_j^r``), so a gang spread over several types runs at
   ``min_{t used} throughput[j, t]``.
 - One GPU per pod: a placement is ``(node, pods)`` pairs whose pods sum to ``replicas[j]``.
 - ``node_free[k]`` is node ``k``'s GPUs usable by Walras this round, *including* the GPUs that

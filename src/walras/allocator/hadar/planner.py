@@ -1,4 +1,4 @@
-"""One round of Hadar or HadarE: :func:`plan_round` (ALGORITHMS.md §5).
+"""One round of Hadar or HadarE: :func:`plan_round` (docs/algorithms.md#hadar-and-hadare).
 
 Pipeline (each step only sees the GPUs the previous ones left free):
 

@@ -1,4 +1,4 @@
-"""Hadar's resource prices (paper 003 eq. 5–7, with the capacity pooled per GPU type).
+"""Hadar's resource prices (Sultana et al. 2024 eq. 5–7, with the capacity pooled per GPU type).
 
 Price of one type-``r`` GPU when ``γ`` GPUs of type ``r`` are already allocated this round::
 
@@ -7,7 +7,8 @@ Price of one type-``r`` GPU when ``γ`` GPUs of type ``r`` are already allocated
 ``c^r`` is the pooled capacity of type ``r`` this round (``node_free`` summed over its nodes)
 and ``γ`` the pooled allocation. The paper indexes both by node (``c_h^r``, ``γ_h^r``); with one
 GPU of a type per node that degenerates to a busy flag (``γ/c ∈ {0, 1}``) and its
-competitive-ratio proof, which needs small steps ``γ/c``, no longer applies (ALGORITHMS.md §5).
+competitive-ratio proof, which needs small steps ``γ/c``, no longer applies
+(docs/algorithms.md#hadar-and-hadare).
 Pooled, every node of a type shows the same price. Worked example: ``U_min = 0.01``,
 ``U_max = 1``, ``c = 4``: the next GPU costs 0.01, 0.0316, 0.1, 0.316 after 0, 1, 2, 3 are taken,
 and 1 = ``U_max`` when the type is full.

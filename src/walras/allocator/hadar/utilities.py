@@ -1,4 +1,4 @@
-"""Job utilities for Hadar: how much a job values finishing at a projected time (paper 003 §III-A).
+"""Job utilities for Hadar: how much a job values finishing at a projected time (Hadar §III-A).
 
 The paper lets a job's utility be any non-negative function, non-increasing in its completion time
 ``τ = f_j - a_j``, and names the *effective throughput* (total iterations / completion time) as the

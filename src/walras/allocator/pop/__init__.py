@@ -1,4 +1,4 @@
-"""POP: partitioned optimisation for scale (paper 001, ALGORITHMS.md §4).
+"""POP: partitioned optimisation for scale (Narayanan et al. 2021, docs/algorithms.md#pop).
 
 Public interface (what the scheduling core's policy registry wraps)::
 

@@ -1,4 +1,4 @@
-"""Client splitting for skewed inputs (paper 001 §3.3, Algorithm 2).
+"""Client splitting for skewed inputs (Narayanan et al. 2021 §3.3, Algorithm 2).
 
 A client whose size (the *splitting attribute*: a job's GPU demand or gang size, a tenant's
 weight) is far above the rest would make its shard unlike the others. Before partitioning:

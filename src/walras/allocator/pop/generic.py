@@ -1,4 +1,4 @@
-"""POP around any row-wise policy: ``(n clients × T types) → (n, T)`` allocation (paper 001).
+"""POP around any row-wise policy: ``(n clients × T types) → (n, T)`` allocation (POP).
 
 The policy registry of the scheduling core wraps every registered policy with
 :func:`solve_rows`; :func:`solve_gavel` is that wrapper for the Gavel policies

@@ -1,9 +1,9 @@
-"""POP around Gavel's max-min fairness with space sharing (``gavel.packed``; paper 001 §5.1).
+"""POP around Gavel's max-min fairness with space sharing (``gavel.packed``; POP §5.1).
 
 Jobs go to shards by their stable UID (``pop.partition``), each shard gets its share of every
 GPU type (``pop.split``), and each shard solves the packed LP on its own jobs and the pairs whose
 two members it holds; a pair split across shards is not considered (its share is 0), exactly as
-paper 001's harness builds its sub-problems. The merge is the concatenation::
+Narayanan et al. 2021's harness builds its sub-problems. The merge is the concatenation::
 
     single[rows_s] = single_s,   pair[pairs of shard s] = pair_s,   s*_POP = min_s s*_s
 

@@ -1,4 +1,4 @@
-"""Sticky shard assignment: shard(uid) = H(uid) mod k (paper 001 §3.2, ALGORITHMS.md §4).
+"""Sticky shard assignment: shard(uid) = H(uid) mod k (docs/algorithms.md#pop).
 
 ``H`` is the first 8 bytes of BLAKE2b over the UTF-8 bytes of the job/tenant UID, read as an
 unsigned big-endian integer. It depends on nothing but the UID (not on Python's per-process salted

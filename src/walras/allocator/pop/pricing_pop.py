@@ -1,4 +1,4 @@
-"""Price discovery by POP: k shards of jobs, each with a share of every GPU type (paper 001).
+"""Price discovery by POP: k shards of jobs, each with a share of every GPU type (POP).
 
     shard s:  maximize Σ_{i∈s} u_i(a_i^T x_i)  s.t.  x_i ≥ 0, 1^T x_i ≤ 1, Σ_{i∈s} d_i x_i ≤ R_s
     merged:   X = rows of the shards' X_s;  Σ_s R_s = R  ⇒  Σ_i d_i x_i ≤ R (feasible).

@@ -1,10 +1,10 @@
-"""Price-spread repair for price discovery under POP (Walras's own step, ALGORITHMS.md §4).
+"""Price-spread repair for price discovery under POP (Walras's own step, docs/algorithms.md#pop).
 
 Plain POP gives shard s the capacity ``R_s = R/k`` and solves it alone; its prices ``p_s`` are
 the marginal utility of one more GPU of each type *in that shard*. If shard prices of a type
 differ, moving capacity of that type from a low-price to a high-price shard raises total utility
-(to first order by ``(p_hi − p_lo)·δ``): this is one step of primal decomposition (paper 000 §7,
-paper 001 §5.2). The repair:
+(to first order by ``(p_hi − p_lo)·δ``): this is one step of primal decomposition (price discovery
+§7, POP §5.2). The repair:
 
 1. spread per type ``σ_j = max_s p_sj / min_s p_sj − 1`` over shards with jobs; stop when
    ``max_j σ_j ≤ tol`` (or the round budget is spent);

@@ -77,7 +77,7 @@ class PopRun:
         sharded: ``False`` for the exact solver's answer (``k = 1``), ``True`` otherwise.
         k: number of shards.
         workers: worker processes used (1: in-process).
-        splits: client splits made before partitioning (paper 001 Algorithm 2).
+        splits: client splits made before partitioning (Narayanan et al. 2021 Algorithm 2).
         assignment: ``(n,)`` shard of every real client; ``-1`` for a client that was split
             (its halves may sit in several shards).
         shards: one report per shard.
@@ -98,7 +98,7 @@ class PopRun:
 
 @dataclass(frozen=True)
 class RepairReport:
-    """The price-spread repair (ALGORITHMS.md §4, Walras's own extra).
+    """The price-spread repair (docs/algorithms.md#pop, Walras's own extra).
 
     Attributes:
         rounds: repair rounds run (each re-solves only the shards whose capacity moved).

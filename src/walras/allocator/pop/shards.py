@@ -2,7 +2,7 @@
 
 ``Runner(shared, workers).map(fn, payloads)`` returns ``[fn(shared, p) for p in payloads]`` in
 payload order, each with the wall and CPU seconds it took where it ran. The shards are
-independent sub-problems (paper 001 §3.2, the map step), so the only coordination is
+independent sub-problems (Narayanan et al. 2021 §3.2, the map step), so the only coordination is
 collecting the results in order: the answer does not depend on how many workers ran them.
 
 - ``shared`` is the read-only data every call needs (e.g. the k shard problems). The worker

@@ -1,4 +1,6 @@
-"""Rounds realiser: fractional allocations to this round's gang placements (ALGORITHMS.md §3).
+"""Rounds realiser: fractional allocations to this round's gang placements.
+
+The rule and its sources: docs/algorithms.md#round-realiser.
 
 Both policies produce fractions: price discovery a time share ``X[j, g]`` of job ``j`` on GPU type
 ``g``; PS-DSF tasks per node, which the operator turns into a share per node. Kubernetes runs
@@ -6,7 +8,7 @@ whole pods, so Walras realises the fractions over rounds (default 360 s). The op
 policy) and the simulator call :func:`plan_round` once per round, then :func:`advance` to update
 the history that it persists in ``FungibleJob.status.received``.
 
-Priority (Gavel's round-based mechanism, as paper 003 describes it)::
+Priority (Gavel's round-based mechanism, as the Hadar paper describes it)::
 
     priority[j, g] = targets[j, g] / (received[j, g] / elapsed[j])
                    = targets[j, g] * elapsed[j] / received[j, g]      (+inf when received == 0)
@@ -34,7 +36,7 @@ jobs 0 and 1 have ``(2/3) * 1 / 1 = 2/3``: jobs 2 and 0 run. Round 3: priorities
 
 Stickiness and preemption (how they interact, and why)
 ------------------------------------------------------
-A pod restart costs about 10 s (Hadar, ALGORITHMS.md §5: checkpoint, reschedule, reload), small
+A pod restart costs about 10 s (Hadar's restart cost: checkpoint, reschedule, reload), small
 against a 360 s round but not free, and repeated moves churn API writes. So the default is *keep*:
 
 - A job that runs its full gang in group ``g`` (``current``) and is selected again in ``g`` keeps
@@ -88,10 +90,10 @@ Work conservation and convergence
 Every positive-target pair is tried, so idle GPUs go to jobs that are ahead of their target rather
 than stay idle: a job can receive more than its target when its group has room nobody behind
 target can use. Under-delivery is the defect the tests bound. With 1-GPU gangs and targets that
-fill each group, the error ``max |received / elapsed - targets|`` falls like 1/R (measured about
-1.3/R); with larger gangs the greedy packing is a heuristic and the targets must be realisable as
-a mix of packable rounds (fractional feasibility is not enough: three jobs each needing 20 of 32
-GPUs at 0.5 fit fractionally, but only one can run at a time).
+fill each group, the error ``max |received / elapsed - targets|`` falls like 1/R; with larger gangs
+the greedy packing is a heuristic and the targets must be realisable as a mix of packable rounds
+(fractional feasibility is not enough: three jobs each needing 20 of 32 GPUs at 0.5 fit
+fractionally, but only one can run at a time).
 
 Capacity
 --------

@@ -1,7 +1,8 @@
-"""Truthful posted-price scheduling of recurring jobs with statements of work (paper 002).
+"""Truthful posted-price scheduling of recurring jobs with statements of work.
 
-ALGORITHMS.md §6. A customer declares a :class:`StatementOfWork` once; at its birth the platform
-posts unit prices ``p(τ) = p_min μ^{y(τ)/C'}`` and failure estimates ``q̂`` (Monte Carlo over
+The mechanism is docs/algorithms.md#statements-of-work. A customer declares a
+:class:`StatementOfWork` once; at its birth the platform posts unit prices
+``p(τ) = p_min μ^{y(τ)/C'}`` and failure estimates ``q̂`` (Monte Carlo over
 earlier-born jobs only), chooses the launch plan maximising ``E[(1 − q̂)(v − P)⁺]`` under the
 report, and commits to it. Each round, a running job that no completion can pay any more is
 cancelled for free (Walras's addition, :mod:`.cancellation`), jobs start per plan and, when the

@@ -1,6 +1,6 @@
 """Free cancellation of a running job once completing can no longer pay under its report.
 
-Paper 002's truthfulness proof (Appendix B) assumes every executed outcome has ``v − P ≥ 0``, so
+The SoW paper's truthfulness proof (Appendix B) assumes every executed outcome has ``v − P ≥ 0``, so
 that a higher failure probability can only hurt. Without the duration signal a plan's start
 serves every duration of one arrival, and the late ones may complete with ``v(c − r) <
 P(s, k, c − s)``; over-reporting ``k`` then raises ``q̂`` and turns those outcomes into free LIFO

@@ -1,4 +1,4 @@
-"""Failure estimates ``q̂`` by seeded Monte Carlo over earlier-born jobs (paper 002 App. F).
+"""Failure estimates ``q̂`` by seeded Monte Carlo over earlier-born jobs (SoW paper, App. F).
 
 Under LIFO eviction (see :mod:`.round_step`) a job ``j`` is removed in round ``τ`` exactly when,
 after every later-born job has been removed, the load is still too high. So with ``U_g(τ)`` the

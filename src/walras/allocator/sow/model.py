@@ -1,6 +1,6 @@
-"""Statements of work (paper 002 §2): what a customer declares once, at the job's birth.
+"""Statements of work (Babaioff et al. 2022 §2): what a customer declares once, at the job's birth.
 
-A SoW is the tuple ``(k, v, F)`` of paper 002 plus Walras's recurrence and GPU-type options:
+A SoW is the paper's tuple ``(k, v, F)`` plus Walras's recurrence and GPU-type options:
 
 - concurrency ``k``: GPUs held for the whole run (gang, non-preemptable); optionally one
   :class:`TypeDemand` per acceptable GPU type, each with its own ``k`` and a throughput relative
@@ -125,7 +125,7 @@ class Recurrence:
 
 @dataclass(frozen=True, slots=True)
 class StatementOfWork:
-    """One customer's report (paper 002: ``(k, v, F)`` at birth time ``birth``)."""
+    """One customer's report (Babaioff et al. 2022: ``(k, v, F)`` at birth time ``birth``)."""
 
     name: str
     birth: int

@@ -1,4 +1,4 @@
-"""Offline optimum in hindsight (paper 002 §2, "offline benchmark"), as a HiGHS MILP.
+"""Offline optimum in hindsight (Babaioff et al. 2022 §2, "offline benchmark"), as a HiGHS MILP.
 
 With every job's realised arrival ``a_j`` and duration ``d_j`` known, choose for each job at most
 one (type ``g``, start ``s ≥ a_j``) to maximise total value, within capacity in every round:

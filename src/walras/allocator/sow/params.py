@@ -1,7 +1,7 @@
-"""Mechanism parameters: bounds ``K, D, V``, slack ``ε``, price constants, sampling (paper 002).
+"""Mechanism parameters: bounds ``K, D, V``, slack ``ε``, price constants, sampling.
 
 The paper text lost its formulas; the constants below are **[reconstructed]** from the surviving
-prose and ALGORITHMS.md §6:
+prose and docs/algorithms.md#statements-of-work:
 
 - values are normalised to ``{0} ∪ [v_min, V]`` (the paper takes ``v_min = 1``); a job uses at
   most ``K·D`` GPU-rounds, so every job's value density is ≥ ``v_min/(K·D)``;

@@ -1,4 +1,4 @@
-"""Posted prices (paper 002 §5, Algorithm 3, eq. (7), reconstructed as ALGORITHMS.md §6).
+"""Posted prices (the SoW paper's §5, Algorithm 3, eq. (7); docs/algorithms.md#statements-of-work).
 
 Unit price of one GPU of a type in round ``τ``, from the expected committed usage ``y(τ)`` of the
 launch plans of earlier-born jobs (the relaxed problem's fractional allocation):

@@ -14,29 +14,48 @@ from walras.core.policies import (  # noqa: F401  (imported for their registrati
     psdsf,
     psdsf_distributed,
 )
+from walras.core.policies.args import PolicyArgError, PolicyArgs
 from walras.core.policies.base import (
     DistributedReader,
+    Handle,
     JobIssue,
     Policy,
-    PolicyOptions,
     PolicyUnavailableError,
     Solution,
 )
 from walras.core.policies.eligibility import Capacity, usable_types
-from walras.core.policies.registry import UnknownPolicyError, aliases, canonical, create, names
+from walras.core.policies.registry import (
+    PolicyConfig,
+    UnknownPolicyError,
+    aliases,
+    build,
+    canonical,
+    check,
+    create,
+    names,
+    parse_arg_flags,
+    register,
+)
 
 __all__ = [
     "Capacity",
     "DistributedReader",
+    "Handle",
     "JobIssue",
     "Policy",
-    "PolicyOptions",
+    "PolicyArgError",
+    "PolicyArgs",
+    "PolicyConfig",
     "PolicyUnavailableError",
     "Solution",
     "UnknownPolicyError",
     "aliases",
+    "build",
     "canonical",
+    "check",
     "create",
     "names",
+    "parse_arg_flags",
+    "register",
     "usable_types",
 ]

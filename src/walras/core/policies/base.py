@@ -6,8 +6,10 @@ group). The realiser (``walras.core.realise``) turns those into this round's pod
 the same policies through :func:`walras.core.cycle.plan`: the operator each round on the live
 cluster, the simulator on a simulated clock and cluster.
 
-Like kube-scheduler's plugins (``framework.FilterPlugin``), a policy implements one small
-interface, :class:`Policy`, and registers itself by name in :mod:`walras.core.policies.registry`.
+Like kube-scheduler's plugins (``New(args, handle)``), a policy implements one small interface,
+:class:`Policy`, is built from its own typed arguments (:mod:`walras.core.policies.args`) and a
+:class:`Handle` onto the shell, and registers itself by name in
+:mod:`walras.core.policies.registry`.
 Policies may keep warm-start state between rounds (price discovery keeps the last prices); the
 cycle never shares one policy object between two shells.
 
@@ -99,34 +101,41 @@ DistributedReader = Callable[[], tuple[Any, Sequence[str], Sequence[str]]]
 
 
 @dataclass(frozen=True, slots=True)
-class PolicyOptions:
-    """Everything a policy may be configured with; each policy reads the fields it needs.
+class Handle:
+    """What a policy may ask of the shell that runs it (kube-scheduler's ``framework.Handle``).
 
-    One options object for every policy keeps the shells (operator flags, chart values,
-    ``walras simulate`` flags) independent of which policy runs.
+    Facts of the shell, not knobs of a policy: a policy's own knobs are its arguments
+    (:mod:`walras.core.policies.args`). The operator and the simulator fill the fields they have;
+    a policy reads only the ones it needs.
+
+    Attributes:
+        round_seconds: length of a round (policies that plan whole rounds: Hadar).
+        restart_seconds: what a (re)started job loses (Hadar credits keeping GPUs with it).
+        seed: the run's seed (Gavel's agnostic FIFO shuffles with it).
+        distributed_reader: the node agents' converged tasks (``psdsf-distributed``); ``None``
+            where the shell has no agents (the simulator).
     """
 
-    eps: float = 1e-3
-    backend: str = "auto"
-    max_iter: int = 100
-    distributed_reader: DistributedReader | None = None
-    seed: int = 0
-    # Price discovery: scale each job's weight by its remaining time (walras.core.weighting).
-    weighting: str = "none"
-    weighting_exponent: float = -0.5
-    # Policies that plan whole rounds (Hadar) need the round length and the restart cost.
     round_seconds: float = 360.0
     restart_seconds: float = 10.0
-    # POP (paper 001): solve this many shards of the jobs independently (1 = exact).
-    pop_shards: int = 1
-    # PS-DSF (paper 004): "tdm" (nodes time-shared, the default) or "rdm" (resources divisible).
-    psdsf_mode: str = "tdm"
+    seed: int = 0
+    distributed_reader: DistributedReader | None = None
 
 
 class Policy(Protocol):
-    """One scheduling policy (see the module docstring)."""
+    """One scheduling policy (see the module docstring).
+
+    Attributes:
+        name: the registered name (an alias resolves to it).
+        work_conserving: the realiser must backfill idle GPUs for this policy whatever the shell
+            configured (part of PS-DSF's guarantee; :func:`walras.core.cycle.plan`).
+        reports_gap: ``Solution.gap`` is a duality gap the operator exports
+            (``walras_duality_gap``); policies without one leave it ``False``.
+    """
 
     name: str
+    work_conserving: bool
+    reports_gap: bool
 
     def warm_up(self) -> None:
         """Import heavy solver modules before the first round (optional work; may do nothing)."""
@@ -141,7 +150,7 @@ def inputs_key(snap: snapshot.Snapshot, view: snapshot.ClusterView) -> tuple[obj
     per node, and what the filters read: labels, taints, allocatable, foreign requests)."""
     return (
         tuple((j.uid, j.generation, j.tenant) for j in snap.active_jobs),
-        # Throughputs change without a new generation: measured or estimated (issue 16).
+        # Throughputs change without a new generation: measured or estimated.
         tuple(tuple(sorted(j.throughput.items())) for j in snap.active_jobs),
         tuple(sorted((name, repr(spec)) for name, spec in snap.tenants.items())),
         view.gpu_types,

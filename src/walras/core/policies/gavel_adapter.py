@@ -28,9 +28,10 @@ import numpy as np
 
 from walras.allocator.errors import InvalidProblem
 from walras.core import model, snapshot
+from walras.core.policies.args import PolicyArgs
 from walras.core.policies.base import (
+    Handle,
     JobIssue,
-    PolicyOptions,
     PolicyUnavailableError,
     Solution,
     SolutionMemo,
@@ -52,9 +53,12 @@ class GavelBaseline:
     name: str
     gavel_name: str
     needs_remaining: bool = False
+    work_conserving = False
+    reports_gap = False
 
-    def __init__(self, options: PolicyOptions) -> None:
-        self.seed = options.seed
+    def __init__(self, args: PolicyArgs, handle: Handle) -> None:
+        del args  # Gavel's policies take no arguments; the agnostic FIFO uses the run's seed
+        self.seed = handle.seed
         self._policy: Any = None
         self._ids: dict[str, int] = {}
         self._memo = SolutionMemo()

@@ -1,4 +1,4 @@
-"""``hadar`` and ``hadare``: online primal–dual scheduling, and job forking (paper 003).
+"""``hadar`` and ``hadare``: online primal–dual scheduling, and job forking (Sultana et al. 2024).
 
 Unlike the fraction policies, Hadar decides each round's placements itself
 (``walras.allocator.hadar.plan_round``): per GPU type a price exponential in the GPUs taken, a job's
@@ -8,24 +8,20 @@ so that the total payoff is maximal. ``hadare`` adds HadarE's copies: a forkable
 solution carries those placements (``Solution.placements``), which ``walras.core.placements`` turns
 into pods.
 
-Configuration of ``hadar`` (chosen for batches such as Gavel's D5; see ``docs/simulate.md``):
+Configuration of ``hadar`` (chosen for batches such as Gavel's D5):
 ``Hyperbolic`` utility (one time scale for all jobs: shortest projected completion first), the
 makespan horizon (``walras.allocator.hadar.horizon``: types from the fluid makespan LP, critical
 long jobs first), every round re-planned (``preempt``: a running job keeps its nodes when it is
 chosen again, else it is preempted; restart-aware: keeping its GPUs is credited the restart it
-saves), idle GPUs backfilled. Measured on D5 with 10 s restarts: makespan 265.4 h and average JCT
-49.0 h (4,802 restarts), against 345.3 h and 62.3 h for Gavel's heterogeneity-aware max-min
-fairness.
+saves), idle GPUs backfilled (its figures on D5:
+docs/evaluation.md#the-operators-scheduling-core-on-d5).
 
-``hadare`` keeps the paper's incremental rounds and effective-throughput utility (running jobs
-keep their GPUs unless a move gains more than the restart) and adds the makespan horizon in its
-forking form (``walras.allocator.hadar.horizon``: forked jobs' copies may run on several types at
-once, so the LP has no one-type-at-a-time row for them; the LP's support decides which types a
-job is admitted on and where its copies go first, copies then fill every idle node). On the cases
-of ``docs/forking.md``: the dozen jobs on 20 GPUs finish in 21.8 h instead of 27.4 h without the
-horizon, and the paper's mixes M-1 … M-12 on 5 one-GPU nodes 1.509× sooner than ``hadar`` on
-average (1.39× without it), within 0.1–0.8 % of the fluid bound (end game:
-``walras.allocator.hadar.forking``).
+``hadare`` keeps the paper's incremental rounds and effective-throughput utility (running jobs keep
+their GPUs unless a move gains more than the restart) and adds the makespan horizon in its forking
+form (``walras.allocator.hadar.horizon``: forked jobs' copies may run on several types at once, so
+the LP has no one-type-at-a-time row for them; the LP's support decides which types a job is
+admitted on and where its copies go first, copies then fill every idle node). Its figures on the
+cases of ``docs/forking.md``: docs/evaluation.md#hadare-against-hadar-on-small-clusters.
 
 Inputs from the snapshot: ``throughput[j, t]`` = ``spec.throughput[t]`` (0 where the gang cannot
 run), ``replicas`` = gang size (one GPU per pod), ``remaining`` = ``totalWork − work done``
@@ -41,9 +37,10 @@ import time
 import numpy as np
 
 from walras.core import crd, model, snapshot
+from walras.core.policies.args import PolicyArgs
 from walras.core.policies.base import (
+    Handle,
     JobIssue,
-    PolicyOptions,
     Solution,
     empty_solution,
     with_seconds,
@@ -62,7 +59,7 @@ Every round re-plans the whole queue here, so D5's 480 jobs × 9,261 states (abo
 round for the DP) would cost an hour over a run; the greedy rule takes milliseconds."""
 
 
-@register("hadar", summary="online primal-dual placement with exponential prices (paper 003)")
+@register("hadar", summary="online primal-dual placement with exponential prices (Hadar)")
 class Hadar:
     """Hadar: one gang per job, placed by payoff."""
 
@@ -72,10 +69,13 @@ class Hadar:
     replan = True
     # The makespan horizon (both policies; HadarE's forking form, module docstring).
     use_horizon = True
+    work_conserving = False
+    reports_gap = False
 
-    def __init__(self, options: PolicyOptions) -> None:
-        self.round_seconds = options.round_seconds
-        self.restart_seconds = options.restart_seconds
+    def __init__(self, args: PolicyArgs, handle: Handle) -> None:
+        del args  # Hadar takes no arguments; it plans with the shell's round and restart cost
+        self.round_seconds = handle.round_seconds
+        self.restart_seconds = handle.restart_seconds
 
     def warm_up(self) -> None:
         from walras.allocator import hadar

@@ -1,4 +1,4 @@
-"""``price-discovery``: utility-maximising time shares per GPU type (paper 000).
+"""``price-discovery``: utility-maximising time shares per GPU type (Agrawal et al. 2021).
 
 Groups are GPU types. ``walras.allocator.pricing`` maximises ``Σ_i u_i(a_i^T x_i)`` subject to
 ``Σ_i d_i x_i ≤ R`` (``d_i`` = replicas × GPUs per pod, ``R`` = free GPUs per type); the targets are
@@ -17,16 +17,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import numpy as np
 
 from walras.allocator.errors import InvalidProblem
 from walras.core import governance, model, snapshot, weighting
+from walras.core.policies.args import PolicyArgs
 from walras.core.policies.base import (
     FloatArray,
+    Handle,
     JobIssue,
-    PolicyOptions,
     Solution,
     SolutionMemo,
     empty_solution,
@@ -37,21 +39,53 @@ from walras.core.policies.eligibility import Capacity, usable_types
 from walras.core.policies.registry import register
 
 
+@dataclass(frozen=True, slots=True)
+class PriceDiscoveryArgs(PolicyArgs):
+    """Arguments of ``price-discovery``: the solver's tolerance, cap and backend, and the
+    remaining-work weighting (``walras.core.weighting``)."""
+
+    eps: float = field(
+        default=1e-3,
+        metadata={
+            "exclusiveMinimum": 0,
+            "exclusiveMaximum": 1,
+            "description": "stop at an average duality gap of eps",
+        },
+    )
+    max_iter: int = field(default=100, metadata={"minimum": 1, "description": "iteration cap"})
+    backend: Literal["auto", "numpy", "torch"] = field(
+        default="auto", metadata={"description": "auto: torch on a CUDA device when installed"}
+    )
+    weighting: Literal["none", "remaining"] = field(
+        default="none", metadata={"description": "remaining: weight by remaining time^exponent"}
+    )
+    weighting_exponent: float = field(
+        default=-0.5,
+        metadata={"minimum": -4, "maximum": 0, "description": "exponent of 'remaining'"},
+    )
+
+
 @register(
-    "price-discovery", summary="utility-maximising shares per GPU type, with prices (paper 000)"
+    "price-discovery",
+    summary="utility-maximising shares per GPU type, with prices",
+    args=PriceDiscoveryArgs,
 )
 class PriceDiscovery:
     """Price discovery with warm-started prices."""
 
     name = "price-discovery"
+    work_conserving = False
+    # The solver's duality gap is the operator's walras_duality_gap.
+    reports_gap = True
 
-    def __init__(self, options: PolicyOptions) -> None:
-        self.eps = options.eps
-        self.backend = options.backend
-        self.max_iter = options.max_iter
-        self.weighting = options.weighting
+    def __init__(self, args: PriceDiscoveryArgs, handle: Handle) -> None:
+        del handle  # price discovery needs nothing from the shell
+        self.eps = args.eps
+        self.backend = args.backend
+        self.max_iter = args.max_iter
+        self.weighting = args.weighting
         self._memo = SolutionMemo()
-        self.weighting_exponent = options.weighting_exponent
+        self.weighting_exponent = args.weighting_exponent
         self._warm: tuple[tuple[str, ...], FloatArray] | None = None
 
     def warm_up(self) -> None:

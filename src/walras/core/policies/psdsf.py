@@ -1,7 +1,8 @@
-"""``psdsf``: per-server dominant-share fairness over nodes (paper 004), time-shared (TDM).
+"""``psdsf``: per-server dominant-share fairness over nodes, time-shared (TDM).
 
-``PolicyOptions.psdsf_mode`` (``--psdsf-mode``) picks the mode: ``"tdm"`` (default, nodes
-time-shared) or ``"rdm"`` (resources divisible inside a node; Theorem 1 instead of Theorem 2).
+The argument ``mode`` (:class:`PsdsfArgs`; ``--policy-arg psdsf.mode=rdm``) picks the mode:
+``"tdm"`` (default, nodes time-shared) or ``"rdm"`` (resources divisible inside a node; Theorem 1
+instead of Theorem 2).
 For ``psdsf-distributed`` it must match the agents' own ``--mode`` (it says how to read their
 tasks).
 Groups are nodes. ``walras.allocator.fairness`` (in that mode) on the tenant model of
@@ -23,16 +24,18 @@ tasks read from the node agents' converged NodeAllocations instead of solved her
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from walras.core import model, snapshot, tenants
+from walras.core.policies.args import PolicyArgs
 from walras.core.policies.base import (
     DistributedReader,
+    Handle,
     JobIssue,
-    PolicyOptions,
     PolicyUnavailableError,
     Solution,
     align_tasks,
@@ -43,7 +46,21 @@ from walras.core.policies.eligibility import Capacity, usable_types
 from walras.core.policies.registry import register
 
 
-@register("psdsf", summary="fair multi-resource shares per node, time-shared (paper 004)")
+@dataclass(frozen=True, slots=True)
+class PsdsfArgs(PolicyArgs):
+    """Arguments of ``psdsf`` and ``psdsf-distributed``."""
+
+    mode: Literal["tdm", "rdm"] = field(
+        default="tdm",
+        metadata={"description": "tdm: nodes time-shared; rdm: resources divisible in a node"},
+    )
+
+
+@register(
+    "psdsf",
+    summary="fair multi-resource shares per node, time-shared (PS-DSF)",
+    args=PsdsfArgs,
+)
 class PSDSF:
     """PS-DSF solved centrally each round."""
 
@@ -52,12 +69,11 @@ class PSDSF:
     # Work conservation is part of PS-DSF's guarantee (Theorem 2): the cycle turns on the
     # realiser's backfill for this policy (walras.core.cycle).
     work_conserving = True
+    reports_gap = False
 
-    def __init__(self, options: PolicyOptions) -> None:
-        self.reader: DistributedReader | None = options.distributed_reader
-        if options.psdsf_mode not in ("tdm", "rdm"):
-            raise ValueError(f"psdsf_mode must be 'tdm' or 'rdm', got {options.psdsf_mode!r}")
-        self.mode: Literal["tdm", "rdm"] = "rdm" if options.psdsf_mode == "rdm" else "tdm"
+    def __init__(self, args: PsdsfArgs, handle: Handle) -> None:
+        self.reader: DistributedReader | None = handle.distributed_reader
+        self.mode: Literal["tdm", "rdm"] = args.mode
 
     def warm_up(self) -> None:
         from walras.allocator import fairness

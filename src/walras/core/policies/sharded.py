@@ -1,7 +1,7 @@
-"""POP for any policy whose groups are GPU types: ``k`` shards solved independently (paper 001).
+"""POP for any policy whose groups are GPU types: ``k`` shards solved independently.
 
-Written once for every registered policy (``PolicyOptions.pop_shards = k``; the registry wraps
-the policy in :class:`Sharded`). Each round:
+Written once for every registered policy (``PolicyConfig.pop_shards = k``, ``--pop-shards k``;
+the registry's builder wraps the policy in :class:`Sharded`). Each round:
 
 - jobs go to shards by a stable hash of their UID (``walras.allocator.pop.shard_of``), so a job
   keeps its shard across rounds and jobs coming and going never move it;
@@ -13,15 +13,16 @@ the policy in :class:`Sharded`). Each round:
   instance of the inner policy (its own warm start);
 - a round in which some job's gang fits the cluster but not its shard's share of any type it
   runs on is solved exactly (one more instance; ``timings["pop_exact_fallback"] = 1``): POP
-  assumes jobs much smaller than a shard (paper 001's "granular" problems), which a few 8-GPU
+  assumes jobs much smaller than a shard (POP's "granular" problems), which a few 8-GPU
   gangs on 20 GPUs per type split 4 ways are not;
 - the targets are stacked (rows in namespace/name order, as every Solution). Feasible by
   construction: ``Σ_j d_j x_{j,t} = Σ_s Σ_{j∈s} d_j x_{j,t} ≤ Σ_s capacity_{s,t} = capacity_t``.
 
 Prices are per shard; the merged solution shows their mean per type, and ``timings`` carries the
-spread ``max_s p_{s,t} − min_s p_{s,t}`` (what ALGORITHMS.md §4's repair would act on). Policies
-whose groups are nodes (``psdsf``) or that place gangs themselves (``hadar``) are not sharded here:
-``walras.allocator.pop.solve_fairness`` shards PS-DSF tenants for ``walras fairshare``.
+spread ``max_s p_{s,t} − min_s p_{s,t}`` (what the repair in docs/algorithms.md#pop acts on).
+Policies whose groups are nodes (``psdsf``) or that place gangs themselves (``hadar``) are not
+sharded here: ``walras.allocator.pop.solve_fairness`` shards PS-DSF tenants for
+``walras fairshare``.
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ class Sharded:
         self.k = k
         self._make = make
         self._shards = [make() for _ in range(k)]
+        self.work_conserving = self._shards[0].work_conserving
+        self.reports_gap = self._shards[0].reports_gap
         self._exact: Policy | None = None  # made on the first round a gang fits no shard
         self._of: dict[str, int] = {}
 

@@ -1,5 +1,5 @@
 """NodeAllocation: one per node, written by that node's ``walras agent`` (distributed PS-DSF,
-ALGORITHMS.md §2 "Distributed, asynchronous"); the CRD ``nodeallocations.walras.dev``.
+docs/algorithms.md#distributed-ps-dsf); the CRD ``nodeallocations.walras.dev``.
 
 ``status.tasks`` holds x_{n,i}: the tasks of each tenant n on node i, in the units of the PS-DSF
 model. The reserved name ``walras-tenant-totals`` is the totals aggregator's object: its
@@ -98,7 +98,7 @@ DESCRIPTOR = CrdDescriptor(
     file="nodeallocation.yaml",
     comment=(
         "NodeAllocation: one per node, written by that node's `walras agent` (distributed "
-        'PS-DSF, ALGORITHMS.md §2 "Distributed, asynchronous"). status.tasks holds x_{n,i}: the '
+        "PS-DSF, docs/algorithms.md#distributed-ps-dsf). status.tasks holds x_{n,i}: the "
         "tasks of each tenant n on this node i, in the units of the PS-DSF model (work units per "
         "unit time when the tenants' jobs carry a throughput table, as "
         "fairness.FairnessResult.tasks).\n"

@@ -1,4 +1,4 @@
-"""StatementOfWork: a recurring GPU job declared once (paper 002, ALGORITHMS.md §6; the CRD
+"""StatementOfWork: a recurring GPU job declared once (docs/algorithms.md#statements-of-work; CRD
 ``statementsofwork.walras.dev``; ``walras.core.sow_shell`` turns it into the mechanism's SoW).
 
 The schema states what the API server can check at admission, naming the field: a
@@ -314,7 +314,8 @@ DESCRIPTOR = CrdDescriptor(
     scope="Namespaced",
     file="statementofwork.yaml",
     comment=(
-        "StatementOfWork: a recurring GPU job declared once (paper 002, ALGORITHMS.md §6). At its "
+        "StatementOfWork: a recurring GPU job declared once "
+        "(docs/algorithms.md#statements-of-work). At its "
         "birth Walras posts prices and failure estimates, chooses a binding launch plan (a start "
         "round per arrival outcome, or not run), reserves the GPUs the plan commits before the "
         "running policy plans the rest, and charges the posted price only when an instance "

@@ -1,8 +1,8 @@
 """Job progress and GPU busy-time accounting shared by the mechanics, and the per-round timeline.
 
-The mechanics decide *what* runs; the ledger records what happened: steps done, completion or
+The mechanics decide *what* runs; the tally records what happened: steps done, completion or
 failure times, restarts, busy seconds per GPU and one :class:`RoundRecord` per dispatched round.
-:mod:`walras.sim.metrics` turns a finished ledger into the summary.
+:mod:`walras.sim.metrics` turns a finished tally into the summary.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ class RoundRecord:
     queued: int
 
 
-class Ledger:
+class Tally:
     """Mutable accounting for one run (one per simulation, never shared)."""
 
     def __init__(self, workload: Workload, n_gpus: int) -> None:

@@ -1,7 +1,9 @@
 """Gavel's LP baselines solved the way Gavel solved them: cvxpy + ECOS (``--lp-solver ecos``).
 
-Opt-in backend for ``walras simulate --semantics gavel`` (extra ``walras[ecos]``). The default
-policies (:mod:`walras.allocator.gavel`) solve the same LPs with HiGHS and return the analytic
+Opt-in backend (extra ``walras[ecos]``), reached through the one front door of Gavel's policies,
+``walras.allocator.gavel.make_policy(name, lp_solver="ecos")``; ``walras simulate --semantics
+gavel --lp-solver ecos`` uses it. The default policies (:mod:`walras.allocator.gavel`) solve
+the same LPs with HiGHS and return the analytic
 center of the optimal face. Where an LP has many optima, the point Gavel's round mechanism sees
 is whatever ECOS stops at, and two records depend on that choice beyond ±3 % (D1 agnostic
 max-min fairness: ECOS's 1e-11 asymmetries decide priority ties; D4 min-total-duration: a
@@ -46,9 +48,8 @@ from typing import Any
 
 import numpy as np
 
-from walras.sim.config import LP_SOLVERS
-from walras.sim.errors import SimInputError
-from walras.sim.policies import FloatArray, PolicyView
+from walras.allocator.errors import InvalidProblem
+from walras.allocator.gavel.inputs import FloatArray, GavelInputs
 
 ECOS_POLICIES = (
     "max_min_fairness_perf",
@@ -75,14 +76,15 @@ MISSING = (
 
 
 def cvxpy_with_ecos() -> Any:
-    """The ``cvxpy`` module, or :class:`SimInputError` if cvxpy or its ECOS solver is missing."""
+    """The ``cvxpy`` module, or :class:`InvalidProblem` (field ``lp_solver``) if cvxpy or its ECOS
+    solver is missing."""
     try:
         # Imported here (opt-in extra) and used untyped: cvxpy's API carries no annotations.
         cp: Any = importlib.import_module("cvxpy")
     except ImportError:
-        raise SimInputError(MISSING) from None
+        raise InvalidProblem(MISSING, field="lp_solver") from None
     if "ECOS" not in cp.installed_solvers():
-        raise SimInputError(MISSING)
+        raise InvalidProblem(MISSING, field="lp_solver")
     return cp
 
 
@@ -106,23 +108,15 @@ def _isolated_split(scale: FloatArray, cap: list[float]) -> FloatArray:
     return np.asarray(split / per_row[:, None], dtype=np.float64)
 
 
-def for_policy(name: str, lp_solver: str) -> EcosGavelLp | None:
-    """The ECOS solver of Gavel policy ``name`` for ``--lp-solver``, or None (no LP: FIFO)."""
-    if lp_solver not in LP_SOLVERS:
-        raise SimInputError(f"--lp-solver: {lp_solver!r} is not one of {', '.join(LP_SOLVERS)}")
-    if lp_solver == "highs" or name.startswith("fifo"):
-        return None
-    return EcosGavelLp(name)
-
-
 class EcosGavelLp:
     """One of :data:`ECOS_POLICIES`, solved with cvxpy + ECOS in Gavel's problem shape."""
 
     def __init__(self, name: str) -> None:
         if name not in ECOS_POLICIES:
-            raise SimInputError(
+            raise InvalidProblem(
                 f"--lp-solver ecos: policy {name!r} is not solved with ECOS here "
-                f"(have: {', '.join(ECOS_POLICIES)})"
+                f"(have: {', '.join(ECOS_POLICIES)})",
+                field="policy",
             )
         self.name = name
         self._cp = cvxpy_with_ecos()
@@ -135,33 +129,38 @@ class EcosGavelLp:
         self._prev_remaining: dict[int, float] = {}
         self._prev_iso: dict[int, Any] = {}
 
-    def allocate(self, view: PolicyView) -> FloatArray:
+    def allocate(self, view: GavelInputs) -> FloatArray:
         J = int(view.job_ids.size)
-        out = np.zeros((J, len(view.type_names)))
-        if J == 0 or not view.type_names:
+        names = view.type_names
+        if names is None:
+            raise InvalidProblem(
+                "--lp-solver ecos builds Gavel's problem by type name: type_names is required",
+                field="type_names",
+            )
+        out = np.zeros((J, len(names)))
+        if J == 0 or not names:
             self._prev_remaining, self._prev_iso = {}, {}  # Gavel forgets them on an empty call
             return out  # Gavel's policies return no allocation for no jobs
         # Gavel's row and column order (it flattens dicts by sorted job id and type name).
         rows = np.argsort(view.job_ids, kind="stable")
-        cols = np.array(
-            sorted(range(len(view.type_names)), key=lambda t: view.type_names[t]), dtype=np.int64
-        )
+        cols = np.array(sorted(range(len(names)), key=lambda t: names[t]), dtype=np.int64)
         thr = view.throughputs[np.ix_(rows, cols)]
         cap = [float(view.capacity[t]) for t in cols]
         if not self.name.endswith("_perf"):
-            thr = self._agnostic(thr, [view.type_names[t] for t in cols.tolist()])
+            thr = self._agnostic(thr, [names[t] for t in cols.tolist()])
         scale = np.repeat(view.scale_factors[rows].astype(np.float64)[:, None], len(cols), axis=1)
         if self.name.startswith("max_min_fairness"):
-            x = self._max_min(thr, scale, view.priority_weights[rows], cap)
+            x = self._max_min(thr, scale, view.weights()[rows], cap)
         elif self.name.startswith("min_total_duration"):
-            x = self._min_total_duration(thr, scale, view.num_steps_remaining[rows], cap)
+            left = view.require("num_steps_remaining", self.name)
+            x = self._min_total_duration(thr, scale, left[rows], cap)
         else:
             x = self._finish_time_fairness(
                 thr,
                 scale,
                 view.job_ids[rows].tolist(),
-                view.num_steps_remaining[rows],
-                view.times_since_start[rows],
+                view.require("num_steps_remaining", self.name)[rows],
+                view.require("times_since_start", self.name)[rows],
                 cap,
             )
         out[np.ix_(rows, cols)] = np.clip(x, 0.0, 1.0)
