@@ -11,8 +11,8 @@ Prints one JSON line per case:
   Target: <= 2 s. Repeated ``FIRST_BINDING_TRIES`` times; median and max.
 * ``round_<jobs>x<nodes>``: ``jobs`` FungibleJobs (1-2 replicas of 1 GPU, throughputs on four GPU
   types) exist before the operator starts on ``nodes`` kwok nodes of 8 GPUs. The operator's own
-  per-round report (one JSON log line per round, ``walras.operator.loop.RoundReport``) gives the
-  round latency split into snapshot, solve, realise, writes and total. Rounds reported:
+  per-round report (one JSON log line per round, ``walras.operator.round_report.RoundReport``)
+  gives the round latency split into snapshot, solve, realise, writes and total. Rounds reported:
   ``cold`` (the first round: every pod created and bound), then ``steady`` and ``steady2`` (the
   next timer rounds: sticky placements; the realiser decides which split jobs move). Writes are
   split into deletes, creates, binds, status patches and history shards (ConfigMaps,
@@ -362,7 +362,7 @@ def case_round(
                 cpu_s=round(cpu[i] - (cpu[i - 1] if i else 0.0), 3) if i < len(cpu) else None,
                 **server_cpu,
                 # Creates and binds together: a gang committed at creation is bound right
-                # after its last create, inside the creates' time (walras.operator.loop).
+                # after its last create, inside the creates' time (walras.operator.binder).
                 pod_writes_per_s=rate(
                     rep["creates"] + rep["binds"], rep["creates_s"] + rep["binds_s"]
                 ),

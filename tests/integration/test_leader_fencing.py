@@ -127,7 +127,7 @@ async def _scenario(kube: Any, cp: devcluster.ControlPlane, ns: str, lease_ns: s
         ),
         is_leader=lambda: a.is_leader,
     )
-    watcher = handlers.Watcher(rounds.store, rounds)
+    watcher = handlers.Watcher(rounds.cache, rounds)
     tasks.append(asyncio.create_task(mirror(kube, watcher, stop_a)))
     tasks.append(asyncio.create_task(rounds.run(stop_a)))
     try:

@@ -219,7 +219,7 @@ async def operate(
     client = kubeclient.api_client(kubeconfig, pool_size=32)  # as walras.operator.main builds it
     store = snapshot.Store()
     rounds_loop = loop.RoundLoop(store, kubeapi.Api(client), config)
-    watcher = handlers.Watcher(store, rounds_loop)
+    watcher = handlers.Watcher(rounds_loop.cache, rounds_loop)
     node_type = {
         n["metadata"]["name"]: n["metadata"]["labels"][crd.GPU_TYPE_LABEL]
         for n in devcluster.request(kube, "GET", "/api/v1/nodes")["items"]
@@ -237,7 +237,7 @@ async def operate(
             while True:
                 await asyncio.to_thread(_mirror, kube, watcher, seen)
                 await rounds_loop.bind_pending()
-                pods = None if rounds_loop.pending else await asyncio.to_thread(_settled, kube)
+                pods = None if rounds_loop.binder.queue else await asyncio.to_thread(_settled, kube)
                 if pods is not None:
                     break
                 assert time.monotonic() < deadline, f"round {r + 1}: pods did not settle"

@@ -136,7 +136,7 @@ def test_a_restarted_loop_continues_the_histories(
     assert api.configmap_writes >= 1
     assert {ns for ns, _ in api.maps} == {history_namespace or "ns"}
     second = make_loop(api, clock, {}, history_namespace)
-    asyncio.run(second._restore_histories())
+    asyncio.run(second.histories.restore(second.state))
     assert asked == [history_namespace]
     for _ in range(2):
         asyncio.run(never.run_round())
@@ -157,7 +157,7 @@ def test_a_status_accounted_later_than_the_record_wins(monkeypatch: pytest.Monke
     clock[0] += 10.0
     later = history.History(received={"g": 7.0}, elapsed=9.0, accounted_at=clock[0] - 1.0)
     second = make_loop(api, clock, {"u1": later.status_fields()})
-    asyncio.run(second._restore_histories())
+    asyncio.run(second.histories.restore(second.state))
     asyncio.run(second.run_round())
     # u1 continues from its status (accounted at t - 1, not running): elapsed 9 + 1 s.
     assert second.state.histories["u1"].elapsed == pytest.approx(10.0)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from test_operator_whole_gangs import GPU, FakeApi
+from tests.unit.operator_fakes import GPU, FakeApi
 
 from walras.core import policies, progress
 from walras.operator import loop, metrics
@@ -93,7 +93,7 @@ def setup(declared: float) -> tuple[loop.RoundLoop, FakeApi, Clock]:
 def report(rounds: loop.RoundLoop, clock: Clock, at: float, steps: str) -> None:
     clock.now = at
     rounds.store.upsert("pod", pod(steps))
-    rounds.facts.owner[("ns", "train-r1-0")] = "u1"
+    rounds.cache.facts.owner[("ns", "train-r1-0")] = "u1"
     asyncio.run(rounds.run_round())
 
 

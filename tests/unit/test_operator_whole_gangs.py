@@ -17,64 +17,11 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from tests.unit.operator_fakes import GPU, FakeApi
+
 from walras.core import policies
 from walras.kube import writes
 from walras.operator import loop
-
-GPU = "nvidia.com/gpu"
-
-
-class FakeApi:
-    """Records every write; answers from ``fail_create``/``fail_bind`` (pod -> Result) or OK."""
-
-    concurrency = 4  # requests in flight, as walras.kube.writes.Api says of itself
-
-    def __init__(
-        self,
-        fail_create: Mapping[str, writes.Result] | None = None,
-        fail_bind: Mapping[str, writes.Result] | None = None,
-    ) -> None:
-        self.fail_create = dict(fail_create or {})
-        self.fail_bind = dict(fail_bind or {})
-        self.calls: list[tuple[str, ...]] = []
-        self.statuses: dict[str, dict[str, Any]] = {}
-        self.events: list[tuple[str, str]] = []
-        self.created_on: dict[str, str] = {}  # pod -> spec.nodeName it was created with
-        self.manifests: dict[str, dict[str, Any]] = {}
-
-    async def create_pod(self, namespace: str, manifest: Mapping[str, Any]) -> writes.Result:
-        name = manifest["metadata"]["name"]
-        self.calls.append(("create", name))
-        self.created_on[name] = manifest["spec"].get("nodeName", "")
-        self.manifests[name] = {
-            **manifest,
-            "metadata": {**manifest["metadata"], "namespace": namespace},
-        }
-        return self.fail_create.get(name, writes.Result(writes.Outcome.OK, 201))
-
-    async def bind_pod(self, namespace: str, name: str, node: str) -> writes.Result:
-        self.calls.append(("bind", name))
-        return self.fail_bind.get(name, writes.Result(writes.Outcome.OK, 201))
-
-    async def delete_pod(self, namespace: str, name: str, **_: Any) -> writes.Result:
-        self.calls.append(("delete", name))
-        return writes.Result(writes.Outcome.OK, 200)
-
-    async def patch_job_status(
-        self, namespace: str, name: str, status: Mapping[str, Any]
-    ) -> writes.Result:
-        self.statuses[name] = dict(status)
-        return writes.Result(writes.Outcome.OK, 200)
-
-    async def patch_pool_status(self, name: str, status: Mapping[str, Any]) -> writes.Result:
-        return writes.Result(writes.Outcome.OK, 200)
-
-    async def post_event(self, job: Any, *, reason: str, message: str, **_: Any) -> writes.Result:
-        self.events.append((reason, message))
-        return writes.Result(writes.Outcome.OK, 201)
-
-    def names(self, verb: str) -> list[str]:
-        return [c[1] for c in self.calls if c[0] == verb]
 
 
 def gang_job(name: str, uid: str, replicas: int = 3) -> dict[str, Any]:
@@ -167,7 +114,7 @@ def test_a_refused_commit_member_leaves_nothing_bound() -> None:
     assert api.names("bind") == []
     assert sorted(api.names("delete")) == ["gang-r1-0", "gang-r1-1"]
     assert admitted(api.statuses["gang"])["reason"] == "QuotaExceeded"
-    assert not rounds.ledger
+    assert not rounds.cache.assumed
 
 
 def test_a_gang_that_fits_is_committed_by_its_last_member_created_on_its_node() -> None:
@@ -190,7 +137,7 @@ def test_a_gang_that_fits_is_committed_by_its_last_member_created_on_its_node() 
     assert api.names("delete") == []
     assert (report.creates, report.bound_at_create, report.binds) == (4, 2, 2)
     # Counted on the node until the watch shows them (a later gang must not be given them).
-    assert sorted(rounds.ledger) == [("ns", n) for n in [*members, "solo-r1-0"]]
+    assert sorted(rounds.cache.assumed) == [("ns", n) for n in [*members, "solo-r1-0"]]
     assert api.statuses["solo"]["phase"] == "Running"
     assert api.statuses["gang"]["phase"] == "Running"
 
@@ -219,7 +166,7 @@ def test_a_gang_whose_node_is_still_busy_is_created_unbound_and_bound_later() ->
         manifest = api.manifests[name]
         rounds.store.upsert("pod", {**manifest, "status": {"phase": "Running"}})
         (owner,) = manifest["metadata"]["ownerReferences"]
-        rounds.facts.owner[("ns", name)] = owner["uid"]  # as the pod handler records it
+        rounds.cache.facts.owner[("ns", name)] = owner["uid"]  # as the pod handler records it
     api.calls.clear()
     api.created_on.clear()
     clock[0] += rounds.config.round_seconds  # the first gang's slice has ended
@@ -250,7 +197,7 @@ def test_an_unbindable_member_removes_the_whole_gang() -> None:
     cond = admitted(api.statuses["gang"])
     assert (cond["status"], cond["reason"]) == ("False", "BindFailed")
     assert "binding pod gang-r1-2 to n0" in cond["message"]
-    assert not rounds.ledger
+    assert not rounds.cache.assumed
 
 
 def test_a_member_not_bound_after_the_commit_removes_the_gang_with_its_commit_member() -> None:
@@ -264,4 +211,4 @@ def test_a_member_not_bound_after_the_commit_removes_the_gang_with_its_commit_me
     assert sorted(api.names("delete")) == ["gang-r1-0", "gang-r1-1", "gang-r1-2"]
     cond = admitted(api.statuses["gang"])
     assert (cond["status"], cond["reason"]) == ("False", "BindFailed")
-    assert not rounds.ledger
+    assert not rounds.cache.assumed

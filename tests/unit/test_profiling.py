@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
-from test_operator_whole_gangs import GPU, FakeApi
+from tests.unit.operator_fakes import GPU, FakeApi
 
-from walras.core import model, policies, profiling, progress, snapshot
+from walras.core import admission, model, policies, profiling, progress, snapshot
 from walras.kube import writes
 from walras.operator import loop, throughputs
 
@@ -180,7 +180,7 @@ class Cluster(FakeApi):
         super().__init__()
         self.store = rounds_store
         self.rates = rates
-        self.facts: loop.Facts | None = None
+        self.facts: admission.Facts | None = None
         self.pods: dict[str, dict[str, Any]] = {}
         self.steps: dict[str, float] = {}  # job name -> cumulative steps
         self.placed: list[tuple[str, str]] = []  # (pod, GPU type) as bound or created bound
@@ -248,7 +248,7 @@ def run(rates: Mapping[str, float] | None, total: float | None, rounds_n: int) -
             progress=throughputs.Settings(profiling_seconds=SLICE),
         ),
     )
-    cluster.facts = rounds.facts
+    cluster.facts = rounds.cache.facts
     for t in ("a", "b"):
         store.upsert("pool", {"metadata": {"name": t, "generation": 1}, "spec": {"gpuType": t}})
         store.upsert("node", node(f"{t}0", t))

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from walras.core import snapshot
 from walras.kube import watch
-from walras.operator import handlers, loop
+from walras.operator import cache, handlers
 
 
 @given(
@@ -42,7 +42,6 @@ class _Rounds:
     """What the watch handler calls on the round loop."""
 
     def __init__(self) -> None:
-        self.facts = loop.Facts()
         self.pokes = 0
 
     def poke(self) -> None:
@@ -62,7 +61,7 @@ def pod(namespace: str, name: str, node: str = "") -> dict[str, Any]:
 
 def test_a_listing_drops_the_jobs_it_does_not_hold() -> None:
     store = snapshot.Store()
-    watcher = handlers.Watcher(store, _Rounds())  # type: ignore[arg-type]  # duck-typed stand-in
+    watcher = handlers.Watcher(cache.ClusterCache(store), _Rounds())
 
     def job(name: str) -> dict[str, Any]:
         meta = {"namespace": "a", "name": name, "uid": f"u-{name}", "generation": 1}
@@ -76,7 +75,7 @@ def test_a_listing_drops_the_jobs_it_does_not_hold() -> None:
 
 def test_a_listing_drops_the_pods_it_does_not_hold() -> None:
     store = snapshot.Store()
-    watcher = handlers.Watcher(store, _Rounds())  # type: ignore[arg-type]  # duck-typed stand-in
+    watcher = handlers.Watcher(cache.ClusterCache(store), _Rounds())
     watcher.apply_listed(
         "pod", [{"type": "ADDED", "object": pod("a", p, "n0")} for p in "xyz"], True
     )

@@ -3,15 +3,15 @@
 ``register`` attaches ``on.event`` handlers for ResourcePools, Nodes and Tenants to a kopf registry
 (``walras.operator.main`` creates it). Pods and FungibleJobs, nearly all the events (a job's own
 status patches come back as events too), come from lean LIST-then-WATCH threads (``watch_lean``,
-``walras.kube.watch``): kopf's per-object machinery cost a third of the operator's main thread in
-a 5,000-job cold round. Both hand their events to the event loop, so they never race the round
-loop. They never call the API and never patch the
-object, so kopf writes no annotations or finalizers of its own: every write belongs to the round
-loop.
+``walras.kube.watch``): kopf's per-object machinery (a deep copy, a diff and a handler dispatch
+per event) would run for every one of the events that make most of a large round's traffic. Both
+hand their events to the event loop, so they never race the round loop. They never call the API
+and never patch the object, so kopf writes no annotations or finalizers of its own: every write
+belongs to the round loop.
 
-Besides the store, they keep the round loop's :class:`walras.operator.loop.Facts`: each pod's
-controller FungibleJob uid (ownership), whether it carries a ``DisruptionTarget`` condition, and
-each job's ``spec.backoffLimit``.
+They write into the cluster cache (:class:`walras.operator.cache.ClusterCache`): the store, and
+beside it the facts a parsed view drops: each pod's controller FungibleJob uid (ownership),
+whether it carries a ``DisruptionTarget`` condition, and each job's ``spec.backoffLimit``.
 
 Wake-ups: a job created, deleted or edited (generation), a pool or Tenant changed, a node added,
 removed or changing readiness, and a Walras pod finishing run an incremental round; a pod going
@@ -29,13 +29,13 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import kopf
 
 from walras.core import crd, governance, snapshot
 from walras.kube import watch
-from walras.operator import loop
+from walras.operator import cache
 
 logger = logging.getLogger("walras.operator.handlers")
 
@@ -116,7 +116,7 @@ def _generation(obj: Mapping[str, Any]) -> int:
 def controller_uid(obj: Mapping[str, Any]) -> str:
     """The uid of a pod's controller FungibleJob, when that is the job its label names; else ''.
 
-    Only such pods are Walras's (``walras.operator.loop``): a label alone proves nothing.
+    Only such pods are Walras's (``walras.core.admission``): a label alone proves nothing.
     """
     meta = obj.get("metadata") or {}
     job = str((meta.get("labels") or {}).get(crd.LABEL_JOB) or "")
@@ -146,15 +146,27 @@ def backoff_limit(obj: Mapping[str, Any]) -> int:
         return 3
 
 
+class Rounds(Protocol):
+    """What the handlers wake: the round loop (``walras.operator.loop.RoundLoop``)."""
+
+    def poke(self) -> None: ...
+
+    def poke_binds(self) -> None: ...
+
+
 class Watcher:
-    """Applies watch events to a :class:`snapshot.Store` and pokes the round loop."""
+    """Applies watch events to the cluster cache and pokes the round loop."""
 
     def __init__(
-        self, store: snapshot.Store, rounds: loop.RoundLoop, readiness: Readiness | None = None
+        self, cluster: cache.ClusterCache, rounds: Rounds, readiness: Readiness | None = None
     ) -> None:
-        self.store = store
+        self.cluster = cluster
         self.rounds = rounds
         self.readiness = readiness
+
+    @property
+    def store(self) -> snapshot.Store:
+        return self.cluster.store
 
     def apply_listed(self, kind: str, events: list[Mapping[str, Any]], listing: bool) -> None:
         """A batch of events of one ``LEAN_KINDS`` kind from ``watch_lean``; a listing (every
@@ -178,7 +190,7 @@ class Watcher:
         key = _key(obj)
         if self.readiness is not None:
             self.readiness.seen(kind, key)
-        facts = self.rounds.facts
+        facts = self.cluster.facts
         if etype == "DELETED":
             self.store.delete(kind, *key)
             if kind == "pod":

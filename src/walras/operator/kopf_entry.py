@@ -19,7 +19,7 @@ from typing import Any
 import kopf
 
 from walras.core import snapshot
-from walras.operator import handlers, kopf_storage, loop, main
+from walras.operator import cache, handlers, kopf_storage, loop, main
 
 
 def options_from_env() -> main.Options:
@@ -52,8 +52,6 @@ class _Deferred:
 
     def __init__(self) -> None:
         self.target: loop.RoundLoop | None = None
-        # Facts the handlers record before the round loop exists; the loop adopts this object.
-        self.facts = loop.Facts()
 
     def poke(self) -> None:
         if self.target is not None:
@@ -66,7 +64,7 @@ class _Deferred:
 
 STORE = snapshot.Store()
 _ROUNDS = _Deferred()
-_WATCHER = handlers.Watcher(STORE, _ROUNDS)  # type: ignore[arg-type]  # duck-typed stand-in
+_WATCHER = handlers.Watcher(cache.ClusterCache(STORE), _ROUNDS)
 handlers.register(kopf.get_default_registry(), _WATCHER)
 _STOP = asyncio.Event()
 _LEAN_STOP = threading.Event()
@@ -91,9 +89,10 @@ async def start_rounds(settings: kopf.OperatorSettings, **_: Any) -> None:
     if op.elector is not None:
         _TASKS.append(asyncio.create_task(op.elector.run(_STOP)))
     rounds = op.rounds
-    rounds.facts = _ROUNDS.facts
-    # The handlers fill the store the round loop plans on (kopf starts watching after startup).
-    _WATCHER.store = rounds.store
+    # The handlers fill the cache the round loop plans on (kopf starts watching after startup);
+    # the facts they recorded before the round loop existed carry over.
+    rounds.cache.facts = _WATCHER.cluster.facts
+    _WATCHER.cluster = rounds.cache
     readiness = await op.readiness()
     _WATCHER.readiness = readiness
     _ROUNDS.target = rounds

@@ -5,9 +5,10 @@ one (``kopf._core.reactor.processing._detect_causes``), whether or not any handl
 changes: a deep copy of the whole body (``DiffBaseStorage.build``) and two more of the essence
 (``ProgressStorage.clear``). Those serve ``on.create/update/resume/delete/field`` handlers and
 daemons, which Walras does not register: its handlers are ``on.event`` only
-(``walras.operator.handlers``; ``tests/unit/test_kopf_storage.py`` fails if that changes). A cold
-round of 5,000 jobs delivers about 20,000 events (each pod's creation and its Running status,
-each job's status), and py-spy put those copies at about a sixth of the operator's main thread.
+(``walras.operator.handlers``; ``tests/unit/test_kopf_storage.py`` fails if that changes). A
+round that starts many gangs delivers several events per pod and job (a pod's creation, its
+binding, its Running status; each job's status patch), so those copies would grow with the
+cluster for nothing.
 
 So the essence is empty and clearing it copies nothing. Reading still works as kopf's defaults do
 (``fetch``: an annotation nobody writes here returns ``None``), and nothing is written: with no

@@ -64,7 +64,7 @@ class Options:
     history_half_life: float = math.inf
     backfill: bool = False
     pop_shards: int = 1
-    # Progress reporting and throughput estimation (walras.operator.throughputs, issue 16).
+    # Progress reporting and throughput estimation (walras.operator.throughputs).
     measured_min_samples: int = 3
     mismatch_factor: float = 2.0
     absurd_factor: float = 10.0
@@ -264,7 +264,7 @@ async def run(options: Options) -> None:
         api.close()
         raise SystemExit(1) from None
     registry = kopf.OperatorRegistry()
-    watcher = handlers.Watcher(store, rounds, readiness)
+    watcher = handlers.Watcher(rounds.cache, rounds, readiness)
     handlers.register(registry, watcher)
     lean_stop = threading.Event()
     handlers.watch_lean(watch_client(options.kubeconfig), watcher, lean_stop)

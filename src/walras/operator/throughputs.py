@@ -1,4 +1,4 @@
-"""Reported progress and effective throughputs in the operator's round (issue 16).
+"""Reported progress and effective throughputs in the operator's round.
 
 The round loop calls :meth:`Throughputs.prepare` on each snapshot before the plan:
 
@@ -57,7 +57,7 @@ def _readings(
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    """The ``walras operator`` flags of issue 16 (``--measured-min-samples``,
+    """The ``walras operator`` flags for progress (``--measured-min-samples``,
     ``--mismatch-factor``, ``--absurd-factor``); defaults are those of ``walras.core.progress``."""
 
     min_samples: int = progress.MIN_SAMPLES

@@ -1,0 +1,63 @@
+"""A scripted stand-in for ``walras.kube.writes.Api`` for round-loop tests (no Kubernetes)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from walras.kube import writes
+
+GPU = "nvidia.com/gpu"
+
+
+class FakeApi:
+    """Records every write; answers from ``fail_create``/``fail_bind`` (pod -> Result) or OK."""
+
+    concurrency = 4  # requests in flight, as walras.kube.writes.Api says of itself
+
+    def __init__(
+        self,
+        fail_create: Mapping[str, writes.Result] | None = None,
+        fail_bind: Mapping[str, writes.Result] | None = None,
+    ) -> None:
+        self.fail_create = dict(fail_create or {})
+        self.fail_bind = dict(fail_bind or {})
+        self.calls: list[tuple[str, ...]] = []
+        self.statuses: dict[str, dict[str, Any]] = {}
+        self.events: list[tuple[str, str]] = []
+        self.created_on: dict[str, str] = {}  # pod -> spec.nodeName it was created with
+        self.manifests: dict[str, dict[str, Any]] = {}
+
+    async def create_pod(self, namespace: str, manifest: Mapping[str, Any]) -> writes.Result:
+        name = manifest["metadata"]["name"]
+        self.calls.append(("create", name))
+        self.created_on[name] = manifest["spec"].get("nodeName", "")
+        self.manifests[name] = {
+            **manifest,
+            "metadata": {**manifest["metadata"], "namespace": namespace},
+        }
+        return self.fail_create.get(name, writes.Result(writes.Outcome.OK, 201))
+
+    async def bind_pod(self, namespace: str, name: str, node: str) -> writes.Result:
+        self.calls.append(("bind", name))
+        return self.fail_bind.get(name, writes.Result(writes.Outcome.OK, 201))
+
+    async def delete_pod(self, namespace: str, name: str, **_: Any) -> writes.Result:
+        self.calls.append(("delete", name))
+        return writes.Result(writes.Outcome.OK, 200)
+
+    async def patch_job_status(
+        self, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> writes.Result:
+        self.statuses[name] = dict(status)
+        return writes.Result(writes.Outcome.OK, 200)
+
+    async def patch_pool_status(self, name: str, status: Mapping[str, Any]) -> writes.Result:
+        return writes.Result(writes.Outcome.OK, 200)
+
+    async def post_event(self, job: Any, *, reason: str, message: str, **_: Any) -> writes.Result:
+        self.events.append((reason, message))
+        return writes.Result(writes.Outcome.OK, 201)
+
+    def names(self, verb: str) -> list[str]:
+        return [c[1] for c in self.calls if c[0] == verb]
