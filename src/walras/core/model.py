@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from walras.core import crd, podtemplate
+from walras.core import adapters, crd, podtemplate
 from walras.core.progress import ANN_STEPS_DONE
 from walras.core.quantity import quantity as quantity  # re-exported: the model's grammar
 from walras.core.schema import fungiblejob as schema_fungiblejob
@@ -649,6 +649,14 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
         replica = int(labels.get(crd.LABEL_REPLICA, "0"))
     except ValueError:
         replica = 0
+    planned_node = annotations.get(crd.ANN_NODE, "")
+    if crd.LABEL_REPLICA not in labels:
+        # A pod of an adopted workload (walras.core.adapters): its controller made it from the
+        # template Walras set, which names the node of each replica.
+        adopted = adapters.replica_of(labels, annotations)
+        if adopted is not None:
+            replica = adopted
+            planned_node = planned_node or adapters.base.node_of(annotations, adopted)
     try:
         round_no = int(annotations.get(crd.ANN_ROUND, "0"))
     except ValueError:
@@ -660,7 +668,7 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
         job=labels.get(crd.LABEL_JOB, ""),
         replica=replica,
         node=str(spec.get("nodeName") or ""),
-        planned_node=annotations.get(crd.ANN_NODE, ""),
+        planned_node=planned_node,
         group=annotations.get(crd.ANN_GROUP, ""),
         phase=str(_mapping(obj.get("status")).get("phase") or "Pending"),
         terminating=meta.get("deletionTimestamp") is not None,

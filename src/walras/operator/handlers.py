@@ -33,7 +33,7 @@ from typing import Any, Protocol
 
 import kopf
 
-from walras.core import crd, governance, snapshot
+from walras.core import adapters, crd, governance, snapshot
 from walras.kube import watch
 from walras.operator import cache
 
@@ -119,13 +119,18 @@ def controller_uid(obj: Mapping[str, Any]) -> str:
     Only such pods are Walras's (``walras.core.admission``): a label alone proves nothing.
     """
     meta = obj.get("metadata") or {}
-    job = str((meta.get("labels") or {}).get(crd.LABEL_JOB) or "")
+    labels = meta.get("labels") or {}
+    job = str(labels.get(crd.LABEL_JOB) or "")
     for ref in meta.get("ownerReferences") or []:
         if not isinstance(ref, Mapping) or not ref.get("controller"):
             continue
         group = str(ref.get("apiVersion") or "").split("/", 1)[0]
         if group == crd.GROUP and ref.get("kind") == crd.JOB_KIND and ref.get("name") == job:
             return str(ref.get("uid") or "")
+        if group == "batch" and ref.get("kind") == "Job":
+            # A pod of an adopted workload (walras.operator.adoption): its Job made it from the
+            # template Walras started, which names the mirror FungibleJob by uid.
+            return str(labels.get(adapters.base.LABEL_MIRROR_UID) or "")
     return ""
 
 

@@ -116,6 +116,17 @@ class Utility(Model):
     )
 
 
+class WorkloadRef(Model):
+    """``spec.workloadRef``: the workload a mirror FungibleJob stands for (docs/workloads.md)."""
+
+    api_version: Annotated[str, StringConstraints(max_length=253)] = Field(
+        description="apiVersion of the workload (batch/v1, jobset.x-k8s.io/v1alpha2)."
+    )
+    kind: Annotated[str, StringConstraints(max_length=63)]
+    name: Annotated[str, StringConstraints(max_length=253)]
+    uid: Annotated[str, StringConstraints(max_length=128)] | None = None
+
+
 class FungibleJobSpec(Model):
     """``spec`` of a FungibleJob."""
 
@@ -173,6 +184,14 @@ class FungibleJobSpec(Model):
         gt=0,
         le=limits.MAX_TOTAL_WORK,
         description="Work units after which the job is Succeeded (optional), at most 1e18.",
+    )
+    workload_ref: WorkloadRef | None = Field(
+        None,
+        description=(
+            "Set by Walras on the FungibleJob that mirrors an adopted workload (a Job or JobSet "
+            "labelled walras.dev/managed): Walras runs that workload through its suspend field "
+            "instead of creating pods."
+        ),
     )
 
     @field_validator("template", mode="wrap")
