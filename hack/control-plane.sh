@@ -421,12 +421,14 @@ cmd_start() {
 	# FungibleJob removes its pods through their ownerReferences), namespace (a deleted namespace is
 	# emptied and removed), resource quota (ResourceQuota usage is computed, so quota admission
 	# works), ServiceAccount (`default` in every namespace) and ClusterRole aggregation (the
-	# built-in admin/edit/view roles get their rules, as users get them). Not the node lifecycle controller:
+	# built-in admin/edit/view roles get their rules, as users get them) and Job (a Job labelled
+	# walras.dev/managed is run through its suspend field: its controller makes and deletes the
+	# pods). Not the node lifecycle controller:
 	# kwok's heartbeats are slower than its grace period, so it would mark nodes NotReady. No
 	# serving port (--secure-port=0): several control planes may run side by side.
 	"$KCM_BIN" \
 		--kubeconfig="$dir/admin.kubeconfig" \
-		--controllers=garbage-collector-controller,namespace-controller,resourcequota-controller,serviceaccount-controller,clusterrole-aggregation-controller \
+		--controllers=garbage-collector-controller,namespace-controller,resourcequota-controller,serviceaccount-controller,clusterrole-aggregation-controller,job-controller \
 		--leader-elect=false \
 		--secure-port=0 \
 		--use-service-account-credentials=false \

@@ -163,6 +163,8 @@ class JobSpec:
     forkable: bool = False
     # spec.profile: jobs alike for throughput estimation (walras.core.estimation); "" = image.
     profile: str = ""
+    # spec.workloadRef.uid: the workload this job mirrors (walras.core.adapters); "" = none.
+    workload_uid: str = ""
 
     @property
     def key(self) -> JobKey:
@@ -545,6 +547,7 @@ def _parse_job(obj: Mapping[str, Any]) -> JobSpec:
     return JobSpec(
         forkable=checked.forkable,
         profile=checked.profile or "",
+        workload_uid=(checked.workload_ref.uid or "") if checked.workload_ref else "",
         namespace=namespace,
         name=name,
         uid=str(meta.get("uid", "")),

@@ -296,6 +296,18 @@ class Api:
     async def patch_pool_status(self, name: str, status: Mapping[str, Any]) -> Result:
         return await self.patch_status(crd.POOL_PLURAL, name, status)
 
+    # ------------------------------------------------------------------ any object
+
+    async def create_object(self, path: str, body: Mapping[str, Any]) -> Result:
+        """POST ``body`` to the collection at ``path`` (an adopted workload's mirror)."""
+        return await self._run(self._request, "POST", path, dict(body))
+
+    async def patch_object(self, path: str, patch: Mapping[str, Any]) -> Result:
+        """Merge-patch the object at ``path`` (suspending or starting an adopted workload)."""
+        return await self._run(
+            self._request, "PATCH", path, dict(patch), content_type="application/merge-patch+json"
+        )
+
     # ------------------------------------------------------------------ configmaps
 
     async def put_configmap(
@@ -335,19 +347,21 @@ class Api:
         obj: Involved,
         *,
         kind: str = crd.JOB_KIND,
+        api_version: str = crd.API_VERSION,
         uid: str,
         event_type: str,
         reason: str,
         message: str,
         now: str,
     ) -> Result:
-        """A core/v1 Event on the Walras object ``obj`` of ``kind`` (the caller deduplicates)."""
+        """A core/v1 Event on the object ``obj`` of ``kind`` (a Walras object unless
+        ``api_version`` says otherwise; the caller deduplicates)."""
         body = {
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {"generateName": f"{obj.name[:200]}.", "namespace": obj.namespace},
             "involvedObject": {
-                "apiVersion": crd.API_VERSION,
+                "apiVersion": api_version,
                 "kind": kind,
                 "namespace": obj.namespace,
                 "name": obj.name,

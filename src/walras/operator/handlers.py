@@ -109,6 +109,10 @@ def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
     return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
 
 
+def _annotations(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return (obj.get("metadata") or {}).get("annotations") or {}
+
+
 def _generation(obj: Mapping[str, Any]) -> int:
     return int((obj.get("metadata") or {}).get("generation") or 0)
 
@@ -254,6 +258,9 @@ class Watcher:
             if pod.terminating and (prev_pod is None or not prev_pod.terminating):
                 self.rounds.poke_binds()
             if pod.finished and (prev_pod is None or not prev_pod.finished):
+                self.rounds.poke()
+            if prev_pod is None and not pod.node and adapters.base.ANN_NODES in _annotations(obj):
+                # A started workload's controller made this pod: bind its gang soon.
                 self.rounds.poke()
 
 

@@ -10,7 +10,9 @@ when queued binds retry between rounds. One round is these steps (:meth:`RoundLo
    (``walras.operator.throughputs``) and the capacity statements of work reserve
    (``walras.operator.sow``). The result is the one immutable snapshot the core sees.
 2. **Plan.** ``walras.core.cycle.plan`` in a worker thread: solve, realise, account.
-3. **Act.** The gang binder (``walras.operator.binder``) deletes, creates and binds whole gangs.
+3. **Act.** Adopted workloads (``walras.operator.adoption``) are started and suspended in place
+   of their mirrors' pods; the gang binder (``walras.operator.binder``) deletes, creates and
+   binds whole gangs.
 4. **Statuses.** The status writer (``walras.operator.status_writer``) patches what changed and
    posts new Events.
 5. **Histories.** Persist the schedule histories whose running state changed
@@ -36,6 +38,7 @@ from dataclasses import dataclass, field
 from walras.core import admission, cycle, policies, snapshot
 from walras.kube import writes as kubeapi
 from walras.operator import (
+    adoption,
     binder,
     cache,
     health,
@@ -112,6 +115,8 @@ class RoundLoop:
         self.binder = binder.GangBinder(
             api, self.cache, self.rules, is_leader, bind_at_create=config.bind_at_create
         )
+        # Jobs and JobSets labelled walras.dev/managed, run through suspend (act: step 3).
+        self.adoption = adoption.Adoption(api, self.cache)
         self.statuses = status_writer.StatusWriter(api, self.cache, self.rules, self.throughputs)
         self.histories = history_sync.HistorySync(api, config.history_namespace, is_leader)
         self.triggers = triggers.Triggers(config.round_seconds, config.debounce)
@@ -220,7 +225,8 @@ class RoundLoop:
         self._report_plan(planned, report, t0)
         # 3. Act: deletes, whole-gang creates and binds.
         t3 = time.perf_counter()
-        await self.binder.act(planned.realisation, scratch)
+        realisation = await self.adoption.act(planned.realisation, scratch)
+        await self.binder.act(realisation, scratch)
         # 4. Statuses and Events (a refresh round rewrites them all, once).
         t4 = time.perf_counter()
         self._refresh_all = False

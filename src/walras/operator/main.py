@@ -29,7 +29,7 @@ from walras.core import cycle, policies, snapshot
 from walras.kube import client as kubeclient
 from walras.kube import nodeallocations
 from walras.kube import writes as kubeapi
-from walras.operator import handlers, kopf_storage, loop, throughputs
+from walras.operator import adoption, handlers, kopf_storage, loop, throughputs
 
 logger = logging.getLogger("walras.operator")
 
@@ -266,6 +266,7 @@ async def run(options: Options) -> None:
     registry = kopf.OperatorRegistry()
     watcher = handlers.Watcher(rounds.cache, rounds, readiness)
     handlers.register(registry, watcher)
+    adoption.register(registry, rounds.adoption, rounds.poke)
     lean_stop = threading.Event()
     handlers.watch_lean(watch_client(options.kubeconfig), watcher, lean_stop)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from walras.core.adapters import base, batch_job, jobset
-from walras.core.adapters.base import Adapter, BadWorkload, Gang, Kind, Outcome, Start
+from walras.core.adapters.base import Adapter, BadWorkloadError, Gang, Kind, Outcome, Start
 
 ADAPTERS: tuple[Adapter, ...] = (
     batch_job.BatchJob(),
@@ -33,4 +33,4 @@ def replica_of(labels: Mapping[str, str], annotations: Mapping[str, str]) -> int
     return None
 
 
-__all__ = ["ADAPTERS", "Adapter", "BadWorkload", "Gang", "Kind", "Outcome", "Start", "by_kind"]
+__all__ = ["ADAPTERS", "Adapter", "BadWorkloadError", "Gang", "Kind", "Outcome", "Start", "by_kind"]

@@ -4,7 +4,7 @@ An adapter reads one object of its kind as plain data and answers, without talki
 server:
 
 - its **gang**: how many pods run at once, the GPUs each asks for, the pod template
-  (:class:`Gang`); an object that is not a gang Walras can run raises :class:`BadWorkload`
+  (:class:`Gang`); an object that is not a gang Walras can run raises :class:`BadWorkloadError`
   naming the field;
 - whether it is **suspended**, and the patch that suspends it;
 - the patch that **starts** it on chosen nodes: node affinity, labels and annotations on its
@@ -51,7 +51,7 @@ TEMPLATE_ANNOTATIONS = (
 )
 
 
-class BadWorkload(Exception):
+class BadWorkloadError(Exception):
     """The workload is not a gang Walras can run; ``field`` names the culprit."""
 
     def __init__(self, field: str, reason: str, message: str) -> None:
@@ -125,7 +125,7 @@ def mapping(value: object) -> Mapping[str, Any]:
 
 def gpus_of(template: Mapping[str, Any], resource_name: str, where: str) -> int:
     """Whole GPUs one pod of ``template`` asks for (``resource_name`` in any container's limits
-    or requests, summed over containers); :class:`BadWorkload` when none or not whole."""
+    or requests, summed over containers); :class:`BadWorkloadError` when none or not whole."""
     spec = mapping(template.get("spec"))
     total = 0.0
     for i, c in enumerate(spec.get("containers") or []):
@@ -138,13 +138,13 @@ def gpus_of(template: Mapping[str, Any], resource_name: str, where: str) -> int:
         try:
             total += float(str(value))
         except ValueError:
-            raise BadWorkload(
+            raise BadWorkloadError(
                 f"{where}.spec.containers[{i}].resources.limits[{resource_name}]",
                 "InvalidGPURequest",
                 f"{resource_name} must be a whole number, got {value!r}",
             ) from None
     if total <= 0 or total != int(total):
-        raise BadWorkload(
+        raise BadWorkloadError(
             f"{where}.spec.containers[*].resources.limits[{resource_name}]",
             "NoGPURequest",
             f"no container asks for a whole number of {resource_name} (got {total:g}): "

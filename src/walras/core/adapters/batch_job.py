@@ -35,7 +35,7 @@ class BatchJob:
     def gang(self, obj: Mapping[str, Any]) -> base.Gang:
         spec = base.mapping(obj.get("spec"))
         if spec.get("completionMode") != "Indexed":
-            raise base.BadWorkload(
+            raise base.BadWorkloadError(
                 "spec.completionMode",
                 "NotIndexed",
                 f"completionMode is {spec.get('completionMode') or 'NonIndexed'!r}; a gang "
@@ -43,11 +43,11 @@ class BatchJob:
             )
         parallelism, completions = spec.get("parallelism", 1), spec.get("completions")
         if not isinstance(parallelism, int) or parallelism < 1:
-            raise base.BadWorkload(
+            raise base.BadWorkloadError(
                 "spec.parallelism", "NotAGang", f"parallelism must be >= 1, got {parallelism!r}"
             )
         if completions != parallelism:
-            raise base.BadWorkload(
+            raise base.BadWorkloadError(
                 "spec.parallelism",
                 "NotAGang",
                 f"parallelism ({parallelism}) must equal completions ({completions}): Walras "

@@ -39,7 +39,7 @@ class JobSet:
     def _replicated(self, obj: Mapping[str, Any]) -> list[Mapping[str, Any]]:
         jobs = base.mapping(obj.get("spec")).get("replicatedJobs")
         if not isinstance(jobs, list) or not jobs:
-            raise base.BadWorkload(
+            raise base.BadWorkloadError(
                 "spec.replicatedJobs", "NotAGang", "a JobSet needs at least one replicated Job"
             )
         return [base.mapping(j) for j in jobs]
@@ -52,11 +52,13 @@ class JobSet:
             job = {"spec": base.mapping(base.mapping(rjob.get("template")).get("spec"))}
             try:
                 gang = self._job.gang(job)
-            except base.BadWorkload as bad:
-                raise base.BadWorkload(f"{where}.{bad.field}", bad.reason, bad.message) from None
+            except base.BadWorkloadError as bad:
+                raise base.BadWorkloadError(
+                    f"{where}.{bad.field}", bad.reason, bad.message
+                ) from None
             replicas = rjob.get("replicas", 1)
             if not isinstance(replicas, int) or replicas < 1:
-                raise base.BadWorkload(
+                raise base.BadWorkloadError(
                     f"spec.replicatedJobs[{i}].replicas",
                     "NotAGang",
                     f"replicas must be >= 1, got {replicas!r}",
@@ -64,7 +66,7 @@ class JobSet:
             if first is None:
                 first = gang
             elif (gang.replicas, gang.gpus_per_pod) != (first.replicas, first.gpus_per_pod):
-                raise base.BadWorkload(
+                raise base.BadWorkloadError(
                     f"{where}.spec",
                     "UnlikePods",
                     f"{gang.replicas} pods of {gang.gpus_per_pod} GPUs per Job, but the first "

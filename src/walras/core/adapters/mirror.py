@@ -27,11 +27,11 @@ def _number(annotations: Mapping[str, str], key: str, text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise base.BadWorkload(
+        raise base.BadWorkloadError(
             f"metadata.annotations[{key}]", "InvalidAnnotation", f"{text!r} is not a number"
         ) from None
     if not value >= 0 or value == float("inf"):
-        raise base.BadWorkload(
+        raise base.BadWorkloadError(
             f"metadata.annotations[{key}]", "InvalidAnnotation", f"{text!r} must be >= 0"
         )
     return value
@@ -44,7 +44,7 @@ def throughput(annotations: Mapping[str, str]) -> dict[str, float]:
     for item in filter(None, (i.strip() for i in text.split(","))):
         gpu_type, sep, value = item.partition("=")
         if not sep or not gpu_type.strip():
-            raise base.BadWorkload(
+            raise base.BadWorkloadError(
                 f"metadata.annotations[{base.ANN_THROUGHPUT}]",
                 "InvalidAnnotation",
                 f"{item!r} is not TYPE=WORK_PER_SECOND",
@@ -63,7 +63,7 @@ def spec_of(gang: base.Gang, annotations: Mapping[str, str]) -> dict[str, Any]:
     if base.ANN_TOTAL_WORK in annotations:
         total = _number(annotations, base.ANN_TOTAL_WORK, annotations[base.ANN_TOTAL_WORK])
         if total <= 0:
-            raise base.BadWorkload(
+            raise base.BadWorkloadError(
                 f"metadata.annotations[{base.ANN_TOTAL_WORK}]",
                 "InvalidAnnotation",
                 "total work must be > 0",
@@ -71,7 +71,7 @@ def spec_of(gang: base.Gang, annotations: Mapping[str, str]) -> dict[str, Any]:
         spec["totalWork"] = total
     kind = annotations.get(base.ANN_UTILITY, "log")
     if kind not in ("log", "linear"):
-        raise base.BadWorkload(
+        raise base.BadWorkloadError(
             f"metadata.annotations[{base.ANN_UTILITY}]",
             "InvalidAnnotation",
             f"utility {kind!r}: log or linear",
@@ -80,19 +80,21 @@ def spec_of(gang: base.Gang, annotations: Mapping[str, str]) -> dict[str, Any]:
     if base.ANN_WEIGHT in annotations:
         weight = _number(annotations, base.ANN_WEIGHT, annotations[base.ANN_WEIGHT])
         if weight <= 0:
-            raise base.BadWorkload(
-                f"metadata.annotations[{base.ANN_WEIGHT}]", "InvalidAnnotation", "weight must be > 0"
+            raise base.BadWorkloadError(
+                f"metadata.annotations[{base.ANN_WEIGHT}]",
+                "InvalidAnnotation",
+                "weight must be > 0",
             )
     spec["utility"] = {"kind": kind, "weight": weight}
     return spec
 
 
-def unknown_types(spec: Mapping[str, Any], pool_types: set[str]) -> base.BadWorkload | None:
+def unknown_types(spec: Mapping[str, Any], pool_types: set[str]) -> base.BadWorkloadError | None:
     """A GPU type the workload names that no pool has (declared throughput, or the template's
     ``walras.dev/gpu-type`` node selector), as bad input; None when every type exists."""
     for gpu_type in sorted(spec.get("throughput") or {}):
         if gpu_type not in pool_types:
-            return base.BadWorkload(
+            return base.BadWorkloadError(
                 f"metadata.annotations[{base.ANN_THROUGHPUT}]",
                 "UnknownGPUType",
                 f"GPU type {gpu_type!r}: no ResourcePool has it (pools: "
@@ -101,7 +103,7 @@ def unknown_types(spec: Mapping[str, Any], pool_types: set[str]) -> base.BadWork
     selector = base.mapping(base.mapping(spec.get("template")).get("spec")).get("nodeSelector")
     wanted = base.mapping(selector).get(crd.GPU_TYPE_LABEL)
     if wanted is not None and wanted not in pool_types:
-        return base.BadWorkload(
+        return base.BadWorkloadError(
             f"spec.template.spec.nodeSelector[{crd.GPU_TYPE_LABEL}]",
             "UnknownGPUType",
             f"GPU type {wanted!r}: no ResourcePool has it",

@@ -1,0 +1,307 @@
+"""Adopted workloads: Jobs and JobSets labelled ``walras.dev/managed: "true"``, run through suspend.
+
+The watch (:func:`register`) keeps the latest object of every labelled workload of each kind in
+``walras.core.adapters`` and pokes the round loop; it writes nothing. Every round, after the plan
+and before the gang binder (:meth:`Adoption.act`, leader only):
+
+1. **Mirror.** Each workload gets its mirror FungibleJob (``walras.core.adapters.mirror``) when
+   it has none. A workload that is not a gang Walras can run (``BadWorkloadError``: not Indexed,
+   ``parallelism != completions``, no GPU request, a GPU type no pool has) gets a mirror that is
+   ``Failed`` with the condition ``Admitted=False`` naming the field, and one Warning Event on
+   the workload; it stays suspended and is never started.
+2. **Kept suspended.** A workload running that Walras did not start (created without
+   ``suspend: true`` where no admission policy sets it) is suspended.
+3. **Outcome.** A workload's own ``Complete``/``Failed`` condition makes its mirror Succeeded or
+   Failed.
+4. **Slices.** The plan's pods of mirrors are not created: a mirror placed this round starts its
+   workload (the node of each replica, Walras's labels and annotations on its suspended template,
+   ``suspend: false``: one patch); a mirror whose pods the plan deletes (its slice ended, or it
+   moves) has its workload suspended, and the workload's controller deletes its pods with their
+   grace period. A workload that must move is suspended this round and started by a later one,
+   once suspended (Kubernetes accepts template changes only then). Its pods, made by its
+   controller, carry the mirror's labels: the round loop binds them as whole gangs like its own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import quote
+
+import kopf
+
+from walras.core import adapters, crd, model, realise
+from walras.core import conditions as cond
+from walras.core.adapters import base, mirror
+from walras.kube import writes as kubeapi
+from walras.operator import cache
+from walras.operator.round_scratch import RoundScratch
+
+logger = logging.getLogger("walras.operator.adoption")
+
+# The reason on a mirror whose workload Walras cannot run, and on its Event.
+REJECTED = "WorkloadRejected"
+# Delete reasons after which the workload's own controller (or the garbage collector) is done.
+_DONE = ("JobGone",)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Ref:
+    """A workload's name as an Event's involved object."""
+
+    namespace: str
+    name: str
+
+
+def _path(kind: base.Kind, namespace: str, name: str = "") -> str:
+    prefix = "/api" if not kind.group else "/apis"
+    item = f"/{quote(name)}" if name else ""
+    return f"{prefix}/{kind.api_version}/namespaces/{quote(namespace)}/{kind.plural}{item}"
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return base.mapping(obj.get("metadata"))
+
+
+def _started_by_walras(adapter: base.Adapter, obj: Mapping[str, Any]) -> bool:
+    """Its template carries a mirror's uid: Walras started it (it does not suspend it again)."""
+    spec = base.mapping(obj.get("spec"))
+    templates = [base.mapping(spec.get("template"))]
+    for rjob in spec.get("replicatedJobs") or []:
+        rspec = base.mapping(base.mapping(base.mapping(rjob).get("template")).get("spec"))
+        templates.append(base.mapping(rspec.get("template")))
+    return any(
+        base.LABEL_MIRROR_UID in base.mapping(_meta(t).get("labels")) for t in templates if t
+    )
+
+
+class Adoption:
+    """The adopted workloads and the writes that run them (module docstring)."""
+
+    def __init__(self, api: kubeapi.Api, cluster: cache.ClusterCache) -> None:
+        self.api = api
+        self.cluster = cluster
+        # (namespace, name) -> (adapter, latest object), from the watch.
+        self.workloads: dict[model.JobKey, tuple[base.Adapter, Mapping[str, Any]]] = {}
+        # Writes done once per workload uid and generation (Events, rejections, outcomes).
+        self._done: set[tuple[str, str, int]] = set()
+
+    # ------------------------------------------------------------------ the watch
+
+    def seen(self, adapter: base.Adapter, event: Mapping[str, Any]) -> bool:
+        """A watch event of a labelled workload; True when a round should run soon."""
+        obj = base.mapping(event.get("object"))
+        meta = _meta(obj)
+        key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
+        if event.get("type") == "DELETED":
+            self.workloads.pop(key, None)  # the garbage collector deletes its mirror
+            return False
+        if base.mapping(meta.get("labels")).get(base.LABEL_MANAGED) != "true":
+            self.workloads.pop(key, None)
+            return False
+        prev = self.workloads.get(key)
+        self.workloads[key] = (adapter, obj)
+        if prev is None:
+            return True
+        before, after = prev[1], obj
+        return bool(
+            _meta(before).get("generation") != _meta(after).get("generation")
+            or adapter.outcome(before) != adapter.outcome(after)
+        )
+
+    # ------------------------------------------------------------------ the round
+
+    async def act(self, plan: realise.Realisation, scratch: RoundScratch) -> realise.Realisation:
+        """Mirrors, suspensions and outcomes; the plan's pods of mirrors turned into starts and
+        suspensions of their workloads. Returns the plan without them (for the gang binder)."""
+        accepted = await self._reconcile(scratch)
+        adopted = {
+            key for key, (_, obj) in self.workloads.items() if self._mirror_of(key, obj) is not None
+        }
+        starts: dict[model.JobKey, list[realise.PodCreate]] = {}
+        stops: set[model.JobKey] = set()
+        for c in plan.creates:
+            if c.job.key in adopted:
+                starts.setdefault(c.job.key, []).append(c)
+        for d in plan.deletes:
+            if d.pod.job_key in adopted and d.reason not in _DONE:
+                stops.add(d.pod.job_key)
+        scratch.retry_deletes = [p for p in scratch.retry_deletes if p.job_key not in adopted]
+        for key in sorted(stops | set(starts)):
+            adapter, obj = self.workloads[key]
+            if adapter.outcome(obj) is not None:
+                continue
+            gang = starts.get(key)
+            if gang and key in accepted and adapter.suspended(obj) and key not in stops:
+                await self._start(key, adapter, obj, gang, scratch)
+            elif not adapter.suspended(obj):
+                await self._write(adapter, key, adapter.suspend_patch(obj), "suspend", scratch)
+        return dataclasses.replace(
+            plan,
+            creates=tuple(c for c in plan.creates if c.job.key not in adopted),
+            deletes=tuple(d for d in plan.deletes if d.pod.job_key not in adopted),
+        )
+
+    def _mirror_of(self, key: model.JobKey, obj: Mapping[str, Any]) -> model.JobSpec | None:
+        """The mirror FungibleJob of the workload ``obj`` (None while it has none)."""
+        job = self.cluster.store.jobs.get(key)
+        if not isinstance(job, model.JobSpec):
+            return None
+        uid = str(_meta(obj).get("uid", ""))
+        return job if uid and job.workload_uid == uid else None
+
+    async def _reconcile(self, scratch: RoundScratch) -> set[model.JobKey]:
+        """Steps 1 to 3 of the module docstring; returns the workloads Walras may start."""
+        pool_types = {p.gpu_type for p in self.cluster.store.pools.values()}
+        accepted: set[model.JobKey] = set()
+        for key, (adapter, obj) in sorted(self.workloads.items()):
+            meta = _meta(obj)
+            uid, generation = str(meta.get("uid", "")), int(meta.get("generation") or 0)
+            annotations = {str(k): str(v) for k, v in base.mapping(meta.get("annotations")).items()}
+            bad: base.BadWorkloadError | None = None
+            spec: dict[str, Any] = {}
+            try:
+                gang = adapter.gang(obj)
+                spec = mirror.spec_of(gang, annotations)
+                if pool_types:
+                    bad = mirror.unknown_types(spec, pool_types)
+            except base.BadWorkloadError as exc:
+                bad = exc
+            outcome = adapter.outcome(obj)
+            if self.cluster.store.jobs.get(key) is None:
+                await self._create_mirror(key, adapter, obj, spec, scratch)
+            if bad is not None:
+                await self._reject(key, adapter, obj, bad, (uid, bad.reason, generation))
+            elif outcome is None:
+                accepted.add(key)
+            if outcome is not None:
+                await self._finish(key, outcome, (uid, outcome.phase, generation))
+            elif not adapter.suspended(obj) and (
+                bad is not None or not _started_by_walras(adapter, obj)
+            ):
+                await self._write(adapter, key, adapter.suspend_patch(obj), "suspend", scratch)
+        return accepted
+
+    async def _create_mirror(
+        self,
+        key: model.JobKey,
+        adapter: base.Adapter,
+        obj: Mapping[str, Any],
+        spec: Mapping[str, Any],
+        scratch: RoundScratch,
+    ) -> None:
+        if not spec:  # not a gang: a mirror of one pod, never started, carries the rejection
+            template = base.mapping(base.mapping(obj.get("spec")).get("template"))
+            spec = {"replicas": 1, "template": dict(template) or {"spec": {"containers": []}}}
+        body = mirror.manifest(adapter, obj, spec)
+        path = f"/apis/{crd.API_VERSION}/namespaces/{quote(key[0])}/{crd.JOB_PLURAL}"
+        result = await self.api.create_object(path, body)
+        if not result.ok and result.outcome != kubeapi.Outcome.EXISTS:
+            scratch.report.errors += 1
+            logger.warning(
+                "%s %s/%s: mirror not created: %s", adapter.kind.kind, *key, result.message
+            )
+
+    async def _reject(
+        self,
+        key: model.JobKey,
+        adapter: base.Adapter,
+        obj: Mapping[str, Any],
+        bad: base.BadWorkloadError,
+        once: tuple[str, str, int],
+    ) -> None:
+        if once in self._done:
+            return
+        message = cond.issue_message(bad.field, bad.message)
+        generation = int(_meta(obj).get("generation") or 0)
+        status = {
+            "phase": crd.PHASE_FAILED,
+            "conditions": [cond.condition(cond.ADMITTED, False, REJECTED, message, generation)],
+        }
+        mirrored = await self.api.patch_job_status(key[0], key[1], status)
+        event = await self.api.post_event(
+            _Ref(*key),
+            kind=adapter.kind.kind,
+            api_version=adapter.kind.api_version,
+            uid=str(_meta(obj).get("uid", "")),
+            event_type="Warning",
+            reason=bad.reason,
+            message=f"Walras cannot run this {adapter.kind.kind}: {message}; left suspended",
+            now=_now(),
+        )
+        logger.warning("%s %s/%s rejected: %s", adapter.kind.kind, *key, message)
+        if mirrored.ok and event.ok:
+            self._done.add(once)
+
+    async def _finish(
+        self, key: model.JobKey, outcome: base.Outcome, once: tuple[str, str, int]
+    ) -> None:
+        job = self.cluster.store.jobs.get(key)
+        if once in self._done or not isinstance(job, model.JobSpec) or job.finished:
+            return
+        ctype = cond.READY
+        status = {
+            "phase": outcome.phase,
+            "conditions": [
+                cond.condition(ctype, False, outcome.reason, outcome.message, job.generation)
+            ],
+        }
+        if (await self.api.patch_job_status(key[0], key[1], status)).ok:
+            self._done.add(once)
+
+    async def _start(
+        self,
+        key: model.JobKey,
+        adapter: base.Adapter,
+        obj: Mapping[str, Any],
+        gang: list[realise.PodCreate],
+        scratch: RoundScratch,
+    ) -> None:
+        job = gang[0].job
+        start = mirror.start_of(adapter, job.uid, [(c.replica, c.node, c.manifest) for c in gang])
+        await self._write(adapter, key, adapter.start_patch(obj, start), "start", scratch)
+
+    async def _write(
+        self,
+        adapter: base.Adapter,
+        key: model.JobKey,
+        patch: Mapping[str, Any],
+        what: str,
+        scratch: RoundScratch,
+    ) -> None:
+        result = await self.api.patch_object(_path(adapter.kind, *key), patch)
+        if result.ok:
+            logger.info("%s %s/%s: %s", adapter.kind.kind, key[0], key[1], what)
+        elif result.outcome not in (kubeapi.Outcome.GONE, kubeapi.Outcome.FENCED):
+            # Typically a start sent before the Job controller cleared status.startTime after a
+            # suspension: the next round plans the job again.
+            scratch.report.errors += 1
+            logger.warning(
+                "%s %s/%s: %s refused: %s", adapter.kind.kind, key[0], key[1], what, result.message
+            )
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def register(registry: kopf.OperatorRegistry, adoption: Adoption, poke: Any) -> None:
+    """Watch every adapter's kind, labelled objects only (an unlabelled one is never seen)."""
+    for adapter in adapters.ADAPTERS:
+
+        async def event(
+            event: Mapping[str, Any], adapter: base.Adapter = adapter, **_: Any
+        ) -> None:
+            if adoption.seen(adapter, event):
+                poke()
+
+        kopf.on.event(
+            adapter.kind.group,
+            adapter.kind.version,
+            adapter.kind.plural,
+            labels={base.LABEL_MANAGED: "true"},
+            registry=registry,
+        )(event)
