@@ -1,0 +1,236 @@
+"""Bring your own Job: Indexed batch/v1 Jobs labelled ``walras.dev/managed`` run through suspend.
+
+One 4-GPU kwok node, one pool. ``a`` and ``b``: Indexed Jobs of 2 pods of 2 GPUs each, so each
+gang needs the whole node and the two must take turns (time-sharing). ``plain``: the same Job
+without the label. ``uneven``: labelled, ``parallelism`` 2 but ``completions`` 3 (not a gang).
+The kube-controller-manager of the local control plane runs the Job controller (it makes and
+deletes the Jobs' pods) and the garbage collector (deleting a Job deletes its mirror).
+
+The workload finishing is played by the test: once a gang has run in several slices, its running
+pods get kwok's completion annotation, kwok marks them Succeeded, and the Job controller marks
+the Job ``Complete``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from operator_helpers import (
+    condition,
+    create_nodes,
+    create_pool,
+    get_job,
+    install,
+    list_jobs,
+    node_gpu_usage,
+    pool_manifest,
+    start_operator,
+    wait_for,
+)
+
+from walras.testing import devcluster
+
+pytestmark = pytest.mark.slow
+
+JOBS = "/apis/batch/v1"
+GPU = "nvidia.com/gpu"
+
+
+def indexed_job(
+    name: str, *, pods: int = 2, completions: int | None = None, managed: bool = True
+) -> dict[str, Any]:
+    """An Indexed Job of ``pods`` pods of 2 GPUs, as a team would write it (no suspend)."""
+    meta: dict[str, Any] = {"name": name}
+    if managed:
+        meta["labels"] = {"walras.dev/managed": "true"}
+        meta["annotations"] = {"walras.dev/throughput": "g=1", "walras.dev/total-work": "1000"}
+    container = {
+        "name": "train",
+        "image": "registry.example/train:1",
+        "resources": {"limits": {GPU: "2"}},
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": meta,
+        "spec": {
+            "completionMode": "Indexed",
+            "parallelism": pods,
+            "completions": pods if completions is None else completions,
+            "backoffLimit": 0,
+            "template": {"spec": {"restartPolicy": "Never", "containers": [container]}},
+        },
+    }
+
+
+def create(kube: Any, namespace: str, manifest: dict[str, Any], *, suspend: bool) -> None:
+    body = {**manifest, "spec": {**manifest["spec"], "suspend": suspend}}
+    devcluster.request(kube, "POST", f"{JOBS}/namespaces/{namespace}/jobs", body=body)
+
+
+def batch_job(kube: Any, namespace: str, name: str) -> dict[str, Any]:
+    job: dict[str, Any] = devcluster.request(
+        kube, "GET", f"{JOBS}/namespaces/{namespace}/jobs/{name}"
+    )
+    return job
+
+
+def pods_of(kube: Any, namespace: str, job: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = devcluster.request(
+        kube,
+        "GET",
+        f"/api/v1/namespaces/{namespace}/pods",
+        query={"labelSelector": f"job-name={job}"},
+    )["items"]
+    return items
+
+
+def test_adopted_jobs_time_share_complete_and_leave_others_alone(
+    kube: Any, control_plane: devcluster.ControlPlane, tmp_path: Path
+) -> None:
+    install(kube)
+    namespace = devcluster.unique_name("t-byoj")
+    devcluster.create_namespace(kube, namespace)
+    create_nodes(kube, "g", "g", 1, 4)
+    create_pool(kube, pool_manifest("g", "g"))
+    # `b` is created without suspend: no admission policy is installed here, and no pod of it may
+    # run before Walras places it (no kube-scheduler: only Walras binds pods).
+    create(kube, namespace, indexed_job("a"), suspend=True)
+    create(kube, namespace, indexed_job("b"), suspend=False)
+    create(kube, namespace, indexed_job("plain", managed=False), suspend=True)
+    create(kube, namespace, indexed_job("uneven", completions=3), suspend=True)
+
+    op = start_operator(control_plane, tmp_path, round_seconds=2.0)
+    try:
+        # Slices seen: per Job, the rounds of its pods that ran on the node.
+        slices: dict[str, set[str]] = {"a": set(), "b": set()}
+
+        def observe() -> None:
+            used, capacity = node_gpu_usage(kube)["g-0"]
+            assert used <= capacity, f"node g-0 overcommitted: {used} > {capacity} GPUs"
+            for job in slices:
+                for pod in pods_of(kube, namespace, job):
+                    if pod["spec"].get("nodeName"):
+                        ann = pod["metadata"].get("annotations") or {}
+                        # Bound only as Walras started it: never before it was placed.
+                        assert "walras.dev/round" in ann, pod["metadata"]["name"]
+                        slices[job].add(ann["walras.dev/round"])
+
+        def several_slices() -> bool:
+            observe()
+            return all(len(s) >= 2 for s in slices.values())
+
+        wait_for(several_slices, 120, "both Jobs to run in at least two slices each", 0.3)
+
+        # The mirrors replay in the simulator, as `kubectl get fjob -A -o yaml` prints them
+        # (taken while they run: the simulator plays unfinished jobs).
+        listing = {"apiVersion": "v1", "kind": "List", "items": list_jobs(kube, namespace)}
+        trace = tmp_path / "mirrors.yaml"
+        trace.write_text(yaml.safe_dump(listing))
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "from walras.cli import main; main()",
+                "simulate",
+                str(trace),
+                "--semantics",
+                "walras",
+                "--cluster",
+                "g=4",
+                "--gpus-per-node",
+                "4",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert out.returncode == 0, out.stderr + out.stdout
+
+        # Bad input: a mirror that says why, a Warning Event on the Job, left suspended.
+        mirror = wait_for(
+            lambda: condition(get_job(kube, namespace, "uneven"), "Admitted"), 30, "rejection"
+        )
+        assert mirror["status"] == "False" and mirror["reason"] == "WorkloadRejected"
+        assert "spec.parallelism" in mirror["message"]
+        events = devcluster.request(
+            kube,
+            "GET",
+            f"/api/v1/namespaces/{namespace}/events",
+            query={"fieldSelector": "involvedObject.kind=Job,involvedObject.name=uneven"},
+        )["items"]
+        assert any(e["type"] == "Warning" and "spec.parallelism" in e["message"] for e in events)
+        assert batch_job(kube, namespace, "uneven")["spec"]["suspend"] is True
+        assert not pods_of(kube, namespace, "uneven")
+
+        # Each Job finishes while it runs: its pods complete, the Job is Complete, the mirror
+        # Succeeded; the other then gets the node.
+        for _ in range(2):
+
+            def running_gang() -> str:
+                observe()
+                for job in ("a", "b"):
+                    pods = [
+                        p
+                        for p in pods_of(kube, namespace, job)
+                        if (p.get("status") or {}).get("phase") == "Running"
+                        and p["metadata"].get("deletionTimestamp") is None
+                    ]
+                    if len(pods) == 2 and not condition(
+                        batch_job(kube, namespace, job), "Complete"
+                    ):
+                        for p in pods:
+                            devcluster.request(
+                                kube,
+                                "PATCH",
+                                f"/api/v1/namespaces/{namespace}/pods/{p['metadata']['name']}",
+                                body={
+                                    "metadata": {
+                                        "annotations": {devcluster.COMPLETE_AFTER_ANNOTATION: "0"}
+                                    }
+                                },
+                                content_type="application/merge-patch+json",
+                            )
+                        return job
+                return ""
+
+            job = wait_for(running_gang, 120, "a gang running whole")
+            wait_for(
+                lambda job=job: condition(batch_job(kube, namespace, job), "Complete"),
+                60,
+                f"Job {job} Complete",
+            )
+            wait_for(
+                lambda job=job: (
+                    get_job(kube, namespace, job).get("status", {}).get("phase") == "Succeeded"
+                ),
+                60,
+                f"mirror {job} Succeeded",
+            )
+
+        # Deleting a Job deletes its mirror (garbage collector, through the ownerReference).
+        devcluster.request(
+            kube,
+            "DELETE",
+            f"{JOBS}/namespaces/{namespace}/jobs/a",
+            query={"propagationPolicy": "Background"},
+        )
+
+        def mirror_gone() -> bool:
+            return "a" not in {j["metadata"]["name"] for j in list_jobs(kube, namespace)}
+
+        wait_for(mirror_gone, 60, "the mirror of a deleted Job to go")
+
+        # The unlabelled Job was never written to, and has no mirror.
+        plain = batch_job(kube, namespace, "plain")
+        assert plain["spec"]["suspend"] is True
+        assert "labels" not in (plain["spec"]["template"].get("metadata") or {})
+        assert "plain" not in op.log_text()
+        assert "plain" not in {j["metadata"]["name"] for j in list_jobs(kube, namespace)}
+    finally:
+        op.terminate()
