@@ -229,7 +229,12 @@ def test_adopted_jobs_time_share_complete_and_leave_others_alone(
         # The unlabelled Job was never written to, and has no mirror.
         plain = batch_job(kube, namespace, "plain")
         assert plain["spec"]["suspend"] is True
-        assert "labels" not in (plain["spec"]["template"].get("metadata") or {})
+        template_meta = plain["spec"]["template"].get("metadata") or {}
+        written = {
+            **(template_meta.get("labels") or {}),
+            **(template_meta.get("annotations") or {}),
+        }
+        assert not [k for k in written if k.startswith("walras.dev/")], written
         assert "plain" not in op.log_text()
         assert "plain" not in {j["metadata"]["name"] for j in list_jobs(kube, namespace)}
     finally:
