@@ -140,7 +140,12 @@ def test_builtin_kinds_validate_against_kubernetes_schema(
 
 def test_every_object_is_labelled_and_namespaced(rendering: tuple[Path, list[Manifest]]) -> None:
     _, docs = rendering
-    cluster_scoped = {"ClusterRole", "ClusterRoleBinding"}
+    cluster_scoped = {
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "MutatingAdmissionPolicy",
+        "MutatingAdmissionPolicyBinding",
+    }
     for doc in docs:
         meta = doc["metadata"]
         assert meta["labels"]["app.kubernetes.io/part-of"] == "walras", meta["name"]
@@ -160,8 +165,11 @@ CONTROLLER_GRANTS: dict[tuple[str, str], set[str]] = {
     ("", "pods/binding"): {"create"},
     ("", "nodes"): {"get", "list", "watch"},
     ("", "events"): {"create"},
-    ("walras.dev", "fungiblejobs"): {"get", "list", "watch"},
+    # Mirrors of adopted workloads are created; the adopted Jobs and JobSets suspended/started.
+    ("walras.dev", "fungiblejobs"): {"get", "list", "watch", "create"},
     ("walras.dev", "fungiblejobs/status"): {"patch"},
+    ("batch", "jobs"): {"get", "list", "watch", "patch"},
+    ("jobset.x-k8s.io", "jobsets"): {"get", "list", "watch", "patch"},
     ("walras.dev", "resourcepools"): {"get", "list", "watch"},
     ("walras.dev", "resourcepools/status"): {"patch"},
     ("walras.dev", "nodeallocations"): {"get", "list", "watch"},

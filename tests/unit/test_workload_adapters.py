@@ -215,7 +215,12 @@ def test_a_jobset_start_patches_every_template_and_pods_know_their_replica() -> 
     meta = rjob["template"]["spec"]["template"]["metadata"]
     assert meta["annotations"][base.ANN_NODES] == "n0,n0,n1,n1"
     assert meta["annotations"][jobset.ANN_PODS_PER_JOB] == "2"
+    assert "nodeSelector" not in rjob["template"]["spec"]["template"]["spec"]  # two nodes
     assert obj["spec"]["suspend"] is True  # the object itself is not changed
+    one_node = adapter.start_patch(obj, base.Start(["n0"] * 4, {}, {}))
+    pod_spec = one_node["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert pod_spec["nodeSelector"] == {"kubernetes.io/hostname": "n0"}
+    assert "affinity" not in pod_spec
     # Pod 1 of the second Job (global index 1) is replica 1 * 2 + 1 = 3, on nodes[3].
     labels = {jobset.GLOBAL_INDEX: "1", batch_job.COMPLETION_INDEX: "1"}
     annotations = {**meta["annotations"], base.ANN_WORKLOAD_KIND: "JobSet"}

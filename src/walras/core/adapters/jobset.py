@@ -8,8 +8,10 @@ among the JobSet's Jobs, ``jobset.sigs.k8s.io/job-global-index``) is replica
 ``j * parallelism + k``.
 
 Suspend and start: ``spec.suspend``, as for a Job (the JobSet controller suspends its Jobs); a
-start sets the labels, annotations and node affinity on every replicated Job's pod template
-(a merge patch replaces the ``replicatedJobs`` list whole, so the patch carries all of it).
+start sets the labels and annotations on every replicated Job's pod template, and its
+``nodeSelector`` when the gang is on one node (JobSet's webhook keeps a suspended JobSet's
+template affinity immutable); a merge patch replaces the ``replicatedJobs`` list whole, so the
+patch carries all of it.
 Finished: the JobSet's ``Completed`` or ``Failed`` condition.
 """
 
@@ -100,7 +102,12 @@ class JobSet:
                 ),
             )
             template["metadata"] = patch["metadata"]
-            template.setdefault("spec", {})["affinity"] = patch["spec"]["affinity"]
+            if len(set(start.nodes)) == 1:
+                # JobSet's webhook lets a suspended JobSet change its templates' labels,
+                # annotations, nodeSelector and tolerations, not their affinity: a gang on one
+                # node is pinned by hostname; Walras binds the pods of a wider one itself.
+                selector = template.setdefault("spec", {}).setdefault("nodeSelector", {})
+                selector["kubernetes.io/hostname"] = start.nodes[0]
         assert per_job * len(jobs) <= gang.replicas
         return {"spec": {"suspend": False, "replicatedJobs": jobs}}
 
