@@ -1,0 +1,209 @@
+"""Kept suspended until placed, and a JobSet adopted as one gang, on the local control plane.
+
+The MutatingAdmissionPolicies of the chart (``charts/walras/files/suspend-managed-workloads.yaml``,
+applied as they are) create labelled Jobs and JobSets suspended; an unlabelled Job is left as
+written. The JobSet CRD is the one published with JobSet (``tests/data/jobset``); its controller
+does not run here, so the test checks what Walras writes on the JobSet (accepted by the real
+schema) and plays the controller's ``Completed`` condition itself.
+
+One 4-GPU kwok node and one pool; the JobSet has two replicated Jobs of 2 pods of 1 GPU each: a
+gang of 4 pods, which fits the node only whole.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes.client.exceptions import ApiException
+from operator_helpers import (
+    create_nodes,
+    create_pool,
+    get_job,
+    install,
+    list_jobs,
+    pool_manifest,
+    start_operator,
+    wait_for,
+)
+
+from walras.testing import devcluster
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+POLICIES = REPO / "charts" / "walras" / "files" / "suspend-managed-workloads.yaml"
+JOBSET_CRD = REPO / "tests" / "data" / "jobset" / "jobset.x-k8s.io_jobsets.yaml"
+ADMISSION = "/apis/admissionregistration.k8s.io/v1"
+JOBSETS = "/apis/jobset.x-k8s.io/v1alpha2"
+MANAGED = {"walras.dev/managed": "true"}
+
+
+def job_spec(pods: int, gpus: int) -> dict[str, Any]:
+    container = {
+        "name": "train",
+        "image": "registry.example/train:1",
+        "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
+    }
+    return {
+        "completionMode": "Indexed",
+        "parallelism": pods,
+        "completions": pods,
+        "template": {"spec": {"restartPolicy": "Never", "containers": [container]}},
+    }
+
+
+def batch_job(name: str, labels: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "labels": labels},
+        "spec": job_spec(2, 1),
+    }
+
+
+def apply_policies(kube: Any) -> list[str]:
+    paths = []
+    for doc in yaml.safe_load_all(POLICIES.read_text()):
+        plural = {
+            "MutatingAdmissionPolicy": "mutatingadmissionpolicies",
+            "MutatingAdmissionPolicyBinding": "mutatingadmissionpolicybindings",
+        }[doc["kind"]]
+        devcluster.request(kube, "POST", f"{ADMISSION}/{plural}", body=doc)
+        paths.append(f"{ADMISSION}/{plural}/{doc['metadata']['name']}")
+    return paths
+
+
+def test_labelled_workloads_are_created_suspended_and_a_jobset_runs_as_one_gang(
+    kube: Any, control_plane: devcluster.ControlPlane, tmp_path: Path
+) -> None:
+    install(kube)
+    devcluster.install_crds(kube, [JOBSET_CRD])
+    policies = apply_policies(kube)
+    try:
+        namespace = devcluster.unique_name("t-byoj-set")
+        devcluster.create_namespace(kube, namespace)
+        jobs = f"/apis/batch/v1/namespaces/{namespace}/jobs"
+
+        # A policy is enforced a moment after it is created: dry runs until it is.
+        def mutated() -> dict[str, Any] | None:
+            made: dict[str, Any] = devcluster.request(
+                kube, "POST", jobs, body=batch_job("probe", MANAGED), query={"dryRun": "All"}
+            )
+            return made if made["spec"].get("suspend") else None
+
+        wait_for(mutated, 60, "the admission policy to be enforced")
+        made = devcluster.request(kube, "POST", jobs, body=batch_job("labelled", MANAGED))
+        assert made["spec"]["suspend"] is True
+        assert made["spec"]["template"]["spec"]["schedulerName"] == "walras"
+        plain = devcluster.request(kube, "POST", jobs, body=batch_job("plain", {}))
+        assert plain["spec"]["suspend"] is False
+        assert plain["spec"]["template"]["spec"]["schedulerName"] == "default-scheduler"
+
+        # The Job controller saw the labelled Job suspended: no pod was ever made for it.
+        def suspended_seen() -> bool:
+            job = devcluster.request(kube, "GET", f"{jobs}/labelled")
+            conditions = (job.get("status") or {}).get("conditions") or []
+            return any(c["type"] == "Suspended" and c["status"] == "True" for c in conditions)
+
+        wait_for(suspended_seen, 60, "the Job controller to see the Job suspended")
+        pods = devcluster.request(
+            kube,
+            "GET",
+            f"/api/v1/namespaces/{namespace}/pods",
+            query={"labelSelector": "job-name=labelled"},
+        )["items"]
+        assert pods == []
+        for name in ("labelled", "plain"):
+            devcluster.request(
+                kube, "DELETE", f"{jobs}/{name}", query={"propagationPolicy": "Background"}
+            )
+
+        # A JobSet of two replicated Jobs of 2 pods, created without suspend.
+        create_nodes(kube, "g", "g", 1, 4)
+        create_pool(kube, pool_manifest("g", "g"))
+        jobset = {
+            "apiVersion": "jobset.x-k8s.io/v1alpha2",
+            "kind": "JobSet",
+            "metadata": {"name": "pair", "labels": MANAGED},
+            "spec": {
+                "replicatedJobs": [
+                    {"name": "leader", "replicas": 1, "template": {"spec": job_spec(2, 1)}},
+                    {"name": "workers", "replicas": 1, "template": {"spec": job_spec(2, 1)}},
+                ]
+            },
+        }
+        sets = f"{JOBSETS}/namespaces/{namespace}/jobsets"
+
+        # The admission policy applies a JobSet's schema once the API server published it:
+        # until then a create is refused with 503 (ServiceUnavailable), and retried.
+        def create_jobset() -> dict[str, Any] | None:
+            try:
+                result: dict[str, Any] = devcluster.request(kube, "POST", sets, body=jobset)
+            except ApiException as exc:
+                if exc.status != 503:
+                    raise
+                return None
+            return result
+
+        made = wait_for(create_jobset, 120, "the JobSet to be admitted", 1.0)
+        assert made["spec"]["suspend"] is True
+
+        op = start_operator(control_plane, tmp_path, round_seconds=2.0)
+        try:
+            mirror = wait_for(
+                lambda: get_job(kube, namespace, "pair"), 60, "the JobSet's mirror FungibleJob"
+            )
+            assert mirror["spec"]["replicas"] == 4  # 2 Jobs x 2 pods: one gang
+            assert mirror["spec"]["workloadRef"]["kind"] == "JobSet"
+
+            def started() -> dict[str, Any] | None:
+                current: dict[str, Any] = devcluster.request(kube, "GET", f"{sets}/pair")
+                return None if current["spec"].get("suspend") else current
+
+            running = wait_for(started, 60, "Walras to start the JobSet")
+            for rjob in running["spec"]["replicatedJobs"]:
+                template = rjob["template"]["spec"]["template"]
+                assert template["metadata"]["annotations"]["walras.dev/nodes"] == "g-0,g-0,g-0,g-0"
+                assert template["metadata"]["labels"]["walras.dev/job"] == "pair"
+                assert template["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "g-0"}
+
+            # The JobSet controller would report Completed: the mirror follows.
+            now = "2000-01-01T00:00:00Z"
+            devcluster.request(
+                kube,
+                "PATCH",
+                f"{sets}/pair/status",
+                body={
+                    "status": {
+                        "conditions": [
+                            {
+                                "type": "Completed",
+                                "status": "True",
+                                "reason": "AllJobsCompleted",
+                                "message": "jobset completed successfully",
+                                "lastTransitionTime": now,
+                            }
+                        ]
+                    }
+                },
+                content_type="application/merge-patch+json",
+            )
+            wait_for(
+                lambda: (
+                    get_job(kube, namespace, "pair").get("status", {}).get("phase") == "Succeeded"
+                ),
+                60,
+                "the mirror to follow the JobSet's Completed condition",
+            )
+            devcluster.request(
+                kube, "DELETE", f"{sets}/pair", query={"propagationPolicy": "Background"}
+            )
+            wait_for(lambda: not list_jobs(kube, namespace), 60, "the mirror to go with its JobSet")
+        finally:
+            op.terminate()
+    finally:
+        for path in policies:
+            devcluster.request(kube, "DELETE", path)
