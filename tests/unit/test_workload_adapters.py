@@ -266,6 +266,9 @@ def test_the_mirror_is_a_valid_fungiblejob_owned_by_its_workload() -> None:
     assert body["spec"]["throughput"] == {"a100": 2.5, "v100": 1.0}
     assert body["spec"]["totalWork"] == 1000.0
     assert body["spec"]["utility"] == {"kind": "linear", "weight": 2.0}
+    assert "backoffLimit" not in body["spec"]  # the Job says none: the FungibleJob default
+    obj["spec"]["backoffLimit"] = 5
+    assert mirror.spec_of(adapter.gang(obj), {})["backoffLimit"] == 5
     # It passes the CRD's own schema, and parses as a job that mirrors that uid.
     fungiblejob.FungibleJob.model_validate({**body, "metadata": {**body["metadata"]}})
     parsed = model.parse_job({**body, "metadata": {**body["metadata"], "uid": "m-uid"}})

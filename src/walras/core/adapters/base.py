@@ -81,6 +81,8 @@ class Gang:
     gpus_per_pod: int
     resource_name: str
     template: Mapping[str, Any]
+    # Failures the workload's own controller tolerates (a Job's spec.backoffLimit); None: unsaid.
+    backoff_limit: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,7 +55,9 @@ class BatchJob:
             )
         template = base.mapping(spec.get("template"))
         gpus = base.gpus_of(template, self.resource_name, "spec.template")
-        return base.Gang(parallelism, gpus, self.resource_name, template)
+        limit = spec.get("backoffLimit")
+        backoff = limit if isinstance(limit, int) and limit >= 0 else None
+        return base.Gang(parallelism, gpus, self.resource_name, template, backoff)
 
     def suspended(self, obj: Mapping[str, Any]) -> bool:
         return bool(base.mapping(obj.get("spec")).get("suspend"))

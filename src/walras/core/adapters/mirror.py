@@ -21,6 +21,7 @@ from typing import Any
 
 from walras.core import crd
 from walras.core.adapters import base
+from walras.core.schema import limits
 
 
 def _number(annotations: Mapping[str, str], key: str, text: str) -> float:
@@ -60,6 +61,9 @@ def spec_of(gang: base.Gang, annotations: Mapping[str, str]) -> dict[str, Any]:
         "template": dict(gang.template),
         "throughput": throughput(annotations),
     }
+    if gang.backoff_limit is not None:
+        # The mirror fails when its workload would: after as many pod failures.
+        spec["backoffLimit"] = min(gang.backoff_limit, limits.MAX_BACKOFF)
     if base.ANN_TOTAL_WORK in annotations:
         total = _number(annotations, base.ANN_TOTAL_WORK, annotations[base.ANN_TOTAL_WORK])
         if total <= 0:

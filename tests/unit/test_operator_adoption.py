@@ -1,0 +1,251 @@
+"""The operator's adoption step (``walras.operator.adoption``) on a scripted Api: a round's pods of
+a mirror become one start or one suspension of its Job, other jobs' pods pass to the binder, a
+bad gang is refused with a condition and an Event and never started, a Job running that Walras
+did not start is suspended, and the Job's own outcome reaches its mirror.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+from operator_fakes import FakeApi
+
+from walras.core import crd, model, realise
+from walras.core.adapters import base, batch_job, mirror
+from walras.kube import writes
+from walras.operator import adoption, cache
+from walras.operator.round_report import RoundReport
+from walras.operator.round_scratch import RoundScratch
+
+GPU = "nvidia.com/gpu"
+JOB = batch_job.BatchJob()
+
+
+class AdoptionApi(FakeApi):
+    """The scripted Api, with the generic writes adoption makes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.created: list[dict[str, Any]] = []
+        self.patches: list[tuple[str, dict[str, Any]]] = []
+        self.event_kinds: list[str] = []
+
+    async def create_object(self, path: str, body: Mapping[str, Any]) -> writes.Result:
+        self.created.append(dict(body))
+        return writes.Result(writes.Outcome.OK, 201)
+
+    async def patch_object(self, path: str, patch: Mapping[str, Any]) -> writes.Result:
+        self.patches.append((path, dict(patch)))
+        return writes.Result(writes.Outcome.OK, 200)
+
+    async def post_event(self, job: Any, *, reason: str, message: str, **kw: Any) -> writes.Result:
+        self.event_kinds.append(str(kw.get("kind")))
+        return await super().post_event(job, reason=reason, message=message)
+
+
+def a_job(name: str, *, suspend: bool = True, completions: int = 2) -> dict[str, Any]:
+    container = {"name": "t", "image": "x", "resources": {"limits": {GPU: "2"}}}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "uid": f"{name}-uid",
+            "generation": 1,
+            "labels": {base.LABEL_MANAGED: "true"},
+            "annotations": {base.ANN_THROUGHPUT: "g=1"},
+        },
+        "spec": {
+            "suspend": suspend,
+            "completionMode": "Indexed",
+            "parallelism": 2,
+            "completions": completions,
+            "template": {"spec": {"restartPolicy": "Never", "containers": [container]}},
+        },
+    }
+
+
+def mirror_in_store(cluster: cache.ClusterCache, obj: dict[str, Any]) -> model.JobSpec:
+    body = mirror.manifest(JOB, obj, mirror.spec_of(JOB.gang(obj), obj["metadata"]["annotations"]))
+    body["metadata"]["uid"] = f"{obj['metadata']['name']}-mirror-uid"
+    cluster.store.upsert("job", body)
+    job = cluster.store.jobs[("ns", obj["metadata"]["name"])]
+    assert isinstance(job, model.JobSpec)
+    return job
+
+
+def creates(job: model.JobSpec, nodes: list[str]) -> list[realise.PodCreate]:
+    out = []
+    for replica, node in enumerate(nodes):
+        name = realise.pod_name(job.name, 3, replica)
+        manifest = realise.pod_manifest(
+            job,
+            name=name,
+            replica=replica,
+            node=node,
+            group="g",
+            gpu_type="g",
+            resource_name=GPU,
+            gpus=2,
+            round_no=3,
+            fraction=1.0,
+            price=1.0,
+        )
+        out.append(realise.PodCreate(job, name, replica, node, 2, manifest))
+    return out
+
+
+def pod(job: model.JobSpec, replica: int) -> model.PodInfo:
+    return model.PodInfo(
+        namespace="ns",
+        name=f"{job.name}-{replica}-x",
+        uid=f"{job.name}-{replica}",
+        job=job.name,
+        replica=replica,
+        node="n0",
+        planned_node="n0",
+        group="g",
+        phase="Running",
+        terminating=False,
+        round=2,
+        requests={GPU: 2.0},
+    )
+
+
+def scratch() -> RoundScratch:
+    return RoundScratch(3, 0.0, False, False, RoundReport(round=3, incremental=False))
+
+
+def setup(*objs: dict[str, Any]) -> tuple[adoption.Adoption, AdoptionApi, cache.ClusterCache]:
+    api = AdoptionApi()
+    cluster = cache.ClusterCache()
+    cluster.store.upsert(
+        "pool", {"metadata": {"name": "g"}, "spec": {"gpuType": "g", "nodeSelector": {}}}
+    )
+    adopt = adoption.Adoption(api, cluster)  # type: ignore[arg-type]
+    for obj in objs:
+        assert adopt.seen(JOB, {"type": "ADDED", "object": obj})
+    return adopt, api, cluster
+
+
+def test_a_mirrors_pods_become_one_start_and_other_pods_pass_through() -> None:
+    job_a = a_job("a")
+    adopt, api, cluster = setup(job_a)
+    mirror_a = mirror_in_store(cluster, job_a)
+    own = mirror_in_store(cluster, a_job("own"))  # same shape, but no workload seen: its own
+    plan = realise.Realisation(
+        creates=(*creates(mirror_a, ["n0", "n1"]), *creates(own, ["n2", "n2"])),
+        deletes=(),
+        jobs={},
+    )
+    left = asyncio.run(adopt.act(plan, scratch()))
+    assert [c.job.name for c in left.creates] == ["own", "own"]
+    (path, patch), *_ = api.patches
+    assert path == "/apis/batch/v1/namespaces/ns/jobs/a" and len(api.patches) == 1
+    assert patch["spec"]["suspend"] is False
+    meta = patch["spec"]["template"]["metadata"]
+    assert meta["annotations"][base.ANN_NODES] == "n0,n1"
+    assert meta["annotations"][crd.ANN_ROUND] == "3"
+    assert meta["labels"] == {crd.LABEL_JOB: "a", base.LABEL_MIRROR_UID: "a-mirror-uid"}
+    assert api.created == []  # the mirror existed already
+
+
+def test_a_running_mirror_whose_pods_the_plan_deletes_is_suspended() -> None:
+    job_a = a_job("a", suspend=False)
+    job_a["spec"]["template"]["metadata"] = {"labels": {base.LABEL_MIRROR_UID: "a-mirror-uid"}}
+    adopt, api, cluster = setup(job_a)
+    mirror_a = mirror_in_store(cluster, job_a)
+    plan = realise.Realisation(
+        creates=(),
+        deletes=tuple(realise.PodDelete(pod(mirror_a, r), "SliceEnded") for r in (0, 1)),
+        jobs={},
+    )
+    left = asyncio.run(adopt.act(plan, scratch()))
+    assert left.deletes == ()  # the Job controller deletes its pods, not the binder
+    assert api.patches == [("/apis/batch/v1/namespaces/ns/jobs/a", {"spec": {"suspend": True}})]
+
+
+def test_a_mirror_moved_while_running_is_suspended_now_and_started_later() -> None:
+    job_a = a_job("a", suspend=False)
+    job_a["spec"]["template"]["metadata"] = {"labels": {base.LABEL_MIRROR_UID: "a-mirror-uid"}}
+    adopt, api, cluster = setup(job_a)
+    mirror_a = mirror_in_store(cluster, job_a)
+    plan = realise.Realisation(
+        creates=tuple(creates(mirror_a, ["n1", "n1"])),
+        deletes=tuple(realise.PodDelete(pod(mirror_a, r), "Rescheduled") for r in (0, 1)),
+        jobs={},
+    )
+    asyncio.run(adopt.act(plan, scratch()))
+    assert [p for _, p in api.patches] == [{"spec": {"suspend": True}}]
+
+
+def test_a_bad_gang_gets_a_failed_mirror_an_event_and_is_never_started() -> None:
+    bad = a_job("bad", completions=3, suspend=False)
+    adopt, api, _cluster = setup(bad)
+    asyncio.run(adopt.act(realise.Realisation((), (), {}), scratch()))
+    (created,) = api.created
+    assert created["spec"]["workloadRef"]["uid"] == "bad-uid"
+    status = api.statuses["bad"]
+    assert status["phase"] == "Failed"
+    (condition,) = status["conditions"]
+    assert (condition["type"], condition["status"], condition["reason"]) == (
+        "Admitted",
+        "False",
+        adoption.REJECTED,
+    )
+    assert condition["message"].startswith("spec.parallelism:")
+    ((reason, message),) = api.events
+    assert reason == "NotAGang" and "spec.parallelism" in message
+    assert api.event_kinds == ["Job"]
+    # Created without suspend: it is suspended (and never started).
+    assert [p for _, p in api.patches] == [{"spec": {"suspend": True}}]
+    # The next round writes the rejection no more.
+    api.patches.clear()
+    bad = {**bad, "spec": {**bad["spec"], "suspend": True}}
+    adopt.seen(JOB, {"type": "MODIFIED", "object": bad})
+    asyncio.run(adopt.act(realise.Realisation((), (), {}), scratch()))
+    assert len(api.events) == 1 and api.patches == []
+
+
+def test_a_gpu_type_no_pool_has_is_refused() -> None:
+    odd = a_job("odd")
+    odd["metadata"]["annotations"] = {base.ANN_THROUGHPUT: "h100=3"}
+    adopt, api, _cluster = setup(odd)
+    asyncio.run(adopt.act(realise.Realisation((), (), {}), scratch()))
+    ((reason, message),) = api.events
+    assert reason == "UnknownGPUType" and "h100" in message
+
+
+def test_a_job_running_that_walras_did_not_start_is_suspended_and_mirrored() -> None:
+    early = a_job("early", suspend=False)
+    adopt, api, _cluster = setup(early)
+    asyncio.run(adopt.act(realise.Realisation((), (), {}), scratch()))
+    assert [c["metadata"]["name"] for c in api.created] == ["early"]
+    assert api.patches == [("/apis/batch/v1/namespaces/ns/jobs/early", {"spec": {"suspend": True}})]
+
+
+def test_the_jobs_outcome_reaches_its_mirror_once() -> None:
+    done = a_job("done")
+    adopt, api, cluster = setup(done)
+    mirror_in_store(cluster, done)
+    # A watch delivers a new object each time.
+    done = {**done, "status": {"conditions": [{"type": "Complete", "status": "True"}]}}
+    assert adopt.seen(JOB, {"type": "MODIFIED", "object": done})
+    asyncio.run(adopt.act(realise.Realisation((), (), {}), scratch()))
+    assert api.statuses["done"]["phase"] == "Succeeded"
+    api.statuses.clear()
+    asyncio.run(adopt.act(realise.Realisation((), (), {}), scratch()))
+    assert api.statuses == {}
+
+
+def test_unlabelled_and_deleted_workloads_are_forgotten() -> None:
+    job_a = a_job("a")
+    adopt, _api, _cluster = setup(job_a)
+    unlabelled = a_job("u")
+    del unlabelled["metadata"]["labels"]
+    assert not adopt.seen(JOB, {"type": "ADDED", "object": unlabelled})
+    assert not adopt.seen(JOB, {"type": "DELETED", "object": job_a})
+    assert adopt.workloads == {}
