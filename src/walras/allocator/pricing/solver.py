@@ -1,4 +1,7 @@
-"""Price discovery: minimise the dual g(p) over prices p ≥ 0 (paper 000 §5, ALGORITHMS.md §1).
+"""Price discovery: minimise the dual g(p) over prices p ≥ 0.
+
+The method of "Allocation of fungible resources via a fast, scalable price discovery method"
+(Agrawal, Boyd et al.), §5:
 
     g(p) = p^T R + Σ_i max_{x_i ≥ 0, 1^T x_i ≤ 1} [u_i(a_i^T x_i) − (d_i ⊙ p)^T x_i],
     ∇g(p) = R − Σ_i d_i ⊙ x̃_i(p).
@@ -13,17 +16,19 @@ Prices move by bounded L-BFGS (scipy's L-BFGS-B, memory 10) on g/n; if it stops 
 search fails on a kinked g, e.g. target-priority) the projected subgradient method with Polyak
 steps continues from the best prices. Start prices are the paper's eq. (17),
 p¹ = (1/n) Σ_i u_i'(a_i^T x⁰) a_i / d_i with x⁰ = R/(nκ), κ = max(1, 1^T R/n); for n ≥ 200 000
-they are first refined on nested stride samples (5 000 jobs from eq. (17), then 50 000 solved to
-eps/10; capacity scaled), by projected BFGS (``bfgs.py``) for smooth utilities, whose curvature
-carries from one sample to the next. ``warm_prices`` (the operator's previous round) replace both.
-The first point is evaluated before scipy.optimize is imported (~0.45 s of CPU): when it already
-certifies the gap, a solve never imports it.
+they are first refined on stride samples (capacity scaled) by projected BFGS (``bfgs.py``):
+for smooth utilities on nested samples (5 000 jobs from eq. (17), then 50 000 solved to eps/10,
+the curvature carried from one to the next), for kinked ones (linear, target) on one sample of
+50 000 solved to ``KINKED_EPS_FACTOR``·eps with a weak Wolfe line search. ``warm_prices`` (the
+operator's previous round) replace both. The first point is evaluated before scipy.optimize is
+imported (~0.3 s of CPU, as much as a whole 10⁶-job solve): when it already certifies the gap,
+a solve never imports it.
 
 When the scaled responses miss the gap by less than ``POLISH_WITHIN``·eps, the elastic-job
 polish (``polish.py``: Newton on the prices of the jobs inside a hull edge, the others fixed)
-gives another feasible allocation. At n = 10⁶ (log) the first full evaluation after the sampled
-start is 4e-3 per job from certifying with scaling alone, and below 1e-4 with the polish: one
-evaluation is enough.
+gives another feasible allocation: after the sampled start, scaling alone leaves the first full
+evaluation a few eps from certifying, the polish brings it below eps/10, so one evaluation of
+the whole problem is enough.
 
 With few jobs per type (n ≤ 5000·m) g is far from smooth and the scaled response wastes capacity
 on the types that jobs pile onto at p*; there each iteration also tries the scaled running
@@ -32,7 +37,7 @@ best feasible allocation seen is returned (it may then use more than two types p
 
 Every loaded BLAS runs on one thread during a solve (``one_blas_thread``, threadpoolctl). With
 ``WALRAS_PRICING_THREADS=2`` the numpy chunks of an evaluation run on two threads (same result
-bit for bit; off by default, it did not pay on the loaded shared 2-core machine).
+bit for bit; off by default: on a shared, loaded host they add wall time).
 
 Called by the operator each round, by ``walras solve`` and by the benchmark.
 """
@@ -77,6 +82,16 @@ AVERAGE_MAX_JOBS_PER_TYPE = 5_000
 # n = 1e6 the first evaluation after the sampled start is at ~4 eps; the polish takes it below
 # 0.1 eps). Far from p* many jobs leave their edges and the polish is wasted work.
 POLISH_WITHIN = 8.0
+# Weak Wolfe curvature constant of the start-price search on kinked g (``bfgs.py``). On the
+# paper's target-priority instance (50 000-job sample of 10⁶) c = 0.1 reached the sample's gap
+# in 24 evaluations, c = 0.5 in 41 and c = 0.9 in 30: a small c makes BFGS take long steps
+# across kinks, which is what it needs there.
+WOLFE_CURVATURE = 0.1
+# A kinked g's sample is solved to this fraction of eps: its start prices must let the first
+# full evaluation certify (else L-BFGS-B takes over: scipy.optimize's import and more
+# evaluations). On seeds 0-3 of the paper's 10⁶-job target-priority instance, 0.7 certified at
+# the first full evaluation on all four (1.0 missed on one, 0.5 cost 40+ sample evaluations).
+KINKED_EPS_FACTOR = 0.7
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -88,9 +103,8 @@ def one_blas_thread() -> AbstractContextManager[object]:
 
     Why: scipy's L-BFGS-B calls BLAS on m-element vectors each iteration. That wakes OpenBLAS's
     worker threads, which then busy-wait for more work and take the CPU from the numpy
-    element-wise kernels of the next evaluation (on 2 cores a 4-type L-BFGS-B step cost ~8 ms of
-    CPU instead of ~0.8 ms; the 50 000-job start-price solve of an n = 1e6 problem 0.68 s of CPU
-    instead of 0.25 s). The solver's own arrays are far too small for threaded BLAS to help.
+    element-wise kernels of the next evaluation (on 2 cores a 4-type L-BFGS-B step costs about
+    ten times the CPU). The solver's own arrays are far too small for threaded BLAS to help.
 
     threadpoolctl finds the loaded libraries (numpy's and scipy's wheels each bundle an OpenBLAS)
     and sets and restores their thread counts. Its controller is made once: listing the loaded
@@ -214,9 +228,9 @@ class _Iterate:
 def _threads() -> int:
     """Worker threads for the numpy kernels: ``WALRAS_PRICING_THREADS``, default 1.
 
-    Two threads did not pay on the shared, loaded 2-core machine the targets are measured on
-    (n = 1e6 evaluation: same CPU time, wall time 0.72 s → 1.0 s median at load average 11–15),
-    so they are opt-in; on an idle multi-core host they overlap the kernels' numpy loops.
+    Two threads spend the same CPU time and, on a loaded host with few cores, more wall time
+    (they wait for each other), so they are opt-in; on an idle multi-core host they overlap
+    the kernels' numpy loops.
     """
     env = os.environ.get("WALRAS_PRICING_THREADS", "").strip()
     return int(env) if env.isdigit() and int(env) >= 1 else 1
@@ -487,7 +501,7 @@ def _objective(run: _Run) -> Callable[[FloatArray], tuple[float, FloatArray]]:
 
 
 def _minimize() -> Any:
-    """scipy's ``minimize``, imported on first use (~0.45 s of CPU, more than a 10⁶-job solve).
+    """scipy's ``minimize``, imported on first use (~0.3 s of CPU, as much as a 10⁶-job solve).
 
     If this import loads scipy, the BLAS controller is rebuilt so that ``one_blas_thread``
     also sees scipy's own OpenBLAS.
@@ -593,9 +607,9 @@ def _coarse_prices(
     """Prices of a stride sample of ``sizes[0]`` jobs with capacity scaled to match.
 
     Its start prices come from a smaller sample (``sizes[1:]``), the smallest from eq. (17).
-    Returns the prices, the iterations spent on all samples and the BFGS state (if used).
-    Non-smooth kinds (linear, target) solve one sample to eps with L-BFGS-B, as before the
-    polish: their first full evaluation is not polished, so finer sample prices buy nothing.
+    Returns the prices, the iterations spent on all samples and the BFGS state (smooth kinds).
+    Non-smooth kinds (linear, target) solve one sample to eps: their first full evaluation is
+    not polished, so finer sample prices buy nothing.
     """
     smooth = polish.applicable(prep)
     if not smooth:
@@ -621,17 +635,20 @@ def _coarse_prices(
     # The sample's gap bounds how far its g(p) is above its optimum; the full problem's first
     # evaluation needs p close to p*, not a good allocation of the sample: a tenth of eps for
     # the largest sample. A smaller one only starts the next (its sampling noise is larger).
-    factor = COARSE_EPS_FACTOR if smooth and sizes == COARSE_SAMPLES else 1.0
-    run = _Run(sub, _new_iterate(prep.b, sub.n), factor * eps * sub.n, max_iter, not smooth)
     if not smooth:
-        _iterate(run, p)
-        return _known(run.best_dual_p), inner + len(run.history), None
-    # Smooth g (log, α-fair): projected BFGS without importing scipy.optimize, starting with
-    # the smaller sample's curvature (g/n of either sample estimates the same function).
+        factor = KINKED_EPS_FACTOR
+    else:
+        factor = COARSE_EPS_FACTOR if sizes == COARSE_SAMPLES else 1.0
+    run = _Run(sub, _new_iterate(prep.b, sub.n), factor * eps * sub.n, max_iter, not smooth)
+    # Projected BFGS without importing scipy.optimize; a smooth g (log, α-fair) starts with the
+    # smaller sample's curvature (g/n of either sample estimates the same function), a kinked
+    # one (linear, target) needs the weak Wolfe line search.
     state = bfgs.State(p, None if state is None else state.H)
     with suppress(_DoneError):
-        bfgs.minimize_nonneg(_objective(run), state, max_iter)
-    return _known(run.best_dual_p), inner + len(run.history), state
+        bfgs.minimize_nonneg(
+            _objective(run), state, max_iter, curvature=None if smooth else WOLFE_CURVATURE
+        )
+    return _known(run.best_dual_p), inner + len(run.history), state if smooth else None
 
 
 def solve(
