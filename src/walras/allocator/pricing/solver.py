@@ -51,7 +51,7 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 import numpy as np
@@ -352,6 +352,7 @@ class _Run:
     best_alloc: FloatArray | None = None  # the best feasible allocation (small problems)
     best_polished: polish.Polished | None = None  # elastic jobs of the best primal, if polished
     polishes: int = 0  # Newton steps of the polish, summed over iterations
+    numpy_prep: _Prepared | None = None  # a torch problem's data on numpy, for the polish
 
     @property
     def gap(self) -> float:
@@ -377,10 +378,11 @@ class _Run:
         ) - primal <= POLISH_WITHIN * self.eps_n and polish.applicable(self.prep):
             # The scaled responses nearly certify the gap: polish the elastic jobs (one more
             # candidate, its utility computed exactly; the dual bound stays g).
-            polished = polish.polish(self.prep, self.it, p, r)
+            prep_np, it_np = self.on_numpy()
+            polished = polish.polish(prep_np, it_np, p, r)
             if polished is not None:
                 self.polishes += polished.steps
-                value = _utility(self.prep, polished.throughput)
+                value = _utility(prep_np, polished.throughput)
                 if value > primal:
                     primal = value
                 else:
@@ -398,6 +400,15 @@ class _Run:
         grad = self.prep.R - r
         self.last_r = r
         return g, grad
+
+    def on_numpy(self) -> tuple[_Prepared, _Iterate]:
+        """The problem and the current responses as numpy arrays (themselves on numpy)."""
+        prep = self.prep
+        if prep.b.name == "numpy":
+            return prep, self.it
+        if self.numpy_prep is None:
+            self.numpy_prep = _prep_on_numpy(prep)
+        return self.numpy_prep, _iterate_on_numpy(prep.b, self.it)
 
     def _averaged(self, primal: float, scale: FloatArray) -> tuple[float, FloatArray]:
         """The better of the scaled response and the scaled running average of responses.
@@ -601,6 +612,41 @@ def _new_iterate(b: Backend, n: int) -> _Iterate:
     )
 
 
+def _prep_on_numpy(prep: _Prepared) -> _Prepared:
+    """A torch problem's groups as numpy arrays (views on the CPU, copies from a GPU)."""
+    b, np_b = prep.b, get_backend("numpy")
+
+    def host(x: Any) -> Any:
+        return None if x is None else b.to_numpy(x)
+
+    groups = tuple(
+        replace(
+            g,
+            As=host(g.As),
+            Ts=host(g.Ts),
+            Ds=host(g.Ds),
+            d=host(g.d),
+            par=Params(
+                host(g.par.weight),
+                host(g.par.target),
+                host(g.par.alpha),
+                g.par.common_weight,
+            ),
+            ties={k: host(v) for k, v in g.ties.items()},
+            odd=host(g.odd),
+        )
+        for g in prep.groups
+    )
+    return replace(prep, b=np_b, groups=groups)
+
+
+def _iterate_on_numpy(b: Backend, it: _Iterate) -> _Iterate:
+    """The responses of ``it`` as numpy arrays (views on the CPU, copies from a GPU)."""
+    return _Iterate(
+        *(b.to_numpy(x) for x in (it.t, it.type_lo, it.type_hi, it.x_lo, it.x_hi, it.y_lo, it.y_hi))
+    )
+
+
 def _coarse_prices(
     prep: _Prepared, eps: float, max_iter: int, sizes: tuple[int, ...] = COARSE_SAMPLES
 ) -> tuple[FloatArray, int, bfgs.State | None]:
@@ -611,7 +657,7 @@ def _coarse_prices(
     Non-smooth kinds (linear, target) solve one sample to eps: their first full evaluation is
     not polished, so finer sample prices buy nothing.
     """
-    smooth = polish.applicable(prep)
+    smooth = all(g.util.smooth for g in prep.groups)
     if not smooth:
         sizes = sizes[:1]
     stride = math.ceil(prep.n / sizes[0])
@@ -724,7 +770,8 @@ def _finish(run: _Run) -> dict[str, Any]:
         else:
             # The polished jobs keep their types (overwritten below) except those that moved to
             # another edge: their old entries are cleared first.
-            moved = (run.it.type_lo[pol.rows] != pol.lo) | (run.it.type_hi[pol.rows] != pol.hi)
+            it_np = run.on_numpy()[1]
+            moved = (it_np.type_lo[pol.rows] != pol.lo) | (it_np.type_hi[pol.rows] != pol.hi)
             X[pol.rows[moved]] = 0.0
             flat = X.reshape(-1)
             base = pol.rows * prep.m
