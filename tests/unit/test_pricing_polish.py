@@ -192,6 +192,7 @@ def test_kinked_start_prices_without_scipy(monkeypatch: pytest.MonkeyPatch, kind
         real_min(fun, state, max_evals, curvature=curvature)
 
     monkeypatch.setattr(bfgs, "minimize_nonneg", spy)
+    monkeypatch.setattr(solver, "_optimize_loaded", lambda: False)  # a fresh process
     n = solver.COARSE_MIN_JOBS
     problem = paper_problem(n, seed=2, utility=kind)
     result = pricing.solve(problem)
@@ -199,6 +200,27 @@ def test_kinked_start_prices_without_scipy(monkeypatch: pytest.MonkeyPatch, kind
     assert result.converged and result.gap <= 1e-3 * n
     # scipy is needed only when the first full evaluation does not certify.
     assert len(calls) == (0 if result.iterations == 1 else 1)
+    assert_feasible(problem, result.allocation)
+    t = (np.asarray(problem.throughput) * result.allocation).sum(axis=1)
+    assert utility(problem, t) == pytest.approx(result.utility, rel=1e-12)
+
+
+def test_kinked_start_prices_use_lbfgsb_once_scipy_is_imported(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # With scipy.optimize already imported, the sample is solved by L-BFGS-B (no Wolfe BFGS);
+    # either way the full problem's own certificate decides.
+    import scipy.optimize  # noqa: F401  (the state this test is about)
+
+    def no_bfgs(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the Wolfe BFGS ran although scipy.optimize is imported")
+
+    monkeypatch.setattr(bfgs, "minimize_nonneg", no_bfgs)
+    n = solver.COARSE_MIN_JOBS
+    problem = paper_problem(n, seed=2, utility="target")
+    result = pricing.solve(problem)
+    assert result.timings["coarse_iterations"] >= 1
+    assert result.converged and result.gap <= 1e-3 * n
     assert_feasible(problem, result.allocation)
     t = (np.asarray(problem.throughput) * result.allocation).sum(axis=1)
     assert utility(problem, t) == pytest.approx(result.utility, rel=1e-12)

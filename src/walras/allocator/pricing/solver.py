@@ -16,13 +16,14 @@ Prices move by bounded L-BFGS (scipy's L-BFGS-B, memory 10) on g/n; if it stops 
 search fails on a kinked g, e.g. target-priority) the projected subgradient method with Polyak
 steps continues from the best prices. Start prices are the paper's eq. (17),
 p¹ = (1/n) Σ_i u_i'(a_i^T x⁰) a_i / d_i with x⁰ = R/(nκ), κ = max(1, 1^T R/n); for n ≥ 200 000
-they are first refined on stride samples (capacity scaled) by projected BFGS (``bfgs.py``):
-for smooth utilities on nested samples (5 000 jobs from eq. (17), then 50 000 solved to eps/10,
-the curvature carried from one to the next), for kinked ones (linear, target) on one sample of
-50 000 solved to ``KINKED_EPS_FACTOR``·eps with a weak Wolfe line search. ``warm_prices`` (the
-operator's previous round) replace both. The first point is evaluated before scipy.optimize is
-imported (~0.3 s of CPU, as much as a whole 10⁶-job solve): when it already certifies the gap,
-a solve never imports it.
+they are first refined on stride samples (capacity scaled). Smooth utilities use nested samples
+(5 000 jobs from eq. (17), then 50 000 solved to eps/10) and projected BFGS (``bfgs.py``), whose
+curvature carries from one sample to the next. Kinked ones (linear, target) solve one sample of
+50 000: by scipy's L-BFGS-B to eps when scipy.optimize is already imported, else by projected
+BFGS with a weak Wolfe line search to ``KINKED_EPS_FACTOR``·eps. ``warm_prices`` (the operator's
+previous round) replace both. The first point is evaluated before scipy.optimize is imported
+(~0.3 s of CPU, as much as a whole 10⁶-job solve): when it already certifies the gap, a solve
+never imports it.
 
 When the scaled responses miss the gap by less than ``POLISH_WITHIN``·eps, the elastic-job
 polish (``polish.py``: Newton on the prices of the jobs inside a hull edge, the others fixed)
@@ -523,6 +524,11 @@ def _minimize() -> Any:
     return minimize
 
 
+def _optimize_loaded() -> bool:
+    """Whether scipy.optimize is already imported in this process (its import costs ~0.3 s)."""
+    return "scipy.optimize" in sys.modules
+
+
 def _iterate(run: _Run, p0: FloatArray) -> None:
     """L-BFGS-B on g/n over p ≥ 0, then projected subgradient steps if it stopped early.
 
@@ -679,14 +685,23 @@ def _coarse_prices(
     # The sample's gap bounds how far its g(p) is above its optimum; the full problem's first
     # evaluation needs p close to p*, not a good allocation of the sample: a tenth of eps for
     # the largest sample. A smaller one only starts the next (its sampling noise is larger).
-    if not smooth:
+    # A kinked g (linear, target): scipy's L-BFGS-B reaches the sample's gap in fewer
+    # evaluations, so once its import is paid (an earlier solve, or the caller) it is used; a
+    # fresh process (``walras solve``) gets the weak Wolfe BFGS instead of a ~0.3 s import.
+    lbfgsb = not smooth and _optimize_loaded()
+    if lbfgsb:
+        factor = 1.0
+    elif not smooth:
         factor = KINKED_EPS_FACTOR
     else:
         factor = COARSE_EPS_FACTOR if sizes == COARSE_SAMPLES else 1.0
     run = _Run(sub, _new_iterate(prep.b, sub.n), factor * eps * sub.n, max_iter, not smooth)
+    if lbfgsb:
+        _iterate(run, p)
+        return _known(run.best_dual_p), inner + len(run.history), None
     # Projected BFGS without importing scipy.optimize; a smooth g (log, α-fair) starts with the
     # smaller sample's curvature (g/n of either sample estimates the same function), a kinked
-    # one (linear, target) needs the weak Wolfe line search.
+    # one needs the weak Wolfe line search.
     state = bfgs.State(p, None if state is None else state.H)
     with suppress(_DoneError):
         bfgs.minimize_nonneg(
