@@ -104,6 +104,10 @@ def _exit_now() -> None:
 def main() -> None:
     """Entry point of the ``walras`` console script."""
     args = sys.argv[1:]
+    if args[:2] == ["simulate", "generate"]:
+        from walras.cli.simulate_generate import main as generate_main
+
+        sys.exit(generate_main(args[2:]))
     if args[:1] == ["solve"]:
         from walras.solve_command import SOLVE_PARAMS, run_solve
 
