@@ -44,7 +44,15 @@ from typing import Any
 from walras.core import conditions as cond
 from walras.core import crd, cycle, filters, history, model, policies, realise, snapshot
 from walras.kube import writes as kubeapi
-from walras.operator import health, history_store, metrics, sow, status, throughputs
+from walras.operator import (
+    gang_repair,
+    health,
+    history_store,
+    metrics,
+    sow,
+    status,
+    throughputs,
+)
 
 logger = logging.getLogger("walras.operator.loop")
 
@@ -303,6 +311,8 @@ class RoundLoop:
                 # persisted histories replace ours.
                 await self._restore_histories()
                 self.round_no = max(self.round_no, self._initial_round())
+                # Fault hook: the predecessor's half-bound gangs are finished or undone first.
+                await gang_repair.repair(self.store, self.api, self.owns)
             full_due = loop.time() >= next_full
             if self._poked and not full_due:
                 await asyncio.sleep(self.config.debounce)  # let a burst of arrivals settle
