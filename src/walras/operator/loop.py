@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from walras.core import conditions as cond
-from walras.core import crd, cycle, filters, history, model, policies, realise, snapshot
+from walras.core import crd, cycle, filters, history, lost_nodes, model, policies, realise, snapshot
 from walras.kube import writes as kubeapi
 from walras.operator import (
     gang_repair,
@@ -249,6 +249,7 @@ class RoundLoop:
         self._bound_index: tuple[int, dict[model.JobKey, list[str]]] = (-1, {})
         self._bound_jobs: dict[model.JobKey, model.JobKey] = {}  # pod in the ledger -> its job
         self.events_posted: dict[str, tuple[str, str]] = {}
+        self.lost_nodes = lost_nodes.LostNodes()  # fault hook: jobs whose node is gone
         self.last_report: RoundReport | None = None
         self.last_solution: policies.Solution | None = None
         self._wake = asyncio.Event()
@@ -913,6 +914,8 @@ class RoundLoop:
         events: list[tuple[model.JobSpec | model.JobDefect, str, str, str, str]] = []
         pending_reasons: dict[str, int] = {}
         by_key = {j.key: j for j in snap.jobs}
+        # Fault hook: jobs that had pods on a node that is gone (walras.core.lost_nodes).
+        lost = self.lost_nodes.observe(self.store.nodes, self.store.pods.values())
 
         # The first round after start-up or Lease take-over rewrites every status once: the new
         # leader stamps its round number (who wrote last); the history itself is reloaded from
@@ -989,6 +992,11 @@ class RoundLoop:
                     c["reason"] for c in core["conditions"] if c["type"] == cond.ALLOCATED
                 )
                 pending_reasons[reason] = pending_reasons.get(reason, 0) + 1
+            if job.key in lost:  # fault hook: the NodeLost condition and Warning Event
+                core = lost_nodes.mark(core, lost[job.key], job.generation)
+                events.append(
+                    (job, job.uid, "Warning", lost_nodes.REASON, lost_nodes.message(lost[job.key]))
+                )
             add(job, core, force=failures_changed(job))
         for job, reason, message in self._retry_events:
             events.append((job, job.uid, "Warning", reason, message))
