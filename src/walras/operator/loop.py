@@ -42,7 +42,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from walras.core import conditions as cond
-from walras.core import crd, cycle, filters, history, lost_nodes, model, policies, realise, snapshot
+from walras.core import (
+    crd,
+    cycle,
+    field_notices,
+    filters,
+    history,
+    lost_nodes,
+    model,
+    policies,
+    realise,
+    snapshot,
+)
 from walras.kube import writes as kubeapi
 from walras.operator import (
     gang_repair,
@@ -916,6 +927,8 @@ class RoundLoop:
         by_key = {j.key: j for j in snap.jobs}
         # Fault hook: jobs that had pods on a node that is gone (walras.core.lost_nodes).
         lost = self.lost_nodes.observe(self.store.nodes, self.store.pods.values())
+        # Fault hook: accepted fields that do nothing or not what was asked (core.field_notices).
+        notices = field_notices.notices(snap.jobs, snap.pools, snap.tenants)
 
         # The first round after start-up or Lease take-over rewrites every status once: the new
         # leader stamps its round number (who wrote last); the history itself is reloaded from
@@ -996,6 +1009,18 @@ class RoundLoop:
                 core = lost_nodes.mark(core, lost[job.key], job.generation)
                 events.append(
                     (job, job.uid, "Warning", lost_nodes.REASON, lost_nodes.message(lost[job.key]))
+                )
+            found = notices.get(job.key)
+            if found:  # fault hook: the SpecWarnings condition and Warning Event
+                core = field_notices.mark(core, found, job.generation)
+                events.append(
+                    (
+                        job,
+                        job.uid,
+                        "Warning",
+                        field_notices.reason(found),
+                        field_notices.message(found),
+                    )
                 )
             add(job, core, force=failures_changed(job))
         for job, reason, message in self._retry_events:
