@@ -40,8 +40,10 @@ def operator(
     round_seconds: float,
     extra: Sequence[str] = (),
     wait_rounds: int = 1,
+    lease: str = "",
 ) -> OperatorProcess:
-    """``walras operator`` under leader election (a Lease in walras-system) as ``identity``."""
+    """``walras operator`` under leader election as ``identity``, on the Lease ``lease`` in
+    walras-system (default: one of its own, ``chaos-<identity>``)."""
     return start_operator(
         cp,
         log_dir,
@@ -52,7 +54,7 @@ def operator(
             "--lease-namespace",
             LEASE_NAMESPACE,
             "--lease-name",
-            f"chaos-{identity}",
+            lease or f"chaos-{identity}",
             "--identity",
             identity,
             *extra,
