@@ -38,6 +38,12 @@ def bound_pods(api: Any, namespace: str) -> int:
     return len(answer["items"])
 
 
+def lease(api: Any) -> dict[str, Any]:
+    path = f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases/chaos-killed"
+    spec: dict[str, Any] = devcluster.request(api, "GET", path)["spec"]
+    return spec
+
+
 def no_pods(api: Any, namespace: str) -> bool:
     path = f"/api/v1/namespaces/{namespace}/pods"
     devcluster.request(
@@ -70,6 +76,7 @@ def test_a_gang_is_whole_or_absent_one_round_after_a_kill_mid_commit(
         finally:
             first.kill()
         partial = invariants.partial_gangs(invariants.walras_pods(chaos_api, ns))
+        before = lease(chaos_api)  # held by the killed process, never released
         if partial:
             hits.append(kill)
         assert not invariants.tracebacks(first.log_text())
@@ -87,14 +94,11 @@ def test_a_gang_is_whole_or_absent_one_round_after_a_kill_mid_commit(
                     f"after the new leader's first round: {now} bound of {len(live)} live"
                 )
             assert_invariants(chaos_api, ns, replicas, second)
-            # The restarted operator held its own Lease: never taken over from a stranger (a
-            # take-over increments leaseTransitions), so it did not wait the Lease out.
-            lease = devcluster.request(
-                chaos_api,
-                "GET",
-                f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases/chaos-killed",
-            )
-            assert lease["spec"].get("leaseTransitions", 0) == 0, lease["spec"]
+            # The restarted operator renewed the Lease the killed one held: no take-over from a
+            # stranger (which increments leaseTransitions), so it did not wait the Lease out.
+            after = lease(chaos_api)
+            assert after.get("holderIdentity") == "killed", after
+            assert after.get("leaseTransitions", 0) == before.get("leaseTransitions", 0), after
             # And it said what it repaired, naming each job.
             log = second.log_text()
             for _, job, round_no in partial:
