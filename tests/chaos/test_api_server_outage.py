@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from chaos_helpers import assert_invariants, gpu_cluster, has_status, operator, rounds_until_status
 from operator_helpers import create_job, job_manifest, wait_for
 
@@ -33,6 +34,8 @@ ROUND_S = 10.0
 LONG_PAUSE_S = 32.0
 
 
+# Several minutes on two shared cores (20 operator starts; outages of half a minute each).
+@pytest.mark.timeout(900)
 def test_the_operator_catches_up_after_api_server_outages(
     chaos_plane: devcluster.ControlPlane, chaos_api: Any, tmp_path: Path
 ) -> None:

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from chaos_helpers import LEASE_NAMESPACE, assert_invariants, gpu_cluster, operator
 from operator_helpers import create_job, job_manifest, wait_for
 
@@ -54,6 +55,8 @@ def no_pods(api: Any, namespace: str) -> bool:
     ]
 
 
+# Several minutes on two shared cores (20 operator starts; outages of half a minute each).
+@pytest.mark.timeout(1200)
 def test_a_gang_is_whole_or_absent_one_round_after_a_kill_mid_commit(
     chaos_plane: devcluster.ControlPlane, chaos_api: Any, tmp_path: Path
 ) -> None:
