@@ -10,6 +10,14 @@
 #                                        kwok on loopback; kubeconfigs in DIR
 #   hack/control-plane.sh stop DIR       kill exactly the PIDs recorded in DIR, then remove DIR
 #   hack/control-plane.sh env DIR        print `export KUBECONFIG=DIR/admin.kubeconfig` (and PATH with the cached tools)
+#   hack/control-plane.sh restart COMPONENT DIR [--down SECONDS] [--kill]   (or DIR COMPONENT)
+#                                        stop one of etcd, kube-apiserver, kube-controller-manager
+#                                        (SIGTERM, or SIGKILL with --kill), stay down SECONDS (default
+#                                        0), start it again with the same command line and wait until
+#                                        it serves (fault injection for tests)
+#   hack/control-plane.sh stop-component COMPONENT DIR [--kill]   stop one component, keep its
+#                                        command line in DIR/COMPONENT.cmdline
+#   hack/control-plane.sh start-component COMPONENT DIR           start it again from that file
 #   hack/control-plane.sh watch DIR PID  (internal) stop DIR's control plane once process PID is gone;
 #                                        `start` runs it when WALRAS_OWNER_PID is set
 #
@@ -512,6 +520,111 @@ cmd_watch() {
 	fi
 }
 
+# ---------------------------------------------------------------------------------------------
+# one component down and up again (fault injection)
+# ---------------------------------------------------------------------------------------------
+
+# The binary of a restartable component (the PID guard's needle).
+component_binary() {
+	case "$1" in
+	etcd) printf '%s\n' "$ETCD_BIN" ;;
+	kube-apiserver) printf '%s\n' "$APISERVER_BIN" ;;
+	kube-controller-manager) printf '%s\n' "$KCM_BIN" ;;
+	*) die "cannot restart '$1': one of etcd, kube-apiserver, kube-controller-manager" ;;
+	esac
+}
+
+# COMPONENT DIR or DIR COMPONENT, printed as DIR COMPONENT (the issue's order and this script's).
+component_args() {
+	case "${1:-}" in
+	etcd | kube-apiserver | kube-controller-manager) printf '%s\n%s\n' "${2:-}" "$1" ;;
+	*) printf '%s\n%s\n' "${1:-}" "${2:-}" ;;
+	esac
+}
+
+# Stop one component, keeping its command line (from /proc) so start-component can run it again.
+# Its PID file stays (pointing at a dead process) until start-component replaces it, so the
+# watchdog, which runs while kube-apiserver.pid exists, keeps watching through the outage.
+cmd_stop_component() {
+	local dir="${1:-}" name="${2:-}" signal=TERM
+	[[ -n "$dir" && -n "$name" ]] || die "usage: $0 stop-component DIR COMPONENT [--kill]"
+	[[ "${3:-}" == "--kill" ]] && signal=KILL
+	local binary
+	binary="$(component_binary "$name")"
+	dir="$(cd "$dir" && pwd)"
+	local pid
+	pid="$(cat "$dir/$name.pid" 2>/dev/null || true)"
+	pid_runs "$pid" "$binary" || die "$name is not running in $dir"
+	cp "/proc/$pid/cmdline" "$dir/$name.cmdline"
+	kill "-$signal" "$pid" 2>/dev/null || true
+	local i
+	for ((i = 0; i < 100; i++)); do
+		pid_runs "$pid" "$binary" || break
+		sleep 0.1
+	done
+	if pid_runs "$pid" "$binary"; then
+		log "$name (pid $pid) ignored SIG$signal; sending SIGKILL"
+		kill -KILL "$pid" 2>/dev/null || true
+		while pid_runs "$pid" "$binary"; do sleep 0.05; done
+	fi
+	log "$name stopped (SIG$signal, pid $pid)"
+}
+
+# Start a component stopped by stop-component with the same command line; wait until it serves.
+cmd_start_component() {
+	local dir="${1:-}" name="${2:-}"
+	[[ -n "$dir" && -n "$name" ]] || die "usage: $0 start-component DIR COMPONENT"
+	component_binary "$name" >/dev/null
+	dir="$(cd "$dir" && pwd)"
+	[[ -f "$dir/$name.cmdline" ]] || die "$name was not stopped with stop-component in $dir"
+	local -a argv
+	mapfile -d '' -t argv <"$dir/$name.cmdline"
+	local t0=$SECONDS
+	"${argv[@]}" </dev/null >>"$dir/logs/$name.log" 2>&1 &
+	local pid=$!
+	echo "$pid" >"$dir/$name.pid"
+	rm -f "$dir/$name.cmdline"
+	local env_file="$dir/cluster.env"
+	case "$name" in
+	etcd) wait_etcd "$(sed -n 's/^ETCD_URL=//p' "$env_file")" "$pid" 30 ;;
+	kube-apiserver)
+		local token
+		token="$(sed -n 's/^[[:space:]]*token: //p' "$dir/admin.kubeconfig")"
+		wait_ready "$(sed -n 's/^SERVER=//p' "$env_file")" "$(sed -n 's/^CA_FILE=//p' "$env_file")" \
+			"$token" "$pid" "${WALRAS_APISERVER_READY_TIMEOUT:-60}"
+		;;
+	*)
+		sleep 0.5
+		kill -0 "$pid" 2>/dev/null || die "$name exited at start"
+		;;
+	esac
+	log "$name started again (pid $pid), serving after $((SECONDS - t0)) s"
+}
+
+cmd_restart() {
+	local dir="${1:-}" name="${2:-}"
+	[[ -n "$dir" && -n "$name" ]] || die "usage: $0 restart DIR COMPONENT [--down SECONDS] [--kill]"
+	shift 2
+	local down=0 kill_flag=""
+	while (($#)); do
+		case "$1" in
+		--down)
+			down="${2:-}"
+			[[ "$down" =~ ^[0-9]+([.][0-9]+)?$ ]] || die "--down needs a number of seconds, got '$down'"
+			shift 2
+			;;
+		--kill)
+			kill_flag=--kill
+			shift
+			;;
+		*) die "restart: unknown option '$1'" ;;
+		esac
+	done
+	cmd_stop_component "$dir" "$name" $kill_flag
+	sleep "$down"
+	cmd_start_component "$dir" "$name"
+}
+
 cmd_env() {
 	local dir="${1:-}"
 	[[ -n "$dir" && -f "$dir/admin.kubeconfig" ]] || die "usage: $0 env DIR (a started control plane)"
@@ -531,8 +644,14 @@ main() {
 	stop) cmd_stop "$@" ;;
 	env) cmd_env "$@" ;;
 	watch) cmd_watch "$@" ;;
+	restart | stop-component | start-component)
+		local -a where
+		mapfile -t where < <(component_args "${1:-}" "${2:-}")
+		shift $(($# < 2 ? $# : 2))
+		"cmd_${cmd//-/_}" "${where[0]}" "${where[1]}" "$@"
+		;;
 	*)
-		printf 'usage: %s build|paths|start DIR|stop DIR|env DIR\n' "$0" >&2
+		printf 'usage: %s build|paths|start DIR|stop DIR|env DIR|restart DIR COMPONENT\n' "$0" >&2
 		exit 2
 		;;
 	esac

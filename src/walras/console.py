@@ -117,4 +117,14 @@ def main() -> None:
             _exit_now()
     from walras.cli import main as typer_main
 
-    typer_main()
+    try:
+        typer_main()
+    except Exception as exc:
+        # A kubeconfig or cluster that cannot be used: one line and exit 1, no traceback.
+        from walras.cli import errors
+
+        line = errors.describe(exc)
+        if line is None:
+            raise
+        print(f"walras: {line}", file=sys.stderr)
+        sys.exit(1)

@@ -244,6 +244,44 @@ def stop(cp: ControlPlane) -> None:
         raise ControlPlaneError(f"stop failed: {result.stderr.strip()}")
 
 
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager")
+
+
+def stop_component(cp: ControlPlane, name: str, *, kill: bool = False) -> None:
+    """Stop one of :data:`COMPONENTS` (SIGTERM, or SIGKILL with ``kill``) until
+    :func:`start_component` (``hack/control-plane.sh stop-component``): a fault for tests."""
+    if name not in COMPONENTS:
+        raise ValueError(f"component must be one of {', '.join(COMPONENTS)}, not {name!r}")
+    result = _script("stop-component", name, cp.directory, *(["--kill"] if kill else []))
+    if result.returncode != 0:
+        raise ControlPlaneError(f"stop-component {name} failed: {result.stderr.strip()}")
+
+
+def start_component(cp: ControlPlane, name: str) -> None:
+    """Start a component :func:`stop_component` stopped, with the same command line, and wait
+    until it serves (``hack/control-plane.sh start-component``)."""
+    if name not in COMPONENTS:
+        raise ValueError(f"component must be one of {', '.join(COMPONENTS)}, not {name!r}")
+    result = _script("start-component", name, cp.directory, timeout=120)
+    if result.returncode != 0:
+        raise ControlPlaneError(f"start-component {name} failed: {result.stderr.strip()}")
+
+
+def restart_component(
+    cp: ControlPlane, name: str, down_s: float = 0.0, *, kill: bool = False
+) -> None:
+    """Stop one of :data:`COMPONENTS`, keep it down ``down_s`` seconds, start it again and wait
+    until it serves (``hack/control-plane.sh restart``): an outage for tests to inject."""
+    if name not in COMPONENTS:
+        raise ValueError(f"component must be one of {', '.join(COMPONENTS)}, not {name!r}")
+    if not down_s >= 0:
+        raise ValueError(f"down_s must be >= 0, not {down_s!r}")
+    args = ["restart", name, cp.directory, "--down", f"{down_s:g}", *(["--kill"] if kill else [])]
+    result = _script(*args, timeout=120 + down_s)
+    if result.returncode != 0:
+        raise ControlPlaneError(f"restart {name} failed: {result.stderr.strip()}")
+
+
 def new_client(kubeconfig: str | os.PathLike[str]) -> Any:
     """A ``kubernetes.client.ApiClient`` for a kubeconfig file."""
     # kubernetes.config carries no annotations.
