@@ -4,6 +4,10 @@
 #
 #   hack/real-node.sh build                       kubelet (control-plane.sh build-kubelet) and the
 #                                                 pause image archive, into the cache
+#   hack/real-node.sh build-pause                 only the pause image
+#   hack/real-node.sh build-tools                 pause and workload images, where real nodes can
+#                                                 run (`make tools`; the kubelet comes from
+#                                                 control-plane.sh build)
 #   hack/real-node.sh check                       exit 1 with one line naming what this machine
 #                                                 lacks for real nodes (root, cgroups, binaries)
 #   hack/real-node.sh start DIR NAME [--gpus N] [--gpu-type T] [--python PY] [--image ARCHIVE]...
@@ -112,6 +116,17 @@ build_pause() {
 cmd_build() {
 	bash "$HACK_DIR/control-plane.sh" build-kubelet
 	build_pause
+}
+
+# `make tools` (after control-plane.sh build, which builds the kubelet): the pause and workload
+# images where real nodes can run; elsewhere one line saying why not.
+cmd_build_tools() {
+	if [[ "$(uname -s)" != Linux ]] || ((EUID != 0)); then
+		log "note: real nodes need root on Linux; pause and workload images not built"
+		return 0
+	fi
+	build_pause
+	bash "$HACK_DIR/build-workload-image.sh" >/dev/null
 }
 
 # One line naming the first missing capability; status 1. Nothing on success.
@@ -634,6 +649,8 @@ main() {
 	shift || true
 	case "$cmd" in
 	build) cmd_build ;;
+	build-pause) build_pause ;;
+	build-tools) cmd_build_tools ;;
 	check) cmd_check ;;
 	start) cmd_start "$@" ;;
 	stop) cmd_stop "$@" ;;

@@ -203,7 +203,11 @@ def _read_env_file(path: Path) -> dict[str, str]:
 
 
 def start(
-    directory: str | os.PathLike[str] | None = None, *, attempts: int = 2, watchdog: bool = True
+    directory: str | os.PathLike[str] | None = None,
+    *,
+    attempts: int = 2,
+    watchdog: bool = True,
+    real_nodes: bool = False,
 ) -> ControlPlane:
     """Start etcd, kube-apiserver and kwok on loopback (``hack/control-plane.sh start``).
 
@@ -212,6 +216,9 @@ def start(
     retried with new ports, up to ``attempts`` times. With ``watchdog`` (the default) the control
     plane stops by itself when this Python process exits without calling :func:`stop` (a killed
     test run); pass ``watchdog=False`` for a control plane that must outlive it (the demo).
+    With ``real_nodes`` the controller manager also runs what real kubelets need (the root-CA
+    publisher and the node lifecycle controller; kwok then renews node Leases); add the nodes
+    with :func:`walras.testing.realnodes.add_real_node`.
     """
     last_error = ""
     for _ in range(max(1, attempts)):
@@ -220,6 +227,8 @@ def start(
             path = Path(tempfile.mkdtemp(prefix="walras-cp-"))
         # The script's watchdog stops the control plane once this process is gone.
         owner = {"WALRAS_OWNER_PID": str(os.getpid())} if watchdog else {}
+        if real_nodes:
+            owner["WALRAS_REAL_NODES"] = "1"
         result = _script("start", str(path), timeout=180, env=owner)
         if result.returncode == 0:
             values = _read_env_file(path / "cluster.env")

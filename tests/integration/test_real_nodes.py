@@ -1,0 +1,237 @@
+"""Real nodes in the local control plane (hack/real-node.sh, walras.testing.realnodes): real
+kubelets and containerd, real processes, fake GPUs handed out by the kubelet's device manager.
+
+Oracles are the kubelet's and the runtime's own answers: the Node's allocatable, the pod's
+phase and reason as the kubelet sets them, what the process printed (its log, read through the
+API server and the kubelet), files it wrote to a hostPath volume, the host's process table,
+links and iptables rules.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from walras.testing import devcluster, realnodes
+
+GPU = "nvidia.com/gpu"
+
+
+@pytest.fixture(scope="module")
+def api(real_cluster: realnodes.RealCluster) -> Iterator[Any]:
+    client = real_cluster.control_plane.admin_client()
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def ns(api: Any, request: pytest.FixtureRequest) -> Iterator[str]:
+    name = devcluster.unique_name(f"rn-{request.node.name}")
+    devcluster.create_namespace(api, name)
+    try:
+        yield name
+    finally:
+        devcluster.delete_namespace(api, name, timeout=120)
+
+
+def _wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.2)
+
+
+def _pod(
+    name: str,
+    node: str,
+    command: list[str],
+    *,
+    gpus: int = 0,
+    volumes: list[dict[str, Any]] | None = None,
+    mounts: list[dict[str, Any]] | None = None,
+    grace: int = 30,
+) -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": "main",
+        "image": realnodes.WORKLOAD_IMAGE,
+        "imagePullPolicy": "Never",
+        "command": command,
+    }
+    if gpus:
+        container["resources"] = {"limits": {GPU: str(gpus)}}
+    if mounts:
+        container["volumeMounts"] = mounts
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeName": node,
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": grace,
+            "containers": [container],
+            "volumes": volumes or [],
+        },
+    }
+
+
+def _create(api: Any, ns: str, pod: dict[str, Any]) -> None:
+    devcluster.request(api, "POST", f"/api/v1/namespaces/{ns}/pods", body=pod)
+
+
+def _get(api: Any, ns: str, name: str) -> dict[str, Any]:
+    pod: dict[str, Any] = devcluster.request(api, "GET", f"/api/v1/namespaces/{ns}/pods/{name}")
+    return pod
+
+
+def _phase(api: Any, ns: str, name: str, *phases: str) -> dict[str, Any] | None:
+    pod = _get(api, ns, name)
+    return pod if pod.get("status", {}).get("phase") in phases else None
+
+
+def _logs(api: Any, ns: str, name: str) -> str:
+    response = api.call_api(
+        *api.param_serialize(
+            method="GET",
+            resource_path=f"/api/v1/namespaces/{ns}/pods/{name}/log",
+            header_params={"Accept": "text/plain"},
+            auth_settings=["BearerToken"],
+        )[:2]
+    )
+    text: str = response.read().decode()
+    assert response.status == 200, text
+    return text
+
+
+def test_real_nodes_join_ready_with_their_gpus(
+    api: Any, real_cluster: realnodes.RealCluster
+) -> None:
+    assert len(real_cluster.nodes) == 2
+    for node in real_cluster.nodes:
+        obj = devcluster.request(api, "GET", f"/api/v1/nodes/{node.name}")
+        conditions = {c["type"]: c["status"] for c in obj["status"]["conditions"]}
+        assert conditions["Ready"] == "True"
+        assert obj["status"]["allocatable"][GPU] == "4"
+        assert obj["metadata"]["labels"][devcluster.GPU_TYPE_LABEL] == "fake-a100"
+        assert obj["metadata"]["labels"][realnodes.REAL_NODE_LABEL] == "true"
+        addresses = {a["type"]: a["address"] for a in obj["status"]["addresses"]}
+        assert addresses["InternalIP"] == node.node_ip
+        # The node's processes are the ones recorded, alive.
+        for pid in (node.kubelet_pid, node.containerd_pid, node.deviceplugin_pid):
+            assert pid is not None
+            os.kill(pid, 0)
+
+
+def test_pod_sees_the_devices_the_kubelet_allocated(
+    api: Any, ns: str, real_cluster: realnodes.RealCluster
+) -> None:
+    node = real_cluster.nodes[0]
+    script = "import os; print('DEVICES=' + os.environ.get('NVIDIA_VISIBLE_DEVICES', ''))"
+    _create(api, ns, _pod("two-gpus", node.name, ["python3", "-c", script], gpus=2))
+    pod = _wait_for(lambda: _phase(api, ns, "two-gpus", "Succeeded", "Failed"), 120, "pod to end")
+    assert pod["status"]["phase"] == "Succeeded", pod["status"]
+    line = next(x for x in _logs(api, ns, "two-gpus").splitlines() if x.startswith("DEVICES="))
+    devices = line.removeprefix("DEVICES=").split(",")
+    assert len(devices) == 2
+    assert len(set(devices)) == 2
+    assert set(devices) <= set(node.device_ids)
+
+
+def test_kubelet_refuses_more_gpus_than_the_node_has(
+    api: Any, ns: str, real_cluster: realnodes.RealCluster
+) -> None:
+    node = real_cluster.nodes[1]
+    _create(api, ns, _pod("five-gpus", node.name, ["true"], gpus=5))
+    pod = _wait_for(lambda: _phase(api, ns, "five-gpus", "Failed", "Succeeded"), 60, "rejection")
+    assert pod["status"]["phase"] == "Failed"
+    assert pod["status"]["reason"] == f"OutOf{GPU}"
+
+
+def test_sigterm_trap_writes_its_checkpoint_before_the_pod_goes(
+    api: Any, ns: str, real_cluster: realnodes.RealCluster
+) -> None:
+    node = real_cluster.nodes[1]
+    with tempfile.TemporaryDirectory(prefix="walras-ckpt-") as host_dir:
+        script = (
+            "import signal, sys, time\n"
+            "def stop(signum, frame):\n"
+            "    open('/ckpt/checkpoint', 'w').write('step=%d' % 42)\n"
+            "    sys.exit(0)\n"
+            "signal.signal(signal.SIGTERM, stop)\n"
+            "open('/ckpt/started', 'w').write('yes')\n"
+            "while True:\n"
+            "    time.sleep(0.1)\n"
+        )
+        pod = _pod(
+            "trap",
+            node.name,
+            ["python3", "-c", script],
+            gpus=1,
+            volumes=[{"name": "ckpt", "hostPath": {"path": host_dir, "type": "Directory"}}],
+            mounts=[{"name": "ckpt", "mountPath": "/ckpt"}],
+        )
+        _create(api, ns, pod)
+        started = Path(host_dir) / "started"
+        _wait_for(started.exists, 120, "the container to start")
+        devcluster.request(api, "DELETE", f"/api/v1/namespaces/{ns}/pods/trap")
+        checkpoint = Path(host_dir) / "checkpoint"
+        # Within the 30 s grace period: the process exits 0 on SIGTERM, not by SIGKILL.
+        _wait_for(checkpoint.exists, 30, "the checkpoint written on SIGTERM")
+        assert checkpoint.read_text() == "step=42"
+
+
+def _pids_with(needle: str) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if needle in cmdline:
+                pids.append(int(entry.name))
+    return pids
+
+
+def test_stopped_node_leaves_no_process_link_mount_or_chain(
+    api: Any, ns: str, real_cluster: realnodes.RealCluster
+) -> None:
+    cp = real_cluster.control_plane
+    node = realnodes.add_real_node(
+        cp, "real-extra", gpus=1, images=[realnodes.workload_image_archive()]
+    )
+    _create(api, ns, _pod("sleeper", node.name, ["sleep", "3600"], gpus=1))
+    _wait_for(lambda: _phase(api, ns, "sleeper", "Running"), 120, "the pod to run")
+    assert node.running_tasks(), "the runtime lists no running container"
+    index = Path(node.directory, "index").read_text().strip()
+    realnodes.stop_real_node(cp, node)
+
+    for pid in (node.kubelet_pid, node.containerd_pid, node.deviceplugin_pid):
+        assert pid is not None
+        assert not Path(f"/proc/{pid}").exists(), f"pid {pid} still runs"
+    assert _pids_with(node.containerd_socket) == [], "a containerd shim of the node still runs"
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True)
+    assert f"walras-node{index}:" not in links.stdout
+    assert f"walras-cni{index}:" not in links.stdout
+    assert node.directory not in Path("/proc/self/mountinfo").read_text()
+    assert not Path(node.directory).exists()
+    rules = subprocess.run(["iptables-save"], capture_output=True, text=True, check=True)
+    assert "KUBE-" not in rules.stdout
+    assert not any(Path(cg).joinpath(f"walras-node{index}").exists() for cg in _cgroups())
+
+
+def _cgroups() -> list[str]:
+    return [str(p) for p in Path("/sys/fs/cgroup").iterdir() if (p / "cgroup.procs").exists()]
