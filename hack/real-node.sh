@@ -42,7 +42,7 @@
 # - The kubelet makes no iptables chains (`makeIPTablesUtilChains: false`: nothing here runs
 #   kube-proxy, the only reader of them).
 # - Host state that is shared by every node (net.ipv4.ip_forward, which the CNI bridge plugin sets;
-#   /var/lib/cni, /run/netns, /var/log/containers, /var/lib/kubelet/device-plugins) is recorded in
+#   /var/lib/cni, /var/log/containers, /var/lib/kubelet/device-plugins) is recorded in
 #   /run/walras-real-nodes when the first node starts and restored when the last one stops.
 #
 # Environment: WALRAS_CACHE, WALRAS_K8S_VERSION (as control-plane.sh), WALRAS_KUBELET_VERBOSITY
@@ -61,8 +61,8 @@ HOST_STATE=/run/walras-real-nodes
 GPU_TYPE_LABEL=walras.dev/gpu-type
 REAL_NODE_LABEL=walras.dev/real-node
 # Directories the kubelet or containerd create outside their own roots, whatever they are told.
-SHARED_DIRS=(/var/lib/cni /run/netns /var/run/netns /var/log/containers /var/lib/kubelet/device-plugins
-	/var/lib/kubelet /run/containerd/s /run/containerd)
+SHARED_DIRS=(/var/lib/cni /var/log/containers /var/lib/kubelet/device-plugins /var/lib/kubelet
+	/run/containerd/s /run/containerd)
 
 log() { printf '[real-node %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 die() {
@@ -162,6 +162,12 @@ host_lock() {
 	mkdir -p "$HOST_STATE"
 	exec 7>"$HOST_STATE/.lock"
 	flock 7
+}
+
+# Closed, not only unlocked: the node's long-lived processes must not inherit it.
+host_unlock() {
+	flock -u 7
+	exec 7>&-
 }
 
 # Under host_lock: record the shared state before the first node changes it.
@@ -336,7 +342,7 @@ cmd_start() {
 		fi
 	done
 	mkdir -p /var/lib/kubelet/device-plugins
-	flock -u 7
+	host_unlock
 
 	# Client certificate of the node.
 	openssl req -new -nodes -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 \
@@ -380,6 +386,8 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "$PAUSE_IMAGE"
   restrict_oom_score_adj = true
+  # Pods' network namespaces pinned under the node's state directory, not in /run/netns.
+  netns_mounts_under_state_dir = true
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
   enable_selinux = false
@@ -564,7 +572,9 @@ shim_pids() {
 	local sock="$1" p
 	for p in /proc/[0-9]*; do
 		[[ -r "$p/cmdline" ]] || continue
-		if tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF -- "containerd-shim-runc-v2 -namespace k8s.io -address $sock"; then
+		local cmdline
+		cmdline="$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null)" || continue
+		if [[ "$cmdline" == *containerd-shim* && "$cmdline" == *"-address $sock "* ]]; then
 			printf '%s\n' "${p#/proc/}"
 		fi
 	done
@@ -617,7 +627,7 @@ cmd_stop() {
 				find "$cg/walras-node$index" -depth -type d -exec rmdir {} \; 2>/dev/null || true
 		done
 		host_unregister "$index"
-		flock -u 7
+		host_unlock
 	fi
 	rm -rf "$node"
 	rmdir "$dir/nodes" 2>/dev/null || true

@@ -103,14 +103,14 @@ def _phase(api: Any, ns: str, name: str, *phases: str) -> dict[str, Any] | None:
 
 
 def _logs(api: Any, ns: str, name: str) -> str:
-    response = api.call_api(
-        *api.param_serialize(
-            method="GET",
-            resource_path=f"/api/v1/namespaces/{ns}/pods/{name}/log",
-            header_params={"Accept": "text/plain"},
-            auth_settings=["BearerToken"],
-        )[:2]
+    """The container's output, through the API server and the node's kubelet."""
+    verb, url, headers, body, _ = api.param_serialize(
+        method="GET",
+        resource_path=f"/api/v1/namespaces/{ns}/pods/{name}/log",
+        header_params={"Accept": "text/plain"},
+        auth_settings=["BearerToken"],
     )
+    response = api.call_api(verb, url, header_params=headers, body=body)
     text: str = response.read().decode()
     assert response.status == 200, text
     return text
