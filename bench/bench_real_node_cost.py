@@ -8,9 +8,9 @@ Prints one JSON line per case:
 * ``idle_cpu``: CPU seconds (user + system, from ``/proc/PID/stat``) that each node's kubelet,
   containerd and device plugin use per minute with no pod, over one ``IDLE_S`` window; per node
   and in total.
-* ``bind_to_running``: ``PODS`` pods (the workload image, ``sleep``) created unbound and bound with
-  ``pods/binding``: seconds from the binding to phase Running as the kubelet reports it (median,
-  max); then delete (grace 30 s; ``sleep`` exits on SIGTERM) to the pod object gone.
+* ``bind_to_running``: ``PODS`` pods (the workload image, a Python process that exits 0 on
+  SIGTERM) created unbound and bound with ``pods/binding``: seconds from the binding to phase
+  Running as the kubelet reports it (median, max); then delete (grace 30 s) to the pod object gone.
 
 Without root, Linux, containerd or a built kubelet it prints one ``skipped`` line naming what is
 missing and exits 0. Runs in about two minutes on 2 cores.
@@ -31,6 +31,11 @@ NODES = 2
 GPUS = 4
 IDLE_S = 60.0
 PODS = 6
+EXIT_ON_SIGTERM = (
+    "import signal, sys, time\n"
+    "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\n"
+    "time.sleep(3600)\n"
+)
 
 
 def emit(case: str, **values: Any) -> None:
@@ -116,7 +121,9 @@ def main() -> int:
                             "name": "main",
                             "image": realnodes.WORKLOAD_IMAGE,
                             "imagePullPolicy": "Never",
-                            "command": ["sleep", "3600"],
+                            # Exits on SIGTERM (a bare `sleep` as PID 1 ignores it and would
+                            # wait out the 30 s grace period).
+                            "command": ["python3", "-c", EXIT_ON_SIGTERM],
                             "resources": {"limits": {"nvidia.com/gpu": "1"}},
                         }
                     ],

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from operator_helpers import CRDS, create_job, create_pool, pool_manifest, start_operator
 
 from walras.testing import devcluster, realnodes
 
@@ -238,3 +239,82 @@ def test_stopped_node_leaves_no_process_link_mount_or_chain(
 
 def _cgroups() -> list[str]:
     return [str(p) for p in Path("/sys/fs/cgroup").iterdir() if (p / "cgroup.procs").exists()]
+
+
+def test_operator_places_a_gang_that_runs_on_real_nodes(
+    api: Any, ns: str, real_cluster: realnodes.RealCluster, tmp_path: Path
+) -> None:
+    devcluster.install_crds(api, CRDS)
+    create_pool(api, pool_manifest("real-a100", "fake-a100"))
+    script = (
+        "import os, signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\n"
+        "print('DEVICES=' + os.environ.get('NVIDIA_VISIBLE_DEVICES', ''), flush=True)\n"
+        "time.sleep(3600)\n"
+    )
+    container = {
+        "name": "train",
+        "image": realnodes.WORKLOAD_IMAGE,
+        "imagePullPolicy": "Never",
+        "command": ["python3", "-c", script],
+        "resources": {"limits": {GPU: "2"}},
+    }
+    job = {
+        "apiVersion": "walras.dev/v1alpha1",
+        "kind": "FungibleJob",
+        "metadata": {"name": "gang"},
+        "spec": {
+            "replicas": 2,
+            "throughput": {"fake-a100": 1.0},
+            "template": {
+                "spec": {
+                    "containers": [container],
+                    "restartPolicy": "Never",
+                    "terminationGracePeriodSeconds": 10,
+                }
+            },
+        },
+    }
+    create_job(api, ns, job)
+    op = start_operator(real_cluster.control_plane, tmp_path, round_seconds=2.0)
+    try:
+
+        def running() -> list[dict[str, Any]]:
+            path = f"/api/v1/namespaces/{ns}/pods"
+            pods: list[dict[str, Any]] = devcluster.request(
+                api, "GET", path, query={"labelSelector": "walras.dev/job=gang"}
+            )["items"]
+            live = [p for p in pods if p["status"].get("phase") == "Running"]
+            return live if len(live) == 2 else []
+
+        pods = _wait_for(running, 180, "the gang's two pods to run")
+        by_node: dict[str, list[str]] = {}
+        for pod in pods:
+            name = pod["metadata"]["name"]
+            line = _wait_for(
+                lambda name=name: next(
+                    (x for x in _logs(api, ns, name).splitlines() if x.startswith("DEVICES=")),
+                    "",
+                ),
+                60,
+                f"{name} to print its devices",
+            )
+            devices = line.removeprefix("DEVICES=").split(",")
+            assert len(set(devices)) == 2
+            by_node.setdefault(pod["spec"]["nodeName"], []).extend(devices)
+        nodes = {n.name: n for n in real_cluster.nodes}
+        for node_name, devices in by_node.items():
+            # No device is handed to two containers, and each is one the node has.
+            assert len(devices) == len(set(devices))
+            assert set(devices) <= set(nodes[node_name].device_ids)
+            # The runtime itself runs each pod's container.
+            pod_names = {
+                c["labels"].get("io.kubernetes.pod.name")
+                for c in nodes[node_name].containers()
+                if c["labels"].get("io.kubernetes.container.name") == "train"
+            }
+            assert {
+                p["metadata"]["name"] for p in pods if p["spec"]["nodeName"] == node_name
+            } <= pod_names
+    finally:
+        op.terminate()
