@@ -74,7 +74,13 @@ def main() -> int:
             t0 = time.perf_counter()
             nodes.append(realnodes.add_real_node(cp, f"bench-{i}", gpus=GPUS, images=[archive]))
             start_s.append(round(time.perf_counter() - t0, 2))
-        emit("start", nodes=NODES, node_ready_s=start_s, image_s=round(image_s, 1))
+        emit(
+            "start",
+            nodes=NODES,
+            node_ready_s=start_s,
+            image_s=round(image_s, 1),
+            steps=[n.start_log.strip().splitlines()[-3:] for n in nodes],
+        )
 
         time.sleep(5)  # past the kubelets' first status and lease updates
         pids = {

@@ -84,6 +84,8 @@ class RealNode:
     deviceplugin_pid: int | None
     gpus: int
     gpu_type: str
+    #: What ``hack/real-node.sh start`` logged (the seconds each step took).
+    start_log: str = ""
 
     @property
     def device_ids(self) -> list[str]:
@@ -160,6 +162,7 @@ def add_real_node(
         else None,
         gpus=int(values["GPUS"]),
         gpu_type=values["GPU_TYPE"],
+        start_log=result.stderr,
     )
 
 
