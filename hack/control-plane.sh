@@ -18,7 +18,8 @@
 # Environment: WALRAS_CACHE, WALRAS_GO_PARALLEL (default 2), WALRAS_K8S_VERSION / _ETCD_ / _KWOK_
 # (pins), WALRAS_OWNER_PID, WALRAS_APISERVER_READY_TIMEOUT (s, default 60),
 # WALRAS_APISERVER_VERBOSITY (default 1), WALRAS_FAILED_LOGS_DIR (where a failed start copies logs),
-# WALRAS_REAL_NODES=1 (the controllers real nodes need, see cmd_start).
+# WALRAS_REAL_NODES=1 (the controllers real nodes need, see cmd_start),
+# WALRAS_NODE_MONITOR_GRACE_PERIOD (with real nodes: how long a silent node stays Ready, default 50s).
 #
 # Called by walras.testing.devcluster (the pytest fixtures in tests/conftest.py use that), by `make`
 # and by .ci/run.
@@ -455,14 +456,18 @@ cmd_start() {
 	# NotReady); kwok then renews a Lease per node, so its nodes stay Ready too.
 	local controllers=garbage-collector-controller,namespace-controller,resourcequota-controller,serviceaccount-controller,clusterrole-aggregation-controller
 	local kwok_lease=()
+	local lifecycle=()
 	if [[ "${WALRAS_REAL_NODES:-0}" == 1 ]]; then
 		controllers+=,root-ca-certificate-publisher-controller,node-lifecycle-controller
+		# Upstream's default: a node whose kubelet stopped is NotReady 50 s later.
+		lifecycle=(--node-monitor-grace-period="${WALRAS_NODE_MONITOR_GRACE_PERIOD:-50s}")
 		kwok_lease=(--node-lease-duration-seconds=40)
 	fi
 	"$KCM_BIN" \
 		--kubeconfig="$dir/admin.kubeconfig" \
 		--controllers="$controllers" \
 		--root-ca-file="$dir/pki/ca.crt" \
+		"${lifecycle[@]}" \
 		--leader-elect=false \
 		--secure-port=0 \
 		--use-service-account-credentials=false \

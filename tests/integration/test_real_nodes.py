@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 from operator_helpers import CRDS, create_job, create_pool, pool_manifest, start_operator
 
 from walras.testing import devcluster, realnodes
@@ -134,6 +135,31 @@ def test_real_nodes_join_ready_with_their_gpus(
         for pid in (node.kubelet_pid, node.containerd_pid, node.deviceplugin_pid):
             assert pid is not None
             os.kill(pid, 0)
+
+
+def test_kwok_nodes_beside_real_nodes_renew_their_lease(api: Any) -> None:
+    # The node lifecycle controller (run for real nodes) marks a node NotReady once neither its
+    # Ready heartbeat nor its Lease has moved for its grace period; kwok's node heartbeat is
+    # minutes apart, so kwok nodes must renew a Lease, as kubelets do.
+    name = devcluster.unique_name("kwok-beside-real")
+    devcluster.create_gpu_node(api, name, gpu_type="fake-a100", gpus=8)
+    try:
+        lease_path = f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{name}"
+
+        def renew_time() -> str:
+            try:
+                lease = devcluster.request(api, "GET", lease_path)
+            except ApiException:
+                return ""
+            return str(lease["spec"].get("renewTime") or "")
+
+        first = _wait_for(renew_time, 60, "kwok to create the node's Lease")
+        # Renewed within its 40 s duration (kwok renews well inside it, as a kubelet does).
+        _wait_for(lambda: renew_time() not in ("", first), 40, "kwok to renew the Lease")
+        node = devcluster.request(api, "GET", f"/api/v1/nodes/{name}")
+        assert node["spec"].get("taints") is None
+    finally:
+        devcluster.delete_nodes(api, [name])
 
 
 def test_pod_sees_the_devices_the_kubelet_allocated(
