@@ -49,7 +49,10 @@
 # (default 1), WALRAS_NODE_READY_TIMEOUT (s, default 60).
 set -o errexit -o nounset -o pipefail
 
-HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# Builtins only up to `check`, so that it can name a missing tool even on a bare PATH.
+_self="${BASH_SOURCE[0]}"
+[[ "$_self" == */* ]] || _self="./$_self"
+HACK_DIR="$(cd "${_self%/*}" && pwd)"
 K8S_VERSION="${WALRAS_K8S_VERSION:-v1.36.3}"
 CACHE="${WALRAS_CACHE:-$HOME/.cache/walras}"
 KUBELET_BIN="$CACHE/kubelet-$K8S_VERSION/bin/kubelet"
@@ -64,7 +67,7 @@ REAL_NODE_LABEL=walras.dev/real-node
 SHARED_DIRS=(/var/lib/cni /var/log/containers /var/lib/kubelet/device-plugins /var/lib/kubelet
 	/run/containerd/s /run/containerd)
 
-log() { printf '[real-node %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
+log() { TZ=UTC printf '[real-node %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 die() {
 	log "error: $*"
 	exit 1

@@ -3,6 +3,8 @@ argument (naming it), exit 1 for a directory that holds no control plane."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -44,3 +46,26 @@ def test_unknown_command_prints_usage() -> None:
     result = run("frobnicate")
     assert result.returncode == 2
     assert "hack/real-node.sh start DIR NAME" in result.stderr
+
+
+def test_missing_runtime_is_named_in_one_line(tmp_path: Path) -> None:
+    # A PATH holding only `uname`: the first missing requirement is root (when not root) or, as
+    # root, containerd; either way one line saying what is missing, exit 1.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "uname").symlink_to(shutil.which("uname") or "/bin/uname")
+    result = subprocess.run(
+        ["/bin/bash", str(SCRIPT), "check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={"PATH": str(bin_dir), "HOME": str(tmp_path)},
+    )
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1
+    if os.geteuid() != 0:
+        assert "real nodes need root" in lines[0]
+    elif Path("/sys/fs/cgroup/cpu").is_dir():
+        assert "real nodes need containerd: run `make tools`" in lines[0]
