@@ -28,7 +28,9 @@
 # - The node's address is 10.250.0.I/32 on an empty bridge walras-nodeI (the kubelet refuses a
 #   loopback address and the kernel has no dummy device); pods get 10.251.I.0/24 on the CNI bridge
 #   walras-cniI. Both ranges are private and the bridges have no ports to the outside, so nothing
-#   leaves this machine. I is the smallest index no other node on the machine holds.
+#   leaves this machine: pods have routes to the Service range (10.96.0.0/16), the nodes and the
+#   other nodes' pods only, no default route. I is the smallest index no other node on the
+#   machine holds.
 # - The kubelet authenticates with a client certificate (O=system:nodes, CN=system:node:NAME)
 #   signed by the control plane's CA, so the Node authorizer applies; its own server accepts only
 #   client certificates of that CA and webhook tokens, never anonymous requests.
@@ -39,6 +41,9 @@
 #   tmpfs, network-namespace handles) lives in that namespace and goes with its last process: the
 #   host's mount table never sees them. The device plugin connects to the same socket through
 #   DIR/nodes/NAME/device-plugins from the host.
+# - Pods reach the API server (which listens on loopback only) at the `kubernetes` Service's
+#   address, 10.96.0.1:443, as in a cluster: that address sits on an empty bridge walras-svc and
+#   walras.testing.apiproxy forwards it to the API server (one per control plane with real nodes).
 # - The kubelet makes no iptables chains (`makeIPTablesUtilChains: false`: nothing here runs
 #   kube-proxy, the only reader of them).
 # - Host state that is shared by every node (net.ipv4.ip_forward, which the CNI bridge plugin sets;
@@ -63,6 +68,9 @@ CNI_BIN_DIR=/usr/lib/cni
 HOST_STATE=/run/walras-real-nodes
 GPU_TYPE_LABEL=walras.dev/gpu-type
 REAL_NODE_LABEL=walras.dev/real-node
+# The `kubernetes` Service's ClusterIP (first address of control-plane.sh's service range).
+SERVICE_IP=10.96.0.1
+SERVICE_BRIDGE=walras-svc
 # Directories the kubelet or containerd create outside their own roots, whatever they are told.
 SHARED_DIRS=(/var/lib/cni /var/log/containers /var/lib/kubelet/device-plugins /var/lib/kubelet
 	/run/containerd/s /run/containerd)
@@ -225,6 +233,43 @@ free_index() {
 	die "no free real-node index (250 nodes on this machine?)"
 }
 
+# Under host_lock: the API server reachable from pods at $SERVICE_IP:443 (walras.testing.apiproxy,
+# one per control plane with real nodes). One control plane at a time per machine can hold it.
+ensure_api_proxy() {
+	local dir="$1" python="$2" server="$3"
+	if [[ -f "$dir/apiproxy.pid" ]] && pid_alive "$(cat "$dir/apiproxy.pid")"; then
+		return 0
+	fi
+	if [[ -f "$HOST_STATE/service-owner" ]]; then
+		local owner
+		owner="$(cat "$HOST_STATE/service-owner")"
+		[[ "$owner" == "$dir" ]] ||
+			die "another control plane's real nodes ($owner) hold $SERVICE_IP; stop them first"
+	fi
+	printf '%s\n' "$dir" >"$HOST_STATE/service-owner"
+	ip link show "$SERVICE_BRIDGE" >/dev/null 2>&1 || ip link add "$SERVICE_BRIDGE" type bridge
+	ip addr replace "$SERVICE_IP/32" dev "$SERVICE_BRIDGE"
+	ip link set "$SERVICE_BRIDGE" up
+	PYTHONPATH="$HACK_DIR/../src${PYTHONPATH:+:$PYTHONPATH}" "$python" -m walras.testing.apiproxy \
+		--listen "$SERVICE_IP:443" --target "${server#https://}" \
+		</dev/null >>"$dir/logs/apiproxy.log" 2>&1 &
+	echo $! >"$dir/apiproxy.pid"
+}
+
+# Under host_lock: when DIR has no real node left, stop its forwarder and free the address.
+release_api_proxy() {
+	local dir="$1"
+	[[ -z "$(ls -A "$dir/nodes" 2>/dev/null)" ]] || return 0
+	if [[ -f "$dir/apiproxy.pid" ]]; then
+		stop_pid "$(cat "$dir/apiproxy.pid")" walras.testing.apiproxy 50
+		rm -f "$dir/apiproxy.pid"
+	fi
+	if [[ -f "$HOST_STATE/service-owner" && "$(cat "$HOST_STATE/service-owner")" == "$dir" ]]; then
+		ip link del "$SERVICE_BRIDGE" 2>/dev/null || true
+		rm -f "$HOST_STATE/service-owner"
+	fi
+}
+
 cgroup_hierarchies() {
 	local d
 	for d in /sys/fs/cgroup/*; do
@@ -345,6 +390,7 @@ cmd_start() {
 		fi
 	done
 	mkdir -p /var/lib/kubelet/device-plugins
+	ensure_api_proxy "$dir" "$python" "$server"
 	host_unlock
 
 	# Client certificate of the node.
@@ -421,6 +467,7 @@ EOF
       "ipam": {
         "type": "host-local",
         "ranges": [[{"subnet": "10.251.$index.0/24"}]],
+        "routes": [{"dst": "10.96.0.0/16"}, {"dst": "10.250.0.0/24"}, {"dst": "10.251.0.0/16"}],
         "dataDir": "$node/cni/ipam"
       }
     }
@@ -635,6 +682,9 @@ cmd_stop() {
 		host_unlock
 	fi
 	rm -rf "$node"
+	host_lock
+	release_api_proxy "$dir"
+	host_unlock
 	rmdir "$dir/nodes" 2>/dev/null || true
 	log "stopped node $name"
 }

@@ -177,6 +177,36 @@ def test_pod_sees_the_devices_the_kubelet_allocated(
     assert set(devices) <= set(node.device_ids)
 
 
+def test_pod_reaches_the_api_server_with_its_service_account(
+    api: Any, ns: str, real_cluster: realnodes.RealCluster
+) -> None:
+    # In-cluster configuration exactly as a client library reads it: the Service address the
+    # kubelet puts in the environment, the projected token and the cluster CA.
+    script = (
+        "import json, os, ssl, urllib.error, urllib.request\n"
+        "sa = '/var/run/secrets/kubernetes.io/serviceaccount/'\n"
+        "host = os.environ['KUBERNETES_SERVICE_HOST']\n"
+        "port = os.environ['KUBERNETES_SERVICE_PORT']\n"
+        "ctx = ssl.create_default_context(cafile=sa + 'ca.crt')\n"
+        "req = urllib.request.Request(f'https://{host}:{port}/api/v1/nodes', headers={\n"
+        "    'Authorization': 'Bearer ' + open(sa + 'token').read()})\n"
+        "try:\n"
+        "    urllib.request.urlopen(req, context=ctx, timeout=10)\n"
+        "    print('ANSWER=200')\n"
+        "except urllib.error.HTTPError as e:\n"
+        "    print('ANSWER=%d %s' % (e.code, json.load(e)['message']))\n"
+    )
+    node = real_cluster.nodes[0]
+    _create(api, ns, _pod("in-cluster", node.name, ["python3", "-c", script]))
+    pod = _wait_for(lambda: _phase(api, ns, "in-cluster", "Succeeded", "Failed"), 120, "the pod")
+    assert pod["status"]["phase"] == "Succeeded", _logs(api, ns, "in-cluster")
+    line = next(x for x in _logs(api, ns, "in-cluster").splitlines() if x.startswith("ANSWER="))
+    # The API server authenticated the pod's ServiceAccount (TLS verified against the cluster CA)
+    # and RBAC refused it: the default ServiceAccount may not list nodes.
+    assert line.startswith("ANSWER=403 "), line
+    assert f'User "system:serviceaccount:{ns}:default" cannot list resource "nodes"' in line
+
+
 def test_kubelet_refuses_more_gpus_than_the_node_has(
     api: Any, ns: str, real_cluster: realnodes.RealCluster
 ) -> None:
