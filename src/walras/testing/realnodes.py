@@ -12,6 +12,8 @@ Every real node carries the labels ``walras.dev/gpu-type`` (as the kwok nodes) a
 ``<node>-gpu-<i>``, which a container sees in ``NVIDIA_VISIBLE_DEVICES``. The reference workload
 image (``localhost/walras-workload:dev``, ``hack/build-workload-image.sh``) is imported into
 every node's runtime; pods use it with ``imagePullPolicy: Never``, since there is no registry.
+Pods reach the API server with their in-cluster configuration (the ``kubernetes`` Service's
+address is forwarded to it: :mod:`walras.testing.apiproxy`). See ``docs/real-nodes.md``.
 """
 
 from __future__ import annotations
