@@ -166,11 +166,18 @@ def test_pod_sees_the_devices_the_kubelet_allocated(
     api: Any, ns: str, real_cluster: realnodes.RealCluster
 ) -> None:
     node = real_cluster.nodes[0]
-    script = "import os; print('DEVICES=' + os.environ.get('NVIDIA_VISIBLE_DEVICES', ''))"
+    script = (
+        "import os, numpy, walras\n"
+        "print('DEVICES=' + os.environ.get('NVIDIA_VISIBLE_DEVICES', ''))\n"
+        "print('WALRAS=' + walras.__file__)\n"
+    )
     _create(api, ns, _pod("two-gpus", node.name, ["python3", "-c", script], gpus=2))
     pod = _wait_for(lambda: _phase(api, ns, "two-gpus", "Succeeded", "Failed"), 120, "pod to end")
     assert pod["status"]["phase"] == "Succeeded", pod["status"]
-    line = next(x for x in _logs(api, ns, "two-gpus").splitlines() if x.startswith("DEVICES="))
+    output = _logs(api, ns, "two-gpus").splitlines()
+    # The workload image: Debian's numpy, the repository's walras package under /app.
+    assert "WALRAS=/app/walras/__init__.py" in output
+    line = next(x for x in output if x.startswith("DEVICES="))
     devices = line.removeprefix("DEVICES=").split(",")
     assert len(devices) == 2
     assert len(set(devices)) == 2
