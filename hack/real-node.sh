@@ -149,9 +149,10 @@ cmd_check() {
 	[[ -f /sys/fs/cgroup/cgroup.controllers ]] && [[ ! -d /sys/fs/cgroup/cpu ]] &&
 		die "real nodes are set up for cgroup v1 (cgroupfs); this machine has cgroup v2 only"
 	local tool
-	for tool in containerd containerd-shim-runc-v2 runc ctr unshare nsenter ip sysctl openssl; do
+	for tool in containerd containerd-shim-runc-v2 runc ctr unshare nsenter ip sysctl openssl curl \
+		buildah debootstrap; do
 		command -v "$tool" >/dev/null ||
-			die "real nodes need $tool: run \`make tools\` (apt: containerd runc containernetworking-plugins)"
+			die "real nodes need $tool: run \`make tools\` (apt: containerd runc containernetworking-plugins buildah debootstrap)"
 	done
 	local plugin
 	for plugin in bridge host-local loopback; do

@@ -25,6 +25,8 @@ from walras.testing import devcluster, realnodes
 
 GPU = "nvidia.com/gpu"
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def api(real_cluster: realnodes.RealCluster) -> Iterator[Any]:
