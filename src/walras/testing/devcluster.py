@@ -11,7 +11,8 @@ integration and e2e tests, ``bench/bench_controlplane.py`` and the demo.
 What this control plane is: kube-apiserver, etcd, kwok and kube-controller-manager (garbage
 collector, namespace, resource quota, ServiceAccount and ClusterRole aggregation controllers), so
 ``ownerReferences`` cascade and namespaces are deleted as on a real cluster. There is no scheduler
-and no kubelet (kwok's stages play the kubelet).
+and no kubelet (kwok's stages play the kubelet), unless real nodes are added
+(``start(real_nodes=True)`` and :mod:`walras.testing.realnodes`; ``docs/real-nodes.md``).
 
 * **ServiceAccounts.** The controller manager's ServiceAccount controller creates ``default``
   in new namespaces, but a pod created right after its namespace can race it (the
