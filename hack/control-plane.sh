@@ -3,11 +3,13 @@
 #
 #   hack/control-plane.sh build          build etcd, kube-apiserver, kube-controller-manager and kwok into the
 #                                        cache (once per version)
+#   hack/control-plane.sh build-kubelet  build only the kubelet (real nodes: hack/real-node.sh)
 #   hack/control-plane.sh paths          print the cached binary paths (KEY=PATH lines)
 #   hack/control-plane.sh start DIR      certs + tokens, etcd, kube-apiserver, kube-controller-manager (garbage
 #                                        collector, namespace, resource quota, ServiceAccount and ClusterRole
 #                                        aggregation controllers),
-#                                        kwok on loopback; kubeconfigs in DIR
+#                                        kwok on loopback; kubeconfigs in DIR. Real nodes (a kubelet
+#                                        and containerd each) join with hack/real-node.sh start DIR ...
 #   hack/control-plane.sh stop DIR       kill exactly the PIDs recorded in DIR, then remove DIR
 #   hack/control-plane.sh env DIR        print `export KUBECONFIG=DIR/admin.kubeconfig` (and PATH with the cached tools)
 #   hack/control-plane.sh restart COMPONENT DIR [--down SECONDS] [--kill]   (or DIR COMPONENT)
@@ -23,7 +25,9 @@
 #
 # Environment: WALRAS_CACHE, WALRAS_GO_PARALLEL (default 2), WALRAS_K8S_VERSION / _ETCD_ / _KWOK_
 # (pins), WALRAS_OWNER_PID, WALRAS_APISERVER_READY_TIMEOUT (s, default 60),
-# WALRAS_APISERVER_VERBOSITY (default 1), WALRAS_FAILED_LOGS_DIR (where a failed start copies logs).
+# WALRAS_APISERVER_VERBOSITY (default 1), WALRAS_FAILED_LOGS_DIR (where a failed start copies logs),
+# WALRAS_REAL_NODES=1 (the controllers real nodes need, see cmd_start),
+# WALRAS_NODE_MONITOR_GRACE_PERIOD (with real nodes: how long a silent node stays Ready, default 50s).
 #
 # Called by walras.testing.devcluster (the pytest fixtures in tests/conftest.py use that), by `make`
 # and by .ci/run.
@@ -49,6 +53,7 @@ APISERVER_BIN="$CACHE/kube-apiserver-$K8S_VERSION/bin/kube-apiserver"
 KCM_BIN="$CACHE/kube-controller-manager-$K8S_VERSION/bin/kube-controller-manager"
 ETCD_BIN="$CACHE/etcd-$ETCD_VERSION/bin/etcd"
 KWOK_BIN="$CACHE/kwok-$KWOK_VERSION/bin/kwok"
+KUBELET_BIN="$CACHE/kubelet-$K8S_VERSION/bin/kubelet"
 
 log() { printf '[control-plane %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 die() {
@@ -123,6 +128,10 @@ build_apiserver() { build_k8s_command kube-apiserver "$APISERVER_BIN"; }
 # controller (a deleted namespace is emptied and removed) are real in tests.
 build_controller_manager() { build_k8s_command kube-controller-manager "$KCM_BIN"; }
 
+# kubelet: for real nodes (hack/real-node.sh), built last so that it reuses the packages the
+# other two compiled.
+build_kubelet() { build_k8s_command kubelet "$KUBELET_BIN"; }
+
 build_etcd() {
 	if [[ -x "$ETCD_BIN" ]]; then
 		log "etcd $ETCD_VERSION already built: $ETCD_BIN"
@@ -171,12 +180,13 @@ cmd_build() {
 	build_kwok
 	build_apiserver
 	build_controller_manager
+	build_kubelet
 	log "build finished in $((SECONDS - start)) s"
 }
 
 cmd_paths() {
-	printf 'KUBE_APISERVER=%s\nETCD=%s\nKWOK=%s\nKUBE_CONTROLLER_MANAGER=%s\n' \
-		"$APISERVER_BIN" "$ETCD_BIN" "$KWOK_BIN" "$KCM_BIN"
+	printf 'KUBE_APISERVER=%s\nETCD=%s\nKWOK=%s\nKUBE_CONTROLLER_MANAGER=%s\nKUBELET=%s\n' \
+		"$APISERVER_BIN" "$ETCD_BIN" "$KWOK_BIN" "$KCM_BIN" "$KUBELET_BIN"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -234,6 +244,10 @@ stop_component() {
 stop_all() {
 	local dir="$1"
 	stop_component "$dir" watchdog "control-plane.sh watch $dir"
+	# Real nodes first (hack/real-node.sh): their kubelets still talk to the API server.
+	if [[ -d "$dir/nodes" ]]; then
+		bash "$HACK_DIR/real-node.sh" stop-all "$dir" || log "stopping the real nodes failed"
+	fi
 	stop_component "$dir" kwok "$KWOK_BIN"
 	stop_component "$dir" kube-controller-manager "$KCM_BIN"
 	stop_component "$dir" kube-apiserver "$APISERVER_BIN"
@@ -283,6 +297,15 @@ make_certs() {
 		>"$pki/apiserver.ext"
 	openssl x509 -req -in "$pki/apiserver.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" \
 		-CAcreateserial -out "$pki/apiserver.crt" -days 3650 -extfile "$pki/apiserver.ext" 2>/dev/null
+	# The API server's client certificate towards kubelets (logs, exec on real nodes).
+	openssl req -new -nodes -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 \
+		-keyout "$pki/apiserver-kubelet-client.key" -out "$pki/apiserver-kubelet-client.csr" \
+		-subj "/O=system:masters/CN=kube-apiserver-kubelet-client" 2>/dev/null
+	printf '%s\n' "basicConstraints=CA:FALSE" "keyUsage=critical,digitalSignature" \
+		"extendedKeyUsage=clientAuth" >"$pki/client.ext"
+	openssl x509 -req -in "$pki/apiserver-kubelet-client.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" \
+		-CAcreateserial -out "$pki/apiserver-kubelet-client.crt" -days 3650 -extfile "$pki/client.ext" \
+		2>/dev/null
 	# Service-account token signing key pair (TokenRequest, projected tokens); tokens are ES256.
 	openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$pki/sa.key" 2>/dev/null
 	openssl pkey -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
@@ -415,6 +438,9 @@ cmd_start() {
 		--event-ttl=1h \
 		--endpoint-reconciler-type=none \
 		--disable-admission-plugins=TaintNodesByCondition \
+		--kubelet-client-certificate="$dir/pki/apiserver-kubelet-client.crt" \
+		--kubelet-client-key="$dir/pki/apiserver-kubelet-client.key" \
+		--kubelet-preferred-address-types=InternalIP \
 		--v="${WALRAS_APISERVER_VERBOSITY:-1}" \
 		</dev/null >"$dir/logs/kube-apiserver.log" 2>&1 &
 	echo $! >"$dir/kube-apiserver.pid"
@@ -432,9 +458,24 @@ cmd_start() {
 	# built-in admin/edit/view roles get their rules, as users get them). Not the node lifecycle controller:
 	# kwok's heartbeats are slower than its grace period, so it would mark nodes NotReady. No
 	# serving port (--secure-port=0): several control planes may run side by side.
+	# With WALRAS_REAL_NODES=1 (walras.testing.devcluster sets it for real nodes, hack/real-node.sh)
+	# it also runs the root-CA publisher (a pod's ServiceAccount token volume waits for the
+	# kube-root-ca.crt ConfigMap) and the node lifecycle controller (a dead kubelet's node turns
+	# NotReady); kwok then renews a Lease per node, so its nodes stay Ready too.
+	local controllers=garbage-collector-controller,namespace-controller,resourcequota-controller,serviceaccount-controller,clusterrole-aggregation-controller
+	local kwok_lease=()
+	local lifecycle=()
+	if [[ "${WALRAS_REAL_NODES:-0}" == 1 ]]; then
+		controllers+=,root-ca-certificate-publisher-controller,node-lifecycle-controller
+		# Upstream's default: a node whose kubelet stopped is NotReady 50 s later.
+		lifecycle=(--node-monitor-grace-period="${WALRAS_NODE_MONITOR_GRACE_PERIOD:-50s}")
+		kwok_lease=(--node-lease-duration-seconds=40)
+	fi
 	"$KCM_BIN" \
 		--kubeconfig="$dir/admin.kubeconfig" \
-		--controllers=garbage-collector-controller,namespace-controller,resourcequota-controller,serviceaccount-controller,clusterrole-aggregation-controller \
+		--controllers="$controllers" \
+		--root-ca-file="$dir/pki/ca.crt" \
+		"${lifecycle[@]}" \
 		--leader-elect=false \
 		--secure-port=0 \
 		--use-service-account-credentials=false \
@@ -463,6 +504,7 @@ cmd_start() {
 		--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
 		--node-ip=127.0.0.1 \
 		--cidr=10.0.0.0/16 \
+		"${kwok_lease[@]}" \
 		</dev/null >"$dir/logs/kwok.log" 2>&1 &
 	echo $! >"$dir/kwok.pid"
 	sleep 0.5
@@ -639,6 +681,7 @@ main() {
 	shift || true
 	case "$cmd" in
 	build) cmd_build ;;
+	build-kubelet) build_kubelet ;;
 	paths) cmd_paths ;;
 	start) cmd_start "$@" ;;
 	stop) cmd_stop "$@" ;;

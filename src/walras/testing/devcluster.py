@@ -11,7 +11,8 @@ integration and e2e tests, ``bench/bench_controlplane.py`` and the demo.
 What this control plane is: kube-apiserver, etcd, kwok and kube-controller-manager (garbage
 collector, namespace, resource quota, ServiceAccount and ClusterRole aggregation controllers), so
 ``ownerReferences`` cascade and namespaces are deleted as on a real cluster. There is no scheduler
-and no kubelet (kwok's stages play the kubelet).
+and no kubelet (kwok's stages play the kubelet), unless real nodes are added
+(``start(real_nodes=True)`` and :mod:`walras.testing.realnodes`; ``docs/real-nodes.md``).
 
 * **ServiceAccounts.** The controller manager's ServiceAccount controller creates ``default``
   in new namespaces, but a pod created right after its namespace can race it (the
@@ -203,7 +204,11 @@ def _read_env_file(path: Path) -> dict[str, str]:
 
 
 def start(
-    directory: str | os.PathLike[str] | None = None, *, attempts: int = 2, watchdog: bool = True
+    directory: str | os.PathLike[str] | None = None,
+    *,
+    attempts: int = 2,
+    watchdog: bool = True,
+    real_nodes: bool = False,
 ) -> ControlPlane:
     """Start etcd, kube-apiserver and kwok on loopback (``hack/control-plane.sh start``).
 
@@ -212,6 +217,9 @@ def start(
     retried with new ports, up to ``attempts`` times. With ``watchdog`` (the default) the control
     plane stops by itself when this Python process exits without calling :func:`stop` (a killed
     test run); pass ``watchdog=False`` for a control plane that must outlive it (the demo).
+    With ``real_nodes`` the controller manager also runs what real kubelets need (the root-CA
+    publisher and the node lifecycle controller; kwok then renews node Leases); add the nodes
+    with :func:`walras.testing.realnodes.add_real_node`.
     """
     last_error = ""
     for _ in range(max(1, attempts)):
@@ -220,6 +228,8 @@ def start(
             path = Path(tempfile.mkdtemp(prefix="walras-cp-"))
         # The script's watchdog stops the control plane once this process is gone.
         owner = {"WALRAS_OWNER_PID": str(os.getpid())} if watchdog else {}
+        if real_nodes:
+            owner["WALRAS_REAL_NODES"] = "1"
         result = _script("start", str(path), timeout=180, env=owner)
         if result.returncode == 0:
             values = _read_env_file(path / "cluster.env")
