@@ -104,6 +104,18 @@ def test_an_unreadable_kubeconfig_gives_one_line_and_exit_1(command: str, tmp_pa
     assert_one_line(walras([*COMMANDS[command], "--kubeconfig", str(path)]), str(path), "read")
 
 
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_a_kubeconfig_that_is_a_directory_gives_one_line_and_exit_1(
+    command: str, tmp_path: Path
+) -> None:
+    # Unreadable as a file for every user, root included (the mode test above cannot run as root).
+    path = tmp_path / "kubeconfig.d"
+    path.mkdir()
+    assert_one_line(
+        walras([*COMMANDS[command], "--kubeconfig", str(path)]), str(path), "not a file"
+    )
+
+
 @pytest.mark.parametrize("command", ["status", "explain"])
 def test_an_unreachable_cluster_gives_one_line_and_exit_1(command: str, tmp_path: Path) -> None:
     # Port 9 on the loopback (discard): nothing listens there, the connection is refused at once.
