@@ -6,6 +6,11 @@ advances the version); a WATCH ends after ``WATCH_SECONDS`` and the next resumes
 version seen; ``410 Gone`` (the version was compacted away) starts over with a LIST, any other
 failure resumes from the last version after a pause (events already handed over stay valid).
 
+The pause doubles with each failure in a row, ``retry_seconds · 2^min(n, 5)`` after the n-th, and
+the count goes back to zero as soon as the API server answers again: a LIST that succeeds or a
+WATCH that is accepted (2xx). Otherwise one outage would leave every later drop waiting the full
+32×, with the rounds running on a stale cache meanwhile.
+
 Events go to ``deliver(events, listing)`` in the order the API server sent them, one call per
 chunk the server flushed (a busy chunk holds hundreds): raw dicts, never model classes.
 ``listing=True`` marks a LIST's result, as ``ADDED`` events: every object that exists; one
@@ -78,6 +83,7 @@ class CollectionWatch:
         self.version: str | None = None
         self.lists = 0  # LISTs done (1 + relists)
         self.watches = 0  # WATCH requests sent
+        self.failures = 0  # failures since the API server last answered: sets the next pause
 
     def _get(self, query: Mapping[str, str], *, stream: bool, read_timeout: float) -> Any:
         import urllib3
@@ -102,6 +108,7 @@ class CollectionWatch:
             raise RuntimeError(f"LIST {self.path}: HTTP {status}: {resp.data[:300]!r}")
         data = json.loads(resp.data)
         self.lists += 1
+        self.failures = 0
         items = [i for i in data.get("items") or [] if isinstance(i, dict)]
         self.version = str((data.get("metadata") or {}).get("resourceVersion") or "") or None
         self.deliver([{"type": "ADDED", "object": item} for item in items], True)
@@ -122,6 +129,7 @@ class CollectionWatch:
                 raise GoneError(self.path)
             if not 200 <= status < 300:
                 raise RuntimeError(f"WATCH {self.path}: HTTP {status}: {resp.read()[:300]!r}")
+            self.failures = 0  # the server is back: the next drop pauses the least again
             for found in lines(resp.stream(amt=None, decode_content=True)):
                 batch: list[Mapping[str, Any]] = []
                 for line in found:
@@ -146,13 +154,11 @@ class CollectionWatch:
 
     def run(self, stop: threading.Event) -> None:
         """LIST, then WATCH until ``stop`` is set (checked between chunks and watches)."""
-        failures = 0
         while not stop.is_set():
             try:
                 if self.version is None:
                     self._list()
                 self._watch(stop)
-                failures = 0
             except GoneError:
                 logger.info(
                     "watch of %s: version %s expired; listing again", self.path, self.version
@@ -161,8 +167,8 @@ class CollectionWatch:
             except Exception as exc:  # connection reset, timeout, 5xx: resume after a pause
                 # Doubling up to 32x: an API server that is down (or a CRD not installed yet)
                 # is asked again within half a minute, not hammered every second.
-                pause = self.retry_seconds * 2 ** min(failures, 5)
-                failures += 1
+                pause = self.retry_seconds * 2 ** min(self.failures, 5)
+                self.failures += 1
                 logger.warning(
                     "watch of %s failed (%s: %s); resuming in %.0f s",
                     self.path,

@@ -84,7 +84,7 @@ async def start_rounds(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.enabled = False
     settings.scanning.disabled = True
     kopf_storage.configure(settings)
-    op = main.build(options_from_env(), default_identity=f"kopf-{os.getpid()}")
+    op = main.build(options_from_env())
     _CLIENT.append(op.client)
     if op.elector is not None:
         _TASKS.append(asyncio.create_task(op.elector.run(_STOP)))

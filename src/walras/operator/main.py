@@ -17,8 +17,6 @@ import asyncio
 import contextlib
 import logging
 import math
-import os
-import socket
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -192,14 +190,15 @@ def policy_config(options: Options) -> policies.PolicyConfig:
     )
 
 
-def build(options: Options, *, default_identity: str | None = None) -> Operator:
+def build(options: Options) -> Operator:
     """Client, writes, store, leader election, the policy's reader and the round loop."""
+    from walras.operator import leader
+
     client = api_client(options.kubeconfig)
-    identity = options.identity or default_identity or f"{socket.gethostname()}-{os.getpid()}"
+    # Stable per pod: a restarted container holds its own Lease instead of waiting it out.
+    identity = options.identity or leader.default_identity()
     elector: Any = None
     if options.leader_elect:
-        from walras.operator import leader
-
         elector = leader.LeaderElector(
             client,
             namespace=options.lease_namespace,
