@@ -154,7 +154,16 @@ def test_adopted_jobs_time_share_complete_and_leave_others_alone(
 
         # Bad input: a mirror that says why, a Warning Event on the Job, left suspended.
         mirror = wait_for(
-            lambda: condition(get_job(kube, namespace, "uneven"), "Admitted"), 30, "rejection"
+            lambda: next(
+                (
+                    condition(j, "Admitted")
+                    for j in list_jobs(kube, namespace)
+                    if j["metadata"]["name"] == "uneven"
+                ),
+                None,
+            ),
+            30,
+            "rejection",
         )
         assert mirror["status"] == "False" and mirror["reason"] == "WorkloadRejected"
         assert "spec.parallelism" in mirror["message"]

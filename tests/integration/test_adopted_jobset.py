@@ -153,9 +153,12 @@ def test_labelled_workloads_are_created_suspended_and_a_jobset_runs_as_one_gang(
 
         op = start_operator(control_plane, tmp_path, round_seconds=2.0)
         try:
-            mirror = wait_for(
-                lambda: get_job(kube, namespace, "pair"), 60, "the JobSet's mirror FungibleJob"
-            )
+
+            def mirrored() -> dict[str, Any] | None:
+                found = [j for j in list_jobs(kube, namespace) if j["metadata"]["name"] == "pair"]
+                return found[0] if found else None
+
+            mirror = wait_for(mirrored, 60, "the JobSet's mirror FungibleJob")
             assert mirror["spec"]["replicas"] == 4  # 2 Jobs x 2 pods: one gang
             assert mirror["spec"]["workloadRef"]["kind"] == "JobSet"
 
