@@ -15,7 +15,7 @@ from operator_fakes import FakeApi
 from walras.core import crd, model, realise
 from walras.core.adapters import base, batch_job, mirror
 from walras.kube import writes
-from walras.operator import adoption, cache
+from walras.operator import adoption, cache, handlers
 from walras.operator.round_report import RoundReport
 from walras.operator.round_scratch import RoundScratch
 
@@ -279,3 +279,62 @@ def test_a_rejected_workload_fixed_in_place_is_mirrored_afresh() -> None:
     asyncio.run(adopt.act(realise.Realisation((), (), {}), scratch()))
     (created,) = api.created
     assert created["spec"]["throughput"] == {}
+
+
+class Rounds:
+    def __init__(self) -> None:
+        self.pokes = 0
+
+    def poke(self) -> None:
+        self.pokes += 1
+
+    def poke_binds(self) -> None:
+        pass
+
+
+def adopted_pod(*, mirror_uid: str | None, controller: str = "Job") -> dict[str, Any]:
+    labels = {crd.LABEL_JOB: "a", batch_job.COMPLETION_INDEX: "1"}
+    if mirror_uid is not None:
+        labels[base.LABEL_MIRROR_UID] = mirror_uid
+    return {
+        "metadata": {
+            "name": "a-1-xyz",
+            "namespace": "ns",
+            "uid": "p1",
+            "labels": labels,
+            "annotations": {
+                crd.ANN_ROUND: "3",
+                base.ANN_NODES: "n0,n1",
+                base.ANN_WORKLOAD_KIND: "Job",
+            },
+            "ownerReferences": [
+                {
+                    "apiVersion": "batch/v1" if controller == "Job" else "apps/v1",
+                    "kind": controller,
+                    "name": "a",
+                    "uid": "a-uid",
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": {"containers": [{"name": "t", "resources": {"limits": {GPU: "2"}}}]},
+    }
+
+
+def test_a_started_jobs_pod_belongs_to_the_mirror_its_template_names() -> None:
+    # The mirror's uid on a pod its Job made: the mirror's pod. Without it, or made by another
+    # kind of controller: nobody's (a label alone on a ReplicaSet's pod proves nothing).
+    assert handlers.controller_uid(adopted_pod(mirror_uid="m-uid")) == "m-uid"
+    assert handlers.controller_uid(adopted_pod(mirror_uid=None)) == ""
+    assert handlers.controller_uid(adopted_pod(mirror_uid="m-uid", controller="ReplicaSet")) == ""
+
+
+def test_an_unbound_pod_of_a_started_job_runs_a_round_soon() -> None:
+    cluster = cache.ClusterCache()
+    rounds = Rounds()
+    watcher = handlers.Watcher(cluster, rounds)
+    watcher.apply("pod", {"type": "ADDED", "object": adopted_pod(mirror_uid="m-uid")})
+    assert rounds.pokes == 1
+    pod = cluster.store.pods[("ns", "a-1-xyz")]
+    assert (pod.job, pod.replica, pod.planned_node) == ("a", 1, "n1")
+    assert cluster.facts.owner[("ns", "a-1-xyz")] == "m-uid"
