@@ -73,8 +73,13 @@ def a_job(name: str, *, suspend: bool = True, completions: int = 2) -> dict[str,
     }
 
 
-def mirror_in_store(cluster: cache.ClusterCache, obj: dict[str, Any]) -> model.JobSpec:
+def mirror_in_store(
+    cluster: cache.ClusterCache, obj: dict[str, Any], *, own: bool = False
+) -> model.JobSpec:
+    """The mirror of ``obj`` as the watch stores it (``own``: a FungibleJob of its own)."""
     body = mirror.manifest(JOB, obj, mirror.spec_of(JOB.gang(obj), obj["metadata"]["annotations"]))
+    if own:
+        del body["spec"]["workloadRef"]
     body["metadata"]["uid"] = f"{obj['metadata']['name']}-mirror-uid"
     cluster.store.upsert("job", body)
     job = cluster.store.jobs[("ns", obj["metadata"]["name"])]
@@ -140,7 +145,7 @@ def test_a_mirrors_pods_become_one_start_and_other_pods_pass_through() -> None:
     job_a = a_job("a")
     adopt, api, cluster = setup(job_a)
     mirror_a = mirror_in_store(cluster, job_a)
-    own = mirror_in_store(cluster, a_job("own"))  # same shape, but no workload seen: its own
+    own = mirror_in_store(cluster, a_job("own"), own=True)  # same shape, not a mirror
     plan = realise.Realisation(
         creates=(*creates(mirror_a, ["n0", "n1"]), *creates(own, ["n2", "n2"])),
         deletes=(),
@@ -338,3 +343,12 @@ def test_an_unbound_pod_of_a_started_job_runs_a_round_soon() -> None:
     pod = cluster.store.pods[("ns", "a-1-xyz")]
     assert (pod.job, pod.replica, pod.planned_node) == ("a", 1, "n1")
     assert cluster.facts.owner[("ns", "a-1-xyz")] == "m-uid"
+
+
+def test_a_mirror_whose_workload_was_not_seen_yet_gets_no_pods_from_the_binder() -> None:
+    # Just after a restart the mirror may be known before its Job: its pods are still the Job's.
+    adopt, api, cluster = setup()
+    mirror_a = mirror_in_store(cluster, a_job("a"))
+    plan = realise.Realisation(creates=tuple(creates(mirror_a, ["n0", "n0"])), deletes=(), jobs={})
+    left = asyncio.run(adopt.act(plan, scratch()))
+    assert left.creates == () and api.patches == []

@@ -119,8 +119,12 @@ class Adoption:
         """Mirrors, suspensions and outcomes; the plan's pods of mirrors turned into starts and
         suspensions of their workloads. Returns the plan without them (for the gang binder)."""
         accepted = await self._reconcile(scratch)
+        # Every mirror, its workload seen by the watch or not yet (just after a restart): the
+        # binder never makes pods of a mirror itself.
         adopted = {
-            key for key, (_, obj) in self.workloads.items() if self._mirror_of(key, obj) is not None
+            key
+            for key, job in self.cluster.store.jobs.items()
+            if isinstance(job, model.JobSpec) and job.workload_uid
         }
         starts: dict[model.JobKey, list[realise.PodCreate]] = {}
         stops: set[model.JobKey] = set()
@@ -132,6 +136,8 @@ class Adoption:
                 stops.add(d.pod.job_key)
         scratch.retry_deletes = [p for p in scratch.retry_deletes if p.job_key not in adopted]
         for key in sorted(stops | set(starts)):
+            if key not in self.workloads or self._mirror_of(key, self.workloads[key][1]) is None:
+                continue  # not seen yet (or another workload of that name): a later round acts
             adapter, obj = self.workloads[key]
             if adapter.outcome(obj) is not None:
                 continue
