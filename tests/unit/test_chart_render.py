@@ -166,7 +166,7 @@ CONTROLLER_GRANTS: dict[tuple[str, str], set[str]] = {
     ("", "nodes"): {"get", "list", "watch"},
     ("", "events"): {"create"},
     # Mirrors of adopted workloads are created; the adopted Jobs and JobSets suspended/started.
-    ("walras.dev", "fungiblejobs"): {"get", "list", "watch", "create", "delete"},
+    ("walras.dev", "fungiblejobs"): {"get", "list", "watch", "create"},
     ("walras.dev", "fungiblejobs/status"): {"patch"},
     ("batch", "jobs"): {"get", "list", "watch", "patch"},
     ("jobset.x-k8s.io", "jobsets"): {"get", "list", "watch", "patch"},

@@ -31,7 +31,6 @@ class AdoptionApi(FakeApi):
         self.created: list[dict[str, Any]] = []
         self.patches: list[tuple[str, dict[str, Any]]] = []
         self.event_kinds: list[str] = []
-        self.deleted: list[tuple[str, str]] = []
 
     async def create_object(self, path: str, body: Mapping[str, Any]) -> writes.Result:
         self.created.append(dict(body))
@@ -39,10 +38,6 @@ class AdoptionApi(FakeApi):
 
     async def patch_object(self, path: str, patch: Mapping[str, Any]) -> writes.Result:
         self.patches.append((path, dict(patch)))
-        return writes.Result(writes.Outcome.OK, 200)
-
-    async def delete_object(self, path: str, *, uid: str) -> writes.Result:
-        self.deleted.append((path, uid))
         return writes.Result(writes.Outcome.OK, 200)
 
     async def post_event(self, job: Any, *, reason: str, message: str, **kw: Any) -> writes.Result:
@@ -259,31 +254,6 @@ def test_unlabelled_and_deleted_workloads_are_forgotten() -> None:
     assert not adopt.seen(JOB, {"type": "ADDED", "object": unlabelled})
     assert not adopt.seen(JOB, {"type": "DELETED", "object": job_a})
     assert adopt.workloads == {}
-
-
-def test_a_rejected_workload_fixed_in_place_is_mirrored_afresh() -> None:
-    odd = a_job("odd")
-    odd["metadata"]["annotations"] = {base.ANN_THROUGHPUT: "h100=3"}
-    adopt, api, cluster = setup(odd)
-    asyncio.run(adopt.act(realise.Realisation((), (), {}), scratch()))
-    # The watch brings back the mirror as created and rejected.
-    body = api.created[0]
-    body["metadata"]["uid"] = "odd-mirror-uid"
-    body["status"] = api.statuses["odd"]
-    cluster.store.upsert("job", body)
-    api.created.clear()
-    asyncio.run(adopt.act(realise.Realisation((), (), {}), scratch()))
-    assert api.deleted == []  # still bad: the rejection stays
-    fixed = {**odd, "metadata": {**odd["metadata"], "generation": 2, "annotations": {}}}
-    assert adopt.seen(JOB, {"type": "MODIFIED", "object": fixed})
-    asyncio.run(adopt.act(realise.Realisation((), (), {}), scratch()))
-    assert api.deleted == [
-        ("/apis/walras.dev/v1alpha1/namespaces/ns/fungiblejobs/odd", "odd-mirror-uid")
-    ]
-    cluster.store.delete("job", "ns", "odd")
-    asyncio.run(adopt.act(realise.Realisation((), (), {}), scratch()))
-    (created,) = api.created
-    assert created["spec"]["throughput"] == {}
 
 
 class Rounds:

@@ -308,11 +308,6 @@ class Api:
             self._request, "PATCH", path, dict(patch), content_type="application/merge-patch+json"
         )
 
-    async def delete_object(self, path: str, *, uid: str) -> Result:
-        """Delete the object at ``path`` if it is still incarnation ``uid`` (a precondition)."""
-        body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
-        return await self._run(self._request, "DELETE", path, body)
-
     # ------------------------------------------------------------------ configmaps
 
     async def put_configmap(

@@ -8,8 +8,7 @@ and before the gang binder (:meth:`Adoption.act`, leader only):
    it has none. A workload that is not a gang Walras can run (``BadWorkloadError``: not Indexed,
    ``parallelism != completions``, no GPU request, a GPU type no pool has) gets a mirror that is
    ``Failed`` with the condition ``Admitted=False`` naming the field, and one Warning Event on
-   the workload; it stays suspended and is never started. Once fixed in place, its rejected
-   mirror is deleted and the next round mirrors it afresh.
+   the workload; it stays suspended and is never started.
 2. **Kept suspended.** A workload running that Walras did not start (created without
    ``suspend: true`` where no admission policy sets it) is suspended.
 3. **Outcome.** A workload's own ``Complete``/``Failed`` condition makes its mirror Succeeded or
@@ -178,15 +177,8 @@ class Adoption:
             except base.BadWorkloadError as exc:
                 bad = exc
             outcome = adapter.outcome(obj)
-            mirrored = self.cluster.store.jobs.get(key)
-            if mirrored is None:
+            if self.cluster.store.jobs.get(key) is None:
                 await self._create_mirror(key, adapter, obj, spec, scratch)
-            elif bad is None and outcome is None and _rejected(mirrored):
-                # Fixed in place: the rejected mirror goes, and the next round mirrors the
-                # workload afresh (its spec is the workload's as it is now).
-                path = f"/apis/{crd.API_VERSION}/namespaces/{quote(key[0])}/{crd.JOB_PLURAL}"
-                await self.api.delete_object(f"{path}/{quote(key[1])}", uid=mirrored.uid)
-                continue
             if bad is not None:
                 await self._reject(key, adapter, obj, bad, (uid, bad.reason, generation))
             elif outcome is None:
@@ -296,14 +288,6 @@ class Adoption:
             logger.warning(
                 "%s %s/%s: %s refused: %s", adapter.kind.kind, key[0], key[1], what, result.message
             )
-
-
-def _rejected(job: model.JobSpec | model.JobDefect) -> bool:
-    """The mirror says its workload was rejected (:meth:`Adoption._reject`)."""
-    for c in job.status.get("conditions") or ():
-        if isinstance(c, Mapping) and c.get("reason") == REJECTED:
-            return True
-    return False
 
 
 def _now() -> str:
