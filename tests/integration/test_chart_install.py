@@ -667,3 +667,64 @@ def test_removing_pods_binding_from_the_clusterrole_stops_scheduling(
         ]
         assert bound == [], _log(log)
         assert "binding" in _log(log).lower(), _log(log)
+
+
+def test_operator_with_the_chart_token_runs_a_labelled_job(
+    control_plane: Any, kube: Any, release: str, namespace: str, pool: str, tmp_path: Path
+) -> None:
+    """Bring your own Job under the chart: its MutatingAdmissionPolicy creates a labelled Job
+    suspended, and the operator, with the chart's token only, mirrors the Job, starts it and
+    binds its pod (docs/workloads.md, "Bring your Job")."""
+    from kubernetes import client
+
+    from walras.testing import devcluster
+
+    assert _foreign_bindings(kube) == [], "another binding grants the ServiceAccount rights"
+    container = {
+        "name": "train",
+        "image": "busybox",
+        "resources": {"limits": {"nvidia.com/gpu": 1}},
+    }
+    body = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": "adopted",
+            "labels": {"walras.dev/managed": "true"},
+            "annotations": {"walras.dev/throughput": f"{GPU_TYPE}=1"},
+        },
+        "spec": {
+            "completionMode": "Indexed",
+            "parallelism": 1,
+            "completions": 1,
+            "template": {"spec": {"restartPolicy": "Never", "containers": [container]}},
+        },
+    }
+    jobs = f"/apis/batch/v1/namespaces/{namespace}/jobs"
+    # The release's policy is enforced a moment after helm created it: dry runs until it is.
+    _wait(
+        lambda: devcluster.request(kube, "POST", jobs, body=body, query={"dryRun": "All"})["spec"][
+            "suspend"
+        ],
+        DEADLINE_S,
+        "the chart's admission policy to suspend a labelled Job",
+    )
+    made = devcluster.request(kube, "POST", jobs, body=body)
+    assert made["spec"]["suspend"] is True
+    core = client.CoreV1Api(kube)
+    with _operator(control_plane, tmp_path) as log:
+        bound = _wait(
+            lambda: [
+                p
+                for p in core.list_namespaced_pod(
+                    namespace, label_selector="job-name=adopted"
+                ).items
+                if p.spec.node_name
+            ],
+            DEADLINE_S,
+            "the adopted Job's pod bound",
+        )
+        assert bound[0].spec.node_name == "chart-gpu-0", _log(log)
+        mirror = _job(kube, namespace, "adopted")
+        assert mirror["spec"]["workloadRef"]["kind"] == "Job", _log(log)
+        assert "forbidden" not in _log(log).lower(), _log(log)
