@@ -71,8 +71,18 @@ def apply_policies(kube: Any) -> list[str]:
             "MutatingAdmissionPolicy": "mutatingadmissionpolicies",
             "MutatingAdmissionPolicyBinding": "mutatingadmissionpolicybindings",
         }[doc["kind"]]
-        devcluster.request(kube, "POST", f"{ADMISSION}/{plural}", body=doc)
-        paths.append(f"{ADMISSION}/{plural}/{doc['metadata']['name']}")
+        path = f"{ADMISSION}/{plural}/{doc['metadata']['name']}"
+        try:
+            devcluster.request(kube, "POST", f"{ADMISSION}/{plural}", body=doc)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            # Left by a chart release in this control plane: replaced by the file's own.
+            current = devcluster.request(kube, "GET", path)
+            version = current["metadata"]["resourceVersion"]
+            body = {**doc, "metadata": {**doc["metadata"], "resourceVersion": version}}
+            devcluster.request(kube, "PUT", path, body=body)
+        paths.append(path)
     return paths
 
 
