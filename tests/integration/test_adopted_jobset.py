@@ -12,6 +12,7 @@ gang of 4 pods, which fits the node only whole.
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 from typing import Any
 
@@ -184,7 +185,7 @@ def test_labelled_workloads_are_created_suspended_and_a_jobset_runs_as_one_gang(
                 assert template["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "g-0"}
 
             # The JobSet controller would report Completed: the mirror follows.
-            now = "2000-01-01T00:00:00Z"
+            now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
             devcluster.request(
                 kube,
                 "PATCH",
