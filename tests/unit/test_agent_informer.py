@@ -186,8 +186,6 @@ def test_metrics_expose_the_processes_api_requests() -> None:
 def test_jobs_informer_feeds_the_columns_generation() -> None:
     stop = threading.Event()
     lists = [{"metadata": {"resourceVersion": "1"}, "items": []}]
-    jobs = Informer(
-        _kube(_Api(lists, [[{"type": "ADDED", "object": _obj("j", 2)}]], stop)), JOBS
-    )
+    jobs = Informer(_kube(_Api(lists, [[{"type": "ADDED", "object": _obj("j", 2)}]], stop)), JOBS)
     jobs.run(stop)
     assert jobs.generation == 2 and [i["metadata"]["name"] for i in jobs.items()] == ["j"]

@@ -230,7 +230,7 @@ def test_a_refused_listing_is_empty_for_an_optional_kind_and_a_failure_otherwise
     optional.optional, optional.refused_retry = True, 7.0
     optional.run(stop)
     # An empty listing (every object it held is gone), the refusal's own pause, then the grant.
-    assert [(events, listing) for events, listing in optional.got][0] == ([], True)
+    assert optional.got[0] == ([], True)
     assert stop.pauses == [7.0] and optional.refused is None and optional.lists == 1
 
     stop = _RecordedStop()

@@ -201,7 +201,9 @@ class CollectionWatch:
             except RefusedError as exc:
                 # Not an outage: the server answered. An empty collection until it is granted.
                 if self.refused is None:
-                    logger.warning("cannot list %s (HTTP %s): treated as empty", self.path, exc.status)
+                    logger.warning(
+                        "cannot list %s (HTTP %s): treated as empty", self.path, exc.status
+                    )
                 self.refused = exc.status
                 self.failures = 0
                 self.deliver([], True)
