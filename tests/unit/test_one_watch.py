@@ -7,13 +7,16 @@ Oracles: kopf's own registry (which handlers exist), the kinds the store holds
 
 from __future__ import annotations
 
+import asyncio
 import importlib
+import signal
 from typing import Any
 
 import kopf
+import pytest
 
 from walras.core import snapshot
-from walras.operator import cache, handlers
+from walras.operator import cache, handlers, main
 
 
 def test_kopf_watches_no_kind_in_either_entry_point() -> None:
@@ -66,3 +69,18 @@ def test_a_listing_drops_the_cluster_scoped_objects_it_does_not_hold() -> None:
     store = watcher.store
     assert (list(store.pools), list(store.nodes), list(store.tenants)) == (["b"], ["b"], ["b"])
     assert rounds.pokes >= 3 * 3  # two new objects and one deletion per kind each wake a round
+
+
+@pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGINT])
+def test_walras_operator_stops_on_sigterm_and_sigint_without_kopf(number: int) -> None:
+    """kopf no longer runs in ``walras operator``, so its signal handling is the operator's own."""
+
+    async def scenario() -> bool:
+        flag = asyncio.Event()
+        main.stop_on_signals(flag)
+        signal.raise_signal(number)
+        # The handler runs on the loop's next turn; the timeout only guards against a hang.
+        await asyncio.wait_for(flag.wait(), timeout=60)
+        return flag.is_set()
+
+    assert asyncio.run(scenario())
