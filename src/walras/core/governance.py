@@ -26,8 +26,8 @@ cluster:
 
 - **Quotas** (optional, per GPU type, in GPUs; Kueue's nominal quota and borrowing limit):
   ``guaranteed`` is what the tenant may always claim of that type, ``maximum`` what it may hold at
-  most (``guaranteed`` plus what it may borrow). :func:`quota_caps` turns ``maximum`` into the cap
-  the price-discovery policy enforces on the tenant's GPUs of that type.
+  most (``guaranteed`` plus what it may borrow). :func:`quota_arrays` gives them to the policies,
+  which enforce them through ``walras.allocator.quotas``.
 
 Everything here is pure (parsed objects in, values out); the policies call it where they read
 weights (``walras.core.policies.price_discovery``, ``walras.core.tenants``).
@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from walras.allocator import quotas
 from walras.core import model
 
 FloatArray = npt.NDArray[np.float64]
@@ -190,15 +191,29 @@ def normalised_weights(
     )
 
 
-def quota_caps(
+def quota_arrays(
     jobs: Sequence[model.JobSpec], gpu_types: Sequence[str], tenants: Mapping[str, TenantSpec]
-) -> dict[tuple[str, str], float]:
-    """``(tenant, gpu type) -> maximum GPUs`` for every tenant present that has such a limit."""
-    present = sorted({tenant_of(j.namespace, tenants) for j in jobs})
-    caps: dict[tuple[str, str], float] = {}
-    for t in present:
-        for gpu_type in gpu_types:
+) -> quotas.Quotas | None:
+    """The quotas of the tenants of ``jobs`` (rows) over ``gpu_types`` (columns) as the
+    allocator's :class:`~walras.allocator.quotas.Quotas`; ``None`` when none of them has one
+    (the policy then solves exactly as without quotas)."""
+    names = [tenant_of(j.namespace, tenants) for j in jobs]
+    present = sorted(set(names))
+    index = {t: k for k, t in enumerate(present)}
+    guaranteed = np.zeros((len(present), len(gpu_types)))
+    maximum = np.full((len(present), len(gpu_types)), np.inf)
+    for k, t in enumerate(present):
+        for g, gpu_type in enumerate(gpu_types):
             q = config(t, tenants).quotas.get(gpu_type)
-            if q is not None and q.maximum is not None:
-                caps[(t, gpu_type)] = q.maximum
-    return caps
+            if q is None:
+                continue
+            if q.guaranteed is not None:
+                guaranteed[k, g] = q.guaranteed
+            if q.maximum is not None:
+                maximum[k, g] = q.maximum
+    out = quotas.Quotas(
+        owner=np.array([index[t] for t in names], dtype=np.int64),
+        guaranteed=guaranteed,
+        maximum=maximum,
+    )
+    return out if out.any else None

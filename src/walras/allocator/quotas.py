@@ -1,0 +1,262 @@
+"""Tenant quotas as columns: guarantees and maximums for any policy that shares GPU types.
+
+A policy over GPU types (price discovery, Gavel's baselines) solves some problem over
+``x_{ig}`` (job ``i``'s share of type ``g``), coupled only by the capacity rows
+``Σ_i d_ig x_ig ≤ R_g``. Per tenant ``t`` and type ``g`` an admin may set a guarantee ``G_tg``
+and a maximum ``M_tg`` (GPUs). With ``h_tg = Σ_{i ∈ t} d_ig x_ig`` the GPUs ``t`` holds, the
+quota-constrained problem is the policy's own problem plus
+
+    h_tg ≤ M_tg                                   (maximum)
+    Σ_t max(h_tg − c_tg, 0) ≤ R_g − Σ_t c_tg      (guarantee: t's first c_tg GPUs are its own)
+
+with the carve-out ``c_tg = min(G_tg, f_tg)``, ``f_tg = Σ d_ig`` over t's jobs that can use
+``g`` and whose gang fits in ``G_tg`` (a gang larger than its tenant's guarantee cannot run
+inside it and competes in the shared pool). The guarantee row says: what t holds beyond its
+carve-out comes out of the unguaranteed capacity. Without demand, a carve-out binds nothing.
+
+**One mechanism, the policy's own data.** Both rows are expressed through the columns the policy
+already takes (throughput, demand and capacity per column), so the policy's solver runs
+unchanged:
+
+- a *carve-out* column ``g@t`` of capacity ``c_tg`` that only t's jobs may use (same throughput
+  and gang size as ``g``), the shared column ``g`` keeping ``R_g − Σ_t c_tg``. A job's share of
+  ``g`` is the sum over its columns. Splitting ``x = y + z`` (carve-out, shared) is feasible iff
+  the guarantee row holds (take ``y_t = min(h_t, c_t)``), so the column problem *is* the
+  guaranteed problem;
+- a tenant whose maximum binds is *barred* from the shared column of ``g`` and gets a private
+  column of capacity ``M_tg`` instead (an active-set step): if it uses all of it, the column
+  problem equals the capped one (the tenant holds exactly ``M_tg`` in both, and the others share
+  the rest).
+
+:func:`enforce` alternates solve and repair, at most ``max_passes`` times: a pair whose holding
+exceeds its maximum is barred; a private column its tenant leaves unused (its jobs are
+saturated or want other types) is shrunk to what it uses, so unused guaranteed GPUs are lent to
+everyone. When no pair changes, the allocation is the policy's optimum of the problem above with
+the final carve-outs (``Outcome.carve``, at most ``c_tg``, smaller only where t did not use
+them). Should the pass limit be reached with a pair still over its maximum, that tenant's
+shares of the type are scaled down to the maximum (a heuristic last resort; the maximum holds in
+every case).
+
+Prices: column ``g@t`` has its own price. Where a job of t buys both ``g@t`` and ``g``, the
+two prices per GPU are equal; where it buys only ``g@t`` the optimality conditions give
+``p_{g@t} ≤ p_g``: the carve-out price is a per-tenant discount on the market price, and
+``p_g − p_{g@t}`` is the multiplier of t's guarantee row. A barred tenant's private price is at
+least the market's: ``p_{g@t} − p_g`` is the multiplier of its maximum, a per-tenant surcharge.
+
+Pure: arrays in, arrays out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+SHARED = -1
+# GPUs: a holding above its maximum by more than this is a violation (above float round-off; the
+# solvers keep capacity rows exactly, so a barred pair never exceeds it).
+SLACK = 1e-6
+# GPUs: a private column left unused by more than this is shrunk (lent). Below what the realiser
+# can give anyone (it places whole pods), above an approximate solver's idle remainder, so an
+# approximate solve does not spend passes lending crumbs.
+LEND_SLACK = 1e-2
+
+
+@dataclass(frozen=True, slots=True)
+class Quotas:
+    """Per tenant and type: ``guaranteed`` (0: none) and ``maximum`` (``inf``: none), shape
+    ``(T, m)``; ``owner[i]``: the tenant index of job ``i``."""
+
+    owner: IntArray
+    guaranteed: FloatArray
+    maximum: FloatArray
+
+    @property
+    def any(self) -> bool:
+        return bool((self.guaranteed > 0).any() or np.isfinite(self.maximum).any())
+
+
+@dataclass(frozen=True, slots=True)
+class Columns:
+    """The columns the policy solves over.
+
+    Attributes:
+        base: ``(c,)`` the GPU type of each column.
+        tenant: ``(c,)`` its owner, or ``SHARED``.
+        capacity: ``(c,)`` GPUs (every one > 0).
+        allowed: ``(n, c)`` job ``i`` may use column ``k`` (the owner's jobs; the shared column
+            for everyone not barred from it).
+    """
+
+    base: IntArray
+    tenant: IntArray
+    capacity: FloatArray
+    allowed: BoolArray
+
+    def expand(self, matrix: FloatArray) -> FloatArray:
+        """A ``(n, m)`` per-type matrix (throughput) as ``(n, c)``, 0 where not allowed."""
+        return np.where(self.allowed, matrix[:, self.base], 0.0)
+
+    def live(self, throughput: FloatArray, demand: FloatArray) -> IntArray:
+        """The jobs with a column they may use whose capacity holds their gang (a job its
+        maximum keeps off every type, e.g. a maximum of 0, has none and is not solved)."""
+        ok = (self.expand(throughput) > 0) & (self.spread(demand) <= self.capacity[None, :])
+        return np.flatnonzero(ok.any(axis=1)).astype(np.int64)
+
+    def spread(self, matrix: FloatArray) -> FloatArray:
+        """A ``(n, m)`` per-type matrix (gang sizes) as ``(n, c)``, unmasked."""
+        return np.ascontiguousarray(matrix[:, self.base])
+
+    def collapse(self, x: FloatArray, m: int) -> FloatArray:
+        """``(n, c)`` shares of columns as ``(n, m)`` shares of types."""
+        out = np.zeros((x.shape[0], m))
+        np.add.at(out.T, self.base, x.T)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """The repaired allocation and how it was reached.
+
+    Attributes:
+        allocation: ``(n, m)`` shares per type.
+        held: ``(T, m)`` GPUs each tenant holds.
+        carve: ``(T, m)`` final private capacity of unbarred pairs (0 where none).
+        barred: ``(T, m)`` pairs confined to a private column by their maximum.
+        columns: the last pass's columns; ``column_allocation`` its ``(n, c)`` shares.
+        passes: solves run; ``clipped``: the last resort scaled some pair down.
+    """
+
+    allocation: FloatArray
+    held: FloatArray
+    carve: FloatArray
+    barred: BoolArray
+    columns: Columns
+    column_allocation: FloatArray
+    passes: int
+    clipped: bool
+
+
+def held(x: FloatArray, demand: FloatArray, owner: IntArray, tenants: int) -> FloatArray:
+    """``h_tg = Σ_{i ∈ t} d_ig x_ig``, shape ``(T, m)``."""
+    out = np.zeros((tenants, x.shape[1]))
+    np.add.at(out, owner, demand * x)
+    return out
+
+
+def carve_outs(
+    quotas: Quotas, throughput: FloatArray, demand: FloatArray, capacity: FloatArray
+) -> FloatArray:
+    """``c_tg = min(G_tg, f_tg)`` (module docstring), scaled down per type where the
+    guarantees exceed the capacity present (a node gone: nobody can be given what is absent)."""
+    T = quotas.guaranteed.shape[0]
+    fits = (throughput > 0) & (demand <= quotas.guaranteed[quotas.owner])
+    f = held(fits.astype(np.float64), demand, quotas.owner, T)
+    c = np.minimum(quotas.guaranteed, f)
+    total = c.sum(axis=0)
+    over = total > capacity
+    if over.any():
+        c[:, over] *= capacity[over] / total[over]
+    return np.asarray(c, dtype=np.float64)
+
+
+def columns(quotas: Quotas, capacity: FloatArray, carve: FloatArray, barred: BoolArray) -> Columns:
+    """Shared columns (what no carve-out takes) then one private column per pair with capacity."""
+    T, m = carve.shape
+    base: list[int] = []
+    tenant: list[int] = []
+    cap: list[float] = []
+    shared = capacity - carve.sum(axis=0)
+    for g in range(m):
+        if shared[g] > SLACK:
+            base.append(g)
+            tenant.append(SHARED)
+            cap.append(float(shared[g]))
+    for t in range(T):
+        for g in range(m):
+            if carve[t, g] > SLACK:
+                base.append(g)
+                tenant.append(t)
+                cap.append(float(carve[t, g]))
+    b = np.array(base, dtype=np.int64)
+    owner_col = np.array(tenant, dtype=np.int64)
+    own = quotas.owner[:, None] == owner_col[None, :]
+    on_shared = (owner_col == SHARED)[None, :] & ~barred[quotas.owner][:, b]
+    return Columns(
+        base=b, tenant=owner_col, capacity=np.array(cap, dtype=np.float64), allowed=own | on_shared
+    )
+
+
+def enforce(
+    solve: Callable[[Columns, IntArray], FloatArray],
+    quotas: Quotas,
+    throughput: FloatArray,
+    demand: FloatArray,
+    capacity: FloatArray,
+    *,
+    max_passes: int = 8,
+    lend_slack: float = LEND_SLACK,
+) -> Outcome:
+    """Run ``solve`` over quota columns until no pair changes (module docstring).
+
+    ``solve(columns, rows)`` returns the policy's shares of the jobs ``rows`` over ``columns``
+    (``(len(rows), c)``; the other jobs get none: no column they may use holds them);
+    ``throughput``, ``demand`` are ``(n, m)`` per type, ``capacity`` ``(m,)``.
+    """
+    T, m = quotas.guaranteed.shape
+    carve = carve_outs(quotas, throughput, demand, capacity)
+    barred = np.zeros((T, m), dtype=bool)
+    private = carve.copy()
+    passes = 0
+    while True:
+        cols = columns(quotas, capacity, private, barred)
+        rows = cols.live(throughput, demand)
+        xc = np.zeros((len(quotas.owner), len(cols.base)))
+        if len(rows) and len(cols.base):
+            xc[rows] = np.asarray(solve(cols, rows), dtype=np.float64)
+        passes += 1
+        x = cols.collapse(xc, m)
+        h = held(x, demand, quotas.owner, T)
+        # What each pair uses of its private column.
+        per_column = (cols.spread(demand) * xc).sum(axis=0)
+        mine = cols.tenant != SHARED
+        used = np.zeros((T, m))
+        np.add.at(used, (cols.tenant[mine], cols.base[mine]), per_column[mine])
+        over = (h > quotas.maximum + SLACK) & ~barred
+        idle = (private > 0) & (used < private - lend_slack)
+        if not over.any() and not idle.any():
+            break
+        if passes >= max_passes:
+            x, clipped = _clip(x, demand, quotas, h)
+            final = np.where(barred, 0.0, private)
+            h = held(x, demand, quotas.owner, T)
+            return Outcome(x, h, final, barred, cols, xc, passes, clipped)
+        # Lend what a private column's owner left unused; confine the pairs over their maximum.
+        private = np.where(idle, used, private)
+        private = np.where(
+            over, np.minimum(quotas.maximum, capacity - _others(private, over)), private
+        )
+        barred |= over
+    return Outcome(x, h, np.where(barred, 0.0, private), barred, cols, xc, passes, False)
+
+
+def _others(private: FloatArray, pair: BoolArray) -> FloatArray:
+    """Per pair: the private capacity every other tenant holds of that type."""
+    own = np.where(pair, private, 0.0)
+    return np.asarray(private.sum(axis=0)[None, :] - own, dtype=np.float64)
+
+
+def _clip(
+    x: FloatArray, demand: FloatArray, quotas: Quotas, h: FloatArray
+) -> tuple[FloatArray, bool]:
+    """Scale each pair above its maximum down to it (the last resort)."""
+    ratio = np.where(h > quotas.maximum, quotas.maximum / np.maximum(h, 1e-300), 1.0)
+    if (ratio >= 1.0).all():
+        return x, False
+    return x * ratio[quotas.owner], True
