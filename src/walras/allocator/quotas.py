@@ -23,6 +23,9 @@ unchanged:
   ``g`` is the sum over its columns. Splitting ``x = y + z`` (carve-out, shared) is feasible iff
   the guarantee row holds (take ``y_t = min(h_t, c_t)``), so the column problem *is* the
   guaranteed problem;
+- :func:`fill_private` gives a private column's idle GPUs to its owner's jobs that want more, so
+  the guarantee holds after any policy's solve (for a utility-maximising solver it is already
+  full; an LP may leave it idle at a degenerate optimum);
 - a tenant whose maximum binds is *barred* from the shared column of ``g`` and gets a private
   column of capacity ``M_tg`` instead (an active-set step): if it uses all of it, the column
   problem equals the capped one (the tenant holds exactly ``M_tg`` in both, and the others share
@@ -220,6 +223,7 @@ def enforce(
         xc = np.zeros((len(quotas.owner), len(cols.base)))
         if len(rows) and len(cols.base):
             xc[rows] = np.asarray(solve(cols, rows), dtype=np.float64)
+        xc = fill_private(xc, cols, throughput, demand)
         passes += 1
         x = cols.collapse(xc, m)
         h = held(x, demand, quotas.owner, T)
@@ -244,6 +248,33 @@ def enforce(
         )
         barred |= over
     return Outcome(x, h, np.where(barred, 0.0, private), barred, cols, xc, passes, False)
+
+
+def fill_private(
+    xc: FloatArray, cols: Columns, throughput: FloatArray, demand: FloatArray
+) -> FloatArray:
+    """Give each private column's idle GPUs to its owner's jobs that want more.
+
+    A job of the owner that can use the column (throughput > 0, its gang fits) and has time left
+    (row sum < 1) gets ``min(1 − row sum, idle / d)`` more, in row order, until the column is full
+    or no such job is left. After this, a private column is full or every job that could use it
+    is saturated, whatever the policy's solver did with it (an LP may leave it idle at a
+    degenerate optimum): the guarantee holds by construction. Nobody else loses anything (the
+    column is the owner's), and a utility-maximising solver has filled it already.
+    """
+    out = xc.copy()
+    a = cols.expand(throughput)
+    d = cols.spread(demand)
+    for k in np.flatnonzero(cols.tenant != SHARED):
+        idle = float(cols.capacity[k] - d[:, k] @ out[:, k])
+        for i in np.flatnonzero((a[:, k] > 0) & (d[:, k] <= cols.capacity[k])):
+            if idle <= SLACK:
+                break
+            give = min(1.0 - float(out[i].sum()), idle / float(d[i, k]))
+            if give > 0:
+                out[i, k] += give
+                idle -= give * float(d[i, k])
+    return out
 
 
 def _others(private: FloatArray, pair: BoolArray) -> FloatArray:
