@@ -216,13 +216,20 @@ def enforce(
     carve = carve_outs(quotas, throughput, demand, capacity)
     barred = np.zeros((T, m), dtype=bool)
     private = carve.copy()
+    frozen = np.zeros((T, m), dtype=bool)
     passes = 0
     while True:
         cols = columns(quotas, capacity, private, barred)
         rows = cols.live(throughput, demand)
         xc = np.zeros((len(quotas.owner), len(cols.base)))
         if len(rows) and len(cols.base):
-            xc[rows] = np.asarray(solve(cols, rows), dtype=np.float64)
+            # A job holds nothing of a column it may not use or makes no progress on (an LP at a
+            # degenerate optimum may put time there; it would count against the column).
+            xc[rows] = np.where(
+                cols.expand(throughput)[rows] > 0,
+                np.asarray(solve(cols, rows), dtype=np.float64),
+                0.0,
+            )
         xc = fill_private(xc, cols, throughput, demand)
         passes += 1
         x = cols.collapse(xc, m)
@@ -233,8 +240,26 @@ def enforce(
         used = np.zeros((T, m))
         np.add.at(used, (cols.tenant[mine], cols.base[mine]), per_column[mine])
         over = (h > quotas.maximum + SLACK) & ~barred
-        idle = (private > 0) & (used < private - lend_slack)
-        if not over.any() and not idle.any():
+        # Lending shrinks a column to what its owner uses, but never below the largest gang
+        # using it: a smaller column could not hold that gang at all.
+        gang = np.zeros((T, m))
+        for k in np.flatnonzero(mine):
+            on = xc[:, k] > 0
+            if on.any():
+                t, g = cols.tenant[k], cols.base[k]
+                gang[t, g] = max(gang[t, g], float(demand[on, g].max()))
+        keep = np.where(used > SLACK, np.maximum(used, gang), 0.0)
+        idle = (private > 0) & (keep < private - lend_slack) & ~frozen
+        # A lent carve-out whose owner wants it back (full, with a job that could use more of it
+        # short of time): restored, once (so passes cannot cycle between lending and reclaiming).
+        short = (
+            ~barred
+            & ~frozen
+            & (private < carve - lend_slack)
+            & (used >= private - lend_slack)
+            & _wanting(x, throughput, demand, quotas.owner, carve)
+        )
+        if not over.any() and not idle.any() and not short.any():
             break
         if passes >= max_passes:
             x, clipped = _clip(x, demand, quotas, h)
@@ -242,38 +267,77 @@ def enforce(
             h = held(x, demand, quotas.owner, T)
             return Outcome(x, h, final, barred, cols, xc, passes, clipped)
         # Lend what a private column's owner left unused; confine the pairs over their maximum.
-        private = np.where(idle, used, private)
+        private = np.where(idle, keep, private)
+        for t, g in zip(*np.nonzero(short), strict=True):
+            left = capacity[g] - private[:, g].sum()
+            private[t, g] = min(carve[t, g], private[t, g] + max(left, 0.0))
+        frozen |= short
         private = np.where(
             over, np.minimum(quotas.maximum, capacity - _others(private, over)), private
         )
         barred |= over
+    # Round-off of the solver's own rows (a holding 1e-7 over its maximum) is scaled away too.
+    x, _ = _clip(x, demand, quotas, h)
+    h = held(x, demand, quotas.owner, T)
     return Outcome(x, h, np.where(barred, 0.0, private), barred, cols, xc, passes, False)
 
 
 def fill_private(
     xc: FloatArray, cols: Columns, throughput: FloatArray, demand: FloatArray
 ) -> FloatArray:
-    """Give each private column's idle GPUs to its owner's jobs that want more.
+    """Make each private column hold as much of its owner's use as it can.
 
-    A job of the owner that can use the column (throughput > 0, its gang fits) and has time left
-    (row sum < 1) gets ``min(1 − row sum, idle / d)`` more, in row order, until the column is full
-    or no such job is left. After this, a private column is full or every job that could use it
-    is saturated, whatever the policy's solver did with it (an LP may leave it idle at a
-    degenerate optimum): the guarantee holds by construction. Nobody else loses anything (the
-    column is the owner's), and a utility-maximising solver has filled it already.
+    For each private column, in order: its owner's jobs that can use it (throughput > 0, gang
+    fits) first move their time on the shared column of the same type into it (their shares of
+    the type are unchanged; the shared GPUs they free stay with the shared column); then those
+    with time left (row sum < 1) get ``min(1 − row sum, idle / d)`` more, in row order, until the
+    column is full. After this a private column is full, or every job that could use it is
+    saturated and holds all its use of the type there, whatever the policy's solver did (an LP at
+    a degenerate optimum may leave it idle or put its owner on the shared column): the guarantee
+    holds by construction. Nobody else loses anything (the column is the owner's), and a
+    utility-maximising solver has filled it already.
     """
     out = xc.copy()
     a = cols.expand(throughput)
     d = cols.spread(demand)
+    shared_of = {
+        int(b): k
+        for k, (b, t) in enumerate(zip(cols.base, cols.tenant, strict=True))
+        if t == SHARED
+    }
     for k in np.flatnonzero(cols.tenant != SHARED):
+        users = np.flatnonzero((a[:, k] > 0) & (d[:, k] <= cols.capacity[k]))
         idle = float(cols.capacity[k] - d[:, k] @ out[:, k])
-        for i in np.flatnonzero((a[:, k] > 0) & (d[:, k] <= cols.capacity[k])):
-            if idle <= SLACK:
-                break
-            give = min(1.0 - float(out[i].sum()), idle / float(d[i, k]))
-            if give > 0:
-                out[i, k] += give
-                idle -= give * float(d[i, k])
+        s = shared_of.get(int(cols.base[k]))
+        for give_more in (False, True):
+            for i in users:
+                if idle <= SLACK:
+                    break
+                room = idle / float(d[i, k])
+                if give_more:
+                    move = min(1.0 - float(out[i].sum()), room)
+                elif s is not None and cols.allowed[i, s]:
+                    move = min(float(out[i, s]), room)
+                    out[i, s] -= move
+                else:
+                    continue
+                if move > 0:
+                    out[i, k] += move
+                    idle -= move * float(d[i, k])
+    return out
+
+
+def _wanting(
+    x: FloatArray, throughput: FloatArray, demand: FloatArray, owner: IntArray, carve: FloatArray
+) -> BoolArray:
+    """Per pair: some job of the tenant that fits its carve-out and can use the type has time
+    left (row sum < 1)."""
+    T, m = carve.shape
+    out = np.zeros((T, m), dtype=bool)
+    short = x.sum(axis=1) < 1.0 - 1e-9
+    for g in range(m):
+        fits = short & (throughput[:, g] > 0) & (demand[:, g] <= carve[owner, g])
+        out[owner[fits], g] = True
     return out
 
 
@@ -286,8 +350,9 @@ def _others(private: FloatArray, pair: BoolArray) -> FloatArray:
 def _clip(
     x: FloatArray, demand: FloatArray, quotas: Quotas, h: FloatArray
 ) -> tuple[FloatArray, bool]:
-    """Scale each pair above its maximum down to it (the last resort)."""
+    """Scale each pair above its maximum down to it; ``True`` if one was above by more than
+    round-off (the last resort, not the solver's tolerance)."""
     ratio = np.where(h > quotas.maximum, quotas.maximum / np.maximum(h, 1e-300), 1.0)
     if (ratio >= 1.0).all():
         return x, False
-    return x * ratio[quotas.owner], True
+    return x * ratio[quotas.owner], bool((h > quotas.maximum + SLACK).any())
