@@ -348,12 +348,12 @@ def _job(name: str, ns: str, throughput: dict[str, float], replicas: int = 1) ->
 
 
 def _held_by_tenant(
-    policy_name: str, args: dict[str, Any], snap: Any
+    policy_name: str, args: dict[str, Any], snap: Any, shards: int = 1
 ) -> dict[tuple[str, str], float]:
     from walras.core import policies, snapshot
 
     view = snapshot.cluster_view(snap)
-    sol = policies.create(policy_name, args).solve(snap, view)
+    sol = policies.create(policy_name, args, pop_shards=shards).solve(snap, view)
     assert not sol.issues, sol.issues
     out: dict[tuple[str, str], float] = {}
     for r, job in enumerate(sol.jobs):
@@ -372,9 +372,10 @@ POLICIES = [
 ]
 
 
+@pytest.mark.parametrize("shards", [1, 2])
 @pytest.mark.parametrize(("name", "args"), POLICIES)
 def test_a_tenants_guarantee_and_anothers_maximum_through_the_policy(
-    name: str, args: dict[str, Any]
+    name: str, args: dict[str, Any], shards: int
 ) -> None:
     # Tenant "a" is guaranteed 4 v100 and runs one 4-GPU job; tenant "b" may hold at most 2
     # k80 and runs jobs that want every GPU; tenant "c" has no quota and wants every GPU too.
@@ -389,8 +390,33 @@ def test_a_tenants_guarantee_and_anothers_maximum_through_the_policy(
             *(_job(f"c{i}", "c", {"v100": 3.0, "k80": 2.0}, replicas=4) for i in range(4)),
         ],
     )
-    h = _held_by_tenant(name, args, snap)
+    # With POP (2 shards) b's maximum is split between the shards its jobs are in; the total
+    # stays within it. a's single job is in one shard, which gets all of a's guarantee.
+    h = _held_by_tenant(name, args, snap, shards)
     assert h.get(("a", "v100"), 0.0) >= 4.0 - quotas.LEND_SLACK
     assert h.get(("b", "k80"), 0.0) <= 2.0 + 1e-9
     for gpu_type in ("v100", "k80"):
         assert sum(v for (_, t), v in h.items() if t == gpu_type) <= 8.0 + 1e-9
+
+
+def test_pop_shards_split_each_quota_by_demand_and_keep_its_total() -> None:
+    from walras.core import governance, model
+
+    def job(name: str, ns: str, replicas: int) -> model.JobSpec:
+        parsed = model.parse_job(_job(name, ns, {"v100": 1.0}, replicas=replicas))
+        assert isinstance(parsed, model.JobSpec)
+        return parsed
+
+    tenants = {
+        "a": governance.parse_tenant(
+            {
+                "metadata": {"name": "a"},
+                "spec": {"quotas": {"v100": {"guaranteed": 6, "maximum": 9}}},
+            }
+        )
+    }
+    shards = [[job("x", "a", 1)], [job("y", "a", 2), job("z", "b", 5)], []]
+    split = governance.split_quotas(shards, ["v100"], tenants)
+    # a asks 1 GPU in shard 0, 2 in shard 1, none in shard 2: one third, two thirds, nothing.
+    assert [s["a"].quotas["v100"].guaranteed for s in split] == pytest.approx([2.0, 4.0, 0.0])
+    assert [s["a"].quotas["v100"].maximum for s in split] == pytest.approx([3.0, 6.0, 0.0])

@@ -217,3 +217,46 @@ def quota_arrays(
         maximum=maximum,
     )
     return out if out.any else None
+
+
+def split_quotas(
+    shards: Sequence[Sequence[model.JobSpec]],
+    gpu_types: Sequence[str],
+    tenants: Mapping[str, TenantSpec],
+) -> list[dict[str, TenantSpec]]:
+    """Each POP shard's tenants: every quota split over the shards in proportion to the GPUs
+    the tenant's jobs in each shard ask of that type (replicas × GPUs per pod, jobs with
+    throughput there), equally where it asks none.
+
+    So the shards' maximums add up to the tenant's (it never holds more in total), and so do
+    its guarantees, each where its demand is. Tenants without quotas are passed unchanged.
+    """
+    out: list[dict[str, TenantSpec]] = [dict(tenants) for _ in shards]
+    k = len(shards)
+    for name, spec in tenants.items():
+        if not spec.quotas:
+            continue
+        split: list[dict[str, Quota]] = [{} for _ in shards]
+        for gpu_type, q in spec.quotas.items():
+            asked = np.array(
+                [
+                    sum(
+                        j.replicas * max(j.gpu_limits.values(), default=1)
+                        for j in jobs
+                        if not j.finished
+                        and tenant_of(j.namespace, tenants) == name
+                        and j.throughput.get(gpu_type, 0.0) > 0
+                    )
+                    for jobs in shards
+                ],
+                dtype=np.float64,
+            )
+            share = asked / asked.sum() if asked.sum() > 0 else np.full(k, 1.0 / k)
+            for s in range(k):
+                split[s][gpu_type] = Quota(
+                    None if q.guaranteed is None else q.guaranteed * float(share[s]),
+                    None if q.maximum is None else q.maximum * float(share[s]),
+                )
+        for s in range(k):
+            out[s][name] = dataclasses.replace(spec, quotas=split[s])
+    return out
