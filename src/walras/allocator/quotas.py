@@ -23,28 +23,37 @@ unchanged:
   ``g`` is the sum over its columns. Splitting ``x = y + z`` (carve-out, shared) is feasible iff
   the guarantee row holds (take ``y_t = min(h_t, c_t)``), so the column problem *is* the
   guaranteed problem;
-- :func:`fill_private` gives a private column's idle GPUs to its owner's jobs that want more, so
-  the guarantee holds after any policy's solve (for a utility-maximising solver it is already
-  full; an LP may leave it idle at a degenerate optimum);
 - a tenant whose maximum binds is *barred* from the shared column of ``g`` and gets a private
   column of capacity ``M_tg`` instead (an active-set step): if it uses all of it, the column
   problem equals the capped one (the tenant holds exactly ``M_tg`` in both, and the others share
   the rest).
 
-:func:`enforce` alternates solve and repair, at most ``max_passes`` times: a pair whose holding
-exceeds its maximum is barred; a private column its tenant leaves unused (its jobs are
-saturated or want other types) is shrunk to what it uses, so unused guaranteed GPUs are lent to
-everyone. When no pair changes, the allocation is the policy's optimum of the problem above with
-the final carve-outs (``Outcome.carve``, at most ``c_tg``, smaller only where t did not use
-them). Should the pass limit be reached with a pair still over its maximum, that tenant's
-shares of the type are scaled down to the maximum (a heuristic last resort; the maximum holds in
-every case).
+:func:`enforce` alternates solve and repair, at most ``max_passes`` times:
+
+1. :func:`fill_private` after every solve: an owner's time on the shared column of a type moves
+   into its carve-out, and a carve-out still idle goes to its owner's jobs with time left. Then a
+   carve-out is full or every job of its owner that could use it is saturated, whatever the
+   solver did (a utility maximiser already fills it; an LP at a degenerate optimum may not);
+2. a pair holding more than its maximum is barred;
+3. a private column its owner leaves idle (its jobs are saturated or want other types) is
+   shrunk to what it uses, never below the largest gang using it, so unused guaranteed GPUs are
+   lent to everyone; a lent carve-out whose owner fills it and still wants more is restored to
+   ``c_tg`` (once per pair, so passes cannot cycle between lending and reclaiming).
+
+When no pair changes, the allocation is the policy's optimum of the problem above with the
+final carve-outs (``Outcome.carve``, at most ``c_tg``, smaller only where t did not use them):
+exact for a policy that maximises over its columns (price discovery; checked against a cvxpy
+model of the rows above in the tests), a heuristic for the others (Gavel's LPs and FIFO), for
+which the invariants (every maximum; every guarantee that demand allows) still hold by steps 1
+and 2. Should the pass limit be reached with a pair still over its maximum, its tenant's shares
+of the type are scaled down to the maximum (a last resort; the maximum holds in every case).
 
 Prices: column ``g@t`` has its own price. Where a job of t buys both ``g@t`` and ``g``, the
 two prices per GPU are equal; where it buys only ``g@t`` the optimality conditions give
 ``p_{g@t} ≤ p_g``: the carve-out price is a per-tenant discount on the market price, and
-``p_g − p_{g@t}`` is the multiplier of t's guarantee row. A barred tenant's private price is at
-least the market's: ``p_{g@t} − p_g`` is the multiplier of its maximum, a per-tenant surcharge.
+``p_g − p_{g@t}`` is the multiplier of t's guarantee row. A barred tenant asked for more than
+``M_tg`` at the market price, so the price that clears its private column is at least the
+market's: ``p_{g@t} − p_g`` is the multiplier of its maximum, a per-tenant surcharge.
 
 Pure: arrays in, arrays out.
 """

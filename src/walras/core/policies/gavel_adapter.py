@@ -17,6 +17,13 @@ Inputs with Gavel's meaning, from the snapshot:
 - ``num_steps_remaining[j]`` = ``totalWork − work done`` (``snapshot.remaining_work``); policies
   that need it give jobs without ``totalWork`` a ``TotalWorkRequired`` issue;
 - ``times_since_start[j]`` = snapshot time − the job's arrival.
+
+Tenant quotas: when a tenant present has one, the policy runs over
+``walras.allocator.quotas``' columns (a carve-out per guarantee, a private column per binding
+maximum; the columns are named ``TYPE@TENANT-INDEX``), each pass on a copy of the policy's
+state. Gavel's objectives are not utility maximisation, so this is a heuristic for them: every
+maximum holds, and every guarantee its tenant's demand allows (``quotas.fill_private``), but the
+allocation is not proven the optimum of Gavel's objective with the quota rows.
 """
 
 from __future__ import annotations

@@ -9,6 +9,20 @@ Weights are governed (``walras.core.governance.normalised_weights``): each job's
 ``utility.weight`` is clamped to its tenant's allowed range and normalised inside the tenant, so a
 tenant's jobs together weigh what the admin set, however many there are.
 
+**Quotas** (``Tenant.spec.quotas``, per GPU type: ``guaranteed`` ``G_tg``, ``maximum``
+``M_tg``) add, with ``h_tg = Σ_{i ∈ t} d_ig x_ig`` the GPUs tenant ``t`` holds,
+
+    h_tg ≤ M_tg,      Σ_t max(h_tg − c_tg, 0) ≤ R_g − Σ_t c_tg,      c_tg = min(G_tg, f_tg)
+
+(``f_tg``: what t's jobs able to use ``g`` ask for; an unused guarantee is lent). The solver
+runs unchanged over ``walras.allocator.quotas``' columns: a carve-out ``g@t`` of ``c_tg`` GPUs
+only t may buy, the shared ``g`` with the rest, and a private column of ``M_tg`` for a tenant
+whose maximum binds. Once guarantees bind, t pays its own price ``p_{g@t} ≤ p_g`` for its
+carve-out (a per-tenant discount, the multiplier of its guarantee row), and a tenant at its
+maximum pays ``p_{g@t} ≥ p_g`` (a per-tenant surcharge, the multiplier of its maximum). The
+prices shown are the market's (shared columns). Without any quota the problem is solved as
+before, in one solve.
+
 Jobs the allocator would reject are dropped with a :class:`JobIssue` (``pricing.screen_jobs``, or
 the solver's own ``InvalidProblem`` naming a row), and the rest are solved.
 """
