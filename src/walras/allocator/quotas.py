@@ -83,15 +83,36 @@ LEND_SLACK = 1e-2
 @dataclass(frozen=True, slots=True)
 class Quotas:
     """Per tenant and type: ``guaranteed`` (0: none) and ``maximum`` (``inf``: none), shape
-    ``(T, m)``; ``owner[i]``: the tenant index of job ``i``."""
+    ``(T, m)``; ``owner[i]``: the tenant index of job ``i``; ``parent[t]``: the tenant's parent
+    index, ``-1`` for a root (``None``: all are roots). A tenant's quotas cover its subtree."""
 
     owner: IntArray
     guaranteed: FloatArray
     maximum: FloatArray
+    parent: IntArray | None = None
 
     @property
     def any(self) -> bool:
         return bool((self.guaranteed > 0).any() or np.isfinite(self.maximum).any())
+
+    def ancestry(self) -> BoolArray:
+        """``(T, T)``: ``[u, v]`` iff ``u`` is ``v`` or one of its ancestors."""
+        T = self.guaranteed.shape[0]
+        anc = np.eye(T, dtype=bool)
+        if self.parent is None:
+            return anc
+        for v in range(T):
+            u, seen = int(self.parent[v]), 0
+            while u >= 0 and seen < T:  # ``seen``: a cycle (validated away) cannot loop
+                anc[u, v] = True
+                u, seen = int(self.parent[u]), seen + 1
+        return anc
+
+    def parents(self) -> IntArray:
+        T = self.guaranteed.shape[0]
+        if self.parent is None:
+            return np.full(T, -1, dtype=np.int64)
+        return np.asarray(self.parent, dtype=np.int64)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,8 +159,9 @@ class Outcome:
 
     Attributes:
         allocation: ``(n, m)`` shares per type.
-        held: ``(T, m)`` GPUs each tenant holds.
-        carve: ``(T, m)`` final private capacity of unbarred pairs (0 where none).
+        held: ``(T, m)`` GPUs each tenant's subtree holds.
+        carve: ``(T, m)`` each pair's own column at the end (0 where none; for a barred pair
+            its confined column).
         barred: ``(T, m)`` pairs confined to a private column by their maximum.
         columns: the last pass's columns; ``column_allocation`` its ``(n, c)`` shares.
         passes: solves run; ``clipped``: the last resort scaled some pair down.
@@ -156,35 +178,62 @@ class Outcome:
 
 
 def held(x: FloatArray, demand: FloatArray, owner: IntArray, tenants: int) -> FloatArray:
-    """``h_tg = Σ_{i ∈ t} d_ig x_ig``, shape ``(T, m)``."""
+    """``Σ_{i of t} d_ig x_ig`` of each tenant's own jobs, shape ``(T, m)``."""
     out = np.zeros((tenants, x.shape[1]))
     np.add.at(out, owner, demand * x)
     return out
 
 
+def subtree_held(quotas: Quotas, x: FloatArray, demand: FloatArray) -> FloatArray:
+    """``h_tg``: what the jobs of ``t`` and of its descendants hold, shape ``(T, m)``."""
+    anc = quotas.ancestry()
+    own = held(x, demand, quotas.owner, anc.shape[0])
+    return np.asarray(anc.astype(np.float64) @ own, dtype=np.float64)
+
+
 def carve_outs(
     quotas: Quotas, throughput: FloatArray, demand: FloatArray, capacity: FloatArray
 ) -> FloatArray:
-    """``c_tg = min(G_tg, f_tg)`` (module docstring), scaled down per type where the
-    guarantees exceed the capacity present (a node gone: nobody can be given what is absent)."""
-    T = quotas.guaranteed.shape[0]
-    fits = (throughput > 0) & (demand <= quotas.guaranteed[quotas.owner])
-    f = held(fits.astype(np.float64), demand, quotas.owner, T)
-    c = np.minimum(quotas.guaranteed, f)
-    total = c.sum(axis=0)
+    """``c_tg = min(G_tg, f_tg)`` (module docstring; ``f_tg`` over t's subtree), scaled down per
+    type where the guarantees exceed the capacity present (a node gone: nobody can be given what
+    is absent; every level by the same factor, so children stay inside their parents)."""
+    anc = quotas.ancestry()
+    member = anc[:, quotas.owner].T  # (n, T): job i is in t's subtree
+    c = np.zeros_like(quotas.guaranteed)
+    for g in range(c.shape[1]):
+        fits = member & (throughput[:, g] > 0)[:, None]
+        fits &= demand[:, g][:, None] <= quotas.guaranteed[:, g][None, :]
+        c[:, g] = np.minimum(quotas.guaranteed[:, g], demand[:, g] @ fits)
+    roots = quotas.parents() < 0
+    total = c[roots].sum(axis=0)
     over = total > capacity
     if over.any():
         c[:, over] *= capacity[over] / total[over]
     return np.asarray(c, dtype=np.float64)
 
 
-def columns(quotas: Quotas, capacity: FloatArray, carve: FloatArray, barred: BoolArray) -> Columns:
-    """Shared columns (what no carve-out takes) then one private column per pair with capacity."""
-    T, m = carve.shape
+def own_part(quotas: Quotas, carve: FloatArray) -> FloatArray:
+    """What of each tenant's carve-out its children's carve-outs leave: its own column."""
+    out = carve.copy()
+    for v, p in enumerate(quotas.parents().tolist()):
+        if p >= 0:
+            out[p] -= carve[v]
+    return np.asarray(np.maximum(out, 0.0), dtype=np.float64)
+
+
+def columns(
+    quotas: Quotas, capacity: FloatArray, private: FloatArray, barred: BoolArray
+) -> Columns:
+    """Shared columns (what no private column takes) then one private column per pair with
+    capacity. A job may use the columns of its tenant and of its tenant's ancestors, up to the
+    first barred one on the way (its maximum confines the subtree below it), and the shared
+    column when no tenant on its way up is barred."""
+    T, m = private.shape
+    anc = quotas.ancestry()
     base: list[int] = []
     tenant: list[int] = []
     cap: list[float] = []
-    shared = capacity - carve.sum(axis=0)
+    shared = capacity - private.sum(axis=0)
     for g in range(m):
         if shared[g] > SLACK:
             base.append(g)
@@ -192,16 +241,24 @@ def columns(quotas: Quotas, capacity: FloatArray, carve: FloatArray, barred: Boo
             cap.append(float(shared[g]))
     for t in range(T):
         for g in range(m):
-            if carve[t, g] > SLACK:
+            if private[t, g] > SLACK:
                 base.append(g)
                 tenant.append(t)
-                cap.append(float(carve[t, g]))
+                cap.append(float(private[t, g]))
     b = np.array(base, dtype=np.int64)
-    owner_col = np.array(tenant, dtype=np.int64)
-    own = quotas.owner[:, None] == owner_col[None, :]
-    on_shared = (owner_col == SHARED)[None, :] & ~barred[quotas.owner][:, b]
+    col_tenant = np.array(tenant, dtype=np.int64)
+    up = anc[:, quotas.owner].T  # (n, T): tenant u is the job's tenant or an ancestor
+    strict = anc & ~np.eye(T, dtype=bool)
+    allowed = np.zeros((len(quotas.owner), len(b)), dtype=bool)
+    for k, (g, u) in enumerate(zip(b.tolist(), col_tenant.tolist(), strict=True)):
+        on_way = up & barred[:, g][None, :]  # barred tenants on each job's way up
+        if u == SHARED:
+            allowed[:, k] = ~on_way.any(axis=1)
+        else:
+            # Blocked by a barred tenant strictly below u on the way up.
+            allowed[:, k] = up[:, u] & ~(on_way & strict[u][None, :]).any(axis=1)
     return Columns(
-        base=b, tenant=owner_col, capacity=np.array(cap, dtype=np.float64), allowed=own | on_shared
+        base=b, tenant=col_tenant, capacity=np.array(cap, dtype=np.float64), allowed=allowed
     )
 
 
@@ -223,8 +280,12 @@ def enforce(
     """
     T, m = quotas.guaranteed.shape
     carve = carve_outs(quotas, throughput, demand, capacity)
+    first = own_part(quotas, carve)  # each tenant's own column before any loan
+    anc = quotas.ancestry()
+    below = anc & ~np.eye(T, dtype=bool)  # [u, v]: v strictly below u
+    parent = quotas.parents()
     barred = np.zeros((T, m), dtype=bool)
-    private = carve.copy()
+    private = first.copy()
     frozen = np.zeros((T, m), dtype=bool)
     passes = 0
     while True:
@@ -242,7 +303,7 @@ def enforce(
         xc = fill_private(xc, cols, throughput, demand)
         passes += 1
         x = cols.collapse(xc, m)
-        h = held(x, demand, quotas.owner, T)
+        h = subtree_held(quotas, x, demand)
         # What each pair uses of its private column.
         per_column = (cols.spread(demand) * xc).sum(axis=0)
         mine = cols.tenant != SHARED
@@ -264,31 +325,47 @@ def enforce(
         short = (
             ~barred
             & ~frozen
-            & (private < carve - lend_slack)
+            & (private < first - lend_slack)
             & (used >= private - lend_slack)
-            & _wanting(x, throughput, demand, quotas.owner, carve)
+            & _wanting(x, throughput, demand, quotas, carve)
         )
         if not over.any() and not idle.any() and not short.any():
             break
         if passes >= max_passes:
             x, clipped = _clip(x, demand, quotas, h)
-            final = np.where(barred, 0.0, private)
-            h = held(x, demand, quotas.owner, T)
-            return Outcome(x, h, final, barred, cols, xc, passes, clipped)
-        # Lend what a private column's owner left unused; confine the pairs over their maximum.
-        private = np.where(idle, keep, private)
+            h = subtree_held(quotas, x, demand)
+            return Outcome(x, h, private, barred, cols, xc, passes, clipped)
+        # Lend what a private column's owner left unused: to its parent's column (its siblings
+        # first), or to everyone from a root.
+        for t, g in zip(*np.nonzero(idle), strict=True):
+            freed = private[t, g] - keep[t, g]
+            private[t, g] = keep[t, g]
+            if parent[t] >= 0:
+                private[parent[t], g] += freed
+        # Reclaim: from the parent's column first (where a loan went), then from the shared pool.
         for t, g in zip(*np.nonzero(short), strict=True):
+            need = first[t, g] - private[t, g]
+            if parent[t] >= 0:
+                back = min(need, private[parent[t], g])
+                private[parent[t], g] -= back
+                private[t, g] += back
+                need -= back
             left = capacity[g] - private[:, g].sum()
-            private[t, g] = min(carve[t, g], private[t, g] + max(left, 0.0))
+            private[t, g] += min(need, max(left, 0.0))
         frozen |= short
-        private = np.where(
-            over, np.minimum(quotas.maximum, capacity - _others(private, over)), private
-        )
+        # Confine a subtree over its maximum: its own column holds what its maximum leaves
+        # beyond the columns below it, taken from the shared pool.
+        for t, g in zip(*np.nonzero(over), strict=True):
+            inside = float(private[below[t], g].sum())
+            left = capacity[g] - private[:, g].sum()
+            private[t, g] = float(
+                np.clip(quotas.maximum[t, g] - inside, 0.0, private[t, g] + max(left, 0.0))
+            )
         barred |= over
     # Round-off of the solver's own rows (a holding 1e-7 over its maximum) is scaled away too.
     x, _ = _clip(x, demand, quotas, h)
-    h = held(x, demand, quotas.owner, T)
-    return Outcome(x, h, np.where(barred, 0.0, private), barred, cols, xc, passes, False)
+    h = subtree_held(quotas, x, demand)
+    return Outcome(x, h, private, barred, cols, xc, passes, False)
 
 
 def fill_private(
@@ -337,31 +414,30 @@ def fill_private(
 
 
 def _wanting(
-    x: FloatArray, throughput: FloatArray, demand: FloatArray, owner: IntArray, carve: FloatArray
+    x: FloatArray, throughput: FloatArray, demand: FloatArray, quotas: Quotas, carve: FloatArray
 ) -> BoolArray:
-    """Per pair: some job of the tenant that fits its carve-out and can use the type has time
-    left (row sum < 1)."""
+    """Per pair: some job of the tenant's subtree that fits its carve-out and can use the type
+    has time left (row sum < 1)."""
     T, m = carve.shape
-    out = np.zeros((T, m), dtype=bool)
+    member = quotas.ancestry()[:, quotas.owner].T  # (n, T)
     short = x.sum(axis=1) < 1.0 - 1e-9
+    out = np.zeros((T, m), dtype=bool)
     for g in range(m):
-        fits = short & (throughput[:, g] > 0) & (demand[:, g] <= carve[owner, g])
-        out[owner[fits], g] = True
+        fits = member & (short & (throughput[:, g] > 0))[:, None]
+        fits &= demand[:, g][:, None] <= carve[:, g][None, :]
+        out[:, g] = fits.any(axis=0)
     return out
-
-
-def _others(private: FloatArray, pair: BoolArray) -> FloatArray:
-    """Per pair: the private capacity every other tenant holds of that type."""
-    own = np.where(pair, private, 0.0)
-    return np.asarray(private.sum(axis=0)[None, :] - own, dtype=np.float64)
 
 
 def _clip(
     x: FloatArray, demand: FloatArray, quotas: Quotas, h: FloatArray
 ) -> tuple[FloatArray, bool]:
-    """Scale each pair above its maximum down to it; ``True`` if one was above by more than
+    """Scale each pair above its maximum down to it (each job by the smallest ratio on its way
+    up, so every subtree is within its maximum); ``True`` if one was above by more than
     round-off (the last resort, not the solver's tolerance)."""
     ratio = np.where(h > quotas.maximum, quotas.maximum / np.maximum(h, 1e-300), 1.0)
     if (ratio >= 1.0).all():
         return x, False
-    return x * ratio[quotas.owner], bool((h > quotas.maximum + SLACK).any())
+    up = quotas.ancestry()[:, quotas.owner].T  # (n, T)
+    factor = np.where(up[:, :, None], ratio[None, :, :], 1.0).min(axis=1)
+    return x * factor, bool((h > quotas.maximum + SLACK).any())
