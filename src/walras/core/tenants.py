@@ -127,6 +127,8 @@ def tenant_model(
     cap = np.zeros(n_t)
     eligible = np.zeros((n_t, n_k), dtype=bool)
     throughput = np.zeros((n_t, n_k))
+    # φ_n: the admin's weights, through the hierarchy (a flat tenant's W_n up to one factor).
+    shares = governance.hierarchical_weights(tenants, specs)
     for t, tenant in enumerate(tenants):
         tjobs = by_tenant[tenant]
         gpus = max(
@@ -134,7 +136,7 @@ def tenant_model(
             default=1,
         )
         demand[t] = [gpus, max(j.cpu for j in tjobs), max(j.memory for j in tjobs)]
-        weight[t] = governance.tenant_weight(tenant, specs)
+        weight[t] = shares[tenant]
         for k, (node, pool) in enumerate(placed):
             usable = [
                 norm[j.key].get(pool.gpu_type, 0.0)
