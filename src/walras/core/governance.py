@@ -205,7 +205,9 @@ def hierarchical_weights(
     # exactly its admin weight, as the node agents compute it).
     for root in children.get(None, []):
         visit(root, tenant_weight(root, tenants))
-    return {t: share[t] for t in present}
+    # Tenants on a cycle of parents (unvalidated input; ``walras.core.tenant_tree`` flattens
+    # them) count as flat tenants.
+    return {t: share.get(t, tenant_weight(t, tenants)) for t in present}
 
 
 def clamp_weight(weight: float, spec: TenantSpec) -> float:

@@ -49,8 +49,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from walras.core import governance, model
-from walras.core.snapshot import node_pool
+from walras.core import governance, model, tenant_tree
+from walras.core.snapshot import node_pool, pool_gpus
 
 if TYPE_CHECKING:
     from walras.allocator.fairness import FairnessProblem
@@ -190,10 +190,14 @@ def psdsf_problem(
     ``tenant_objs``: the cluster's ``Tenant`` objects (weights and namespace mapping).
     """
     parsed = [model.parse_job(j) for j in jobs]
-    tm = tenant_model(
-        [j for j in parsed if isinstance(j, model.JobSpec)],
-        [model.parse_node(n) for n in nodes],
-        [model.parse_pool(p) for p in pools],
+    node_infos = [model.parse_node(n) for n in nodes]
+    pool_specs = [model.parse_pool(p) for p in pools]
+    # Validated as the central snapshot validates them, so both build one model.
+    specs, _ = tenant_tree.validate(
         {t.name: t for t in (governance.parse_tenant(o) for o in tenant_objs)},
+        pool_gpus(node_infos, pool_specs),
+    )
+    tm = tenant_model(
+        [j for j in parsed if isinstance(j, model.JobSpec)], node_infos, pool_specs, specs
     )
     return fairness_problem(tm), list(tm.tenants), list(tm.node_names)
