@@ -69,6 +69,7 @@ def priced(inst: Instance) -> tuple[quotas.Outcome, list[pricing.PricingResult]]
         problem = pricing.PricingProblem(
             throughput=cols.expand(inst.throughput)[live],
             capacity=cols.capacity,
+            gang_capacity=cols.gang,
             demand=cols.spread(inst.demand)[live],
             weight=inst.weight[live],
         )
@@ -129,7 +130,11 @@ def assert_quotas_hold(inst: Instance, x: np.ndarray[Any, Any], *, lend: float) 
             users = [
                 i
                 for i in range(len(q.owner))
-                if q.owner[i] == t and inst.throughput[i, g] > 0 and inst.demand[i, g] <= want[t, g]
+                if q.owner[i] == t
+                and inst.throughput[i, g] > 0
+                and inst.demand[i, g] <= want[t, g]
+                # A gang larger than its tenant's maximum can never run on g.
+                and inst.demand[i, g] <= q.maximum[t, g]
             ]
             assert all(rows[i] >= 1 - 1e-9 for i in users), (t, g, h[t, g], want[t, g], rows)
 
@@ -420,3 +425,83 @@ def test_pop_shards_split_each_quota_by_demand_and_keep_its_total() -> None:
     # a asks 1 GPU in shard 0, 2 in shard 1, none in shard 2: one third, two thirds, nothing.
     assert [s["a"].quotas["v100"].guaranteed for s in split] == pytest.approx([2.0, 4.0, 0.0])
     assert [s["a"].quotas["v100"].maximum for s in split] == pytest.approx([3.0, 6.0, 0.0])
+
+
+# ---------------------------------------------------------------- hierarchies
+
+
+def tree_instance(seed: int) -> tuple[Instance, np.ndarray[Any, Any]]:
+    """A forest of 2-5 tenants (each parent earlier in the order); guarantees nested (a child's
+    within what its parent's earlier children left, roots within the capacity less one GPU);
+    maximums ≥ max(guarantee, 1); gangs of 1-3 GPUs."""
+    rng = np.random.default_rng(seed)
+    m, T, n = int(rng.integers(1, 3)), int(rng.integers(2, 6)), int(rng.integers(2, 9))
+    R = rng.integers(4, 13, size=m).astype(float)
+    parent = np.array([-1] + [int(rng.integers(-1, t)) for t in range(1, T)], dtype=np.int64)
+    G = np.zeros((T, m))
+    left = np.zeros((T + 1, m))  # what each tenant (index T: the pools) can still give
+    left[T] = R - 1
+    for t in range(T):
+        src = T if parent[t] < 0 else parent[t]
+        for g in range(m):
+            G[t, g] = float(rng.integers(0, int(left[src, g]) + 1)) if rng.random() < 0.7 else 0.0
+            left[src, g] -= G[t, g]
+            left[t, g] = G[t, g]
+    M = np.full((T, m), np.inf)
+    for t in range(T):
+        for g in range(m):
+            if rng.random() < 0.4:
+                M[t, g] = float(rng.integers(max(int(G[t, g]), 1), int(R[g]) + 1))
+    A = rng.uniform(0.2, 1.0, (n, m))
+    A[rng.random((n, m)) < 0.3] = 0.0
+    A[np.arange(n), rng.integers(0, m, n)] = rng.uniform(0.2, 1.0, n)
+    D = rng.integers(1, 4, n)[:, None] * np.ones((1, m))
+    owner = rng.integers(0, T, n).astype(np.int64)
+    return Instance(A, D, R, rng.uniform(0.5, 2.0, n), quotas.Quotas(owner, G, M, parent)), parent
+
+
+def subtree(parent: np.ndarray[Any, Any], root: int, t: int) -> bool:
+    """t is root or below it (walked up here, independently of Quotas.ancestry)."""
+    while t >= 0:
+        if t == root:
+            return True
+        t = int(parent[t])
+    return False
+
+
+def ceiling(parent: np.ndarray[Any, Any], maximum: np.ndarray[Any, Any], t: int) -> float:
+    """The smallest maximum from t up to its root."""
+    out = np.inf
+    while t >= 0:
+        out = min(out, float(maximum[t]))
+        t = int(parent[t])
+    return out
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_price_discovery_meets_nested_guarantees_and_maximums(seed: int) -> None:
+    inst, parent = tree_instance(seed)
+    out, _ = priced(inst)
+    x = out.allocation
+    q = inst.quotas
+    T, m = q.guaranteed.shape
+    rows = x.sum(axis=1)
+    for u in range(T):
+        members = [i for i in range(len(q.owner)) if subtree(parent, u, int(q.owner[i]))]
+        for g in range(m):
+            h = sum(inst.demand[i, g] * x[i, g] for i in members)
+            assert h <= q.maximum[u, g] * (1 + 1e-9) + 1e-9
+            G = q.guaranteed[u, g]
+            users = [
+                i
+                for i in members
+                if inst.throughput[i, g] > 0
+                and inst.demand[i, g] <= G
+                # A gang larger than a maximum on its tenant's way up can never run on g.
+                and inst.demand[i, g] <= ceiling(parent, q.maximum[:, g], int(q.owner[i]))
+            ]
+            want = min(G, sum(inst.demand[i, g] for i in users))
+            if h < want - quotas.LEND_SLACK:
+                assert all(rows[i] >= 1 - 1e-9 for i in users), (u, g, h, want)
+    assert np.all((inst.demand * x).sum(axis=0) <= inst.capacity * (1 + 1e-9))

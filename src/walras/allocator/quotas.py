@@ -36,9 +36,10 @@ unchanged:
    solver did (a utility maximiser already fills it; an LP at a degenerate optimum may not);
 2. a pair holding more than its maximum is barred;
 3. a private column its owner leaves idle (its jobs are saturated or want other types) is
-   shrunk to what it uses, never below the largest gang using it, so unused guaranteed GPUs are
-   lent to everyone; a lent carve-out whose owner fills it and still wants more is restored to
-   ``c_tg`` (once per pair, so passes cannot cycle between lending and reclaiming).
+   shrunk to what it uses, so unused guaranteed GPUs are lent (to its parent's column: its
+   siblings first; from a root, to everyone); a lent carve-out whose owner fills it and still
+   wants more is restored to ``c_tg`` (once per pair, so passes cannot cycle between lending
+   and reclaiming).
 
 When no pair changes, the allocation is the policy's optimum of the problem above with the
 final carve-outs (``Outcome.carve``, at most ``c_tg``, smaller only where t did not use them):
@@ -123,6 +124,8 @@ class Columns:
         base: ``(c,)`` the GPU type of each column.
         tenant: ``(c,)`` its owner, or ``SHARED``.
         capacity: ``(c,)`` GPUs (every one > 0).
+        gang: ``(c,)`` the GPUs of the column's type: a column is an account of a share of
+            its type, not a set of GPUs, so a gang fits a column when it fits the type.
         allowed: ``(n, c)`` job ``i`` may use column ``k`` (the owner's jobs; the shared column
             for everyone not barred from it).
     """
@@ -130,6 +133,7 @@ class Columns:
     base: IntArray
     tenant: IntArray
     capacity: FloatArray
+    gang: FloatArray
     allowed: BoolArray
 
     def expand(self, matrix: FloatArray) -> FloatArray:
@@ -137,9 +141,9 @@ class Columns:
         return np.where(self.allowed, matrix[:, self.base], 0.0)
 
     def live(self, throughput: FloatArray, demand: FloatArray) -> IntArray:
-        """The jobs with a column they may use whose capacity holds their gang (a job its
-        maximum keeps off every type, e.g. a maximum of 0, has none and is not solved)."""
-        ok = (self.expand(throughput) > 0) & (self.spread(demand) <= self.capacity[None, :])
+        """The jobs with a column they may use whose type holds their gang (a job its maximum
+        keeps off every type, e.g. a maximum of 0, has none and is not solved)."""
+        ok = (self.expand(throughput) > 0) & (self.spread(demand) <= self.gang[None, :])
         return np.flatnonzero(ok.any(axis=1)).astype(np.int64)
 
     def spread(self, matrix: FloatArray) -> FloatArray:
@@ -258,7 +262,11 @@ def columns(
             # Blocked by a barred tenant strictly below u on the way up.
             allowed[:, k] = up[:, u] & ~(on_way & strict[u][None, :]).any(axis=1)
     return Columns(
-        base=b, tenant=col_tenant, capacity=np.array(cap, dtype=np.float64), allowed=allowed
+        base=b,
+        tenant=col_tenant,
+        capacity=np.array(cap, dtype=np.float64),
+        gang=np.asarray(capacity, dtype=np.float64)[b],
+        allowed=allowed,
     )
 
 
@@ -279,9 +287,12 @@ def enforce(
     ``throughput``, ``demand`` are ``(n, m)`` per type, ``capacity`` ``(m,)``.
     """
     T, m = quotas.guaranteed.shape
+    anc = quotas.ancestry()
+    # A gang larger than a maximum on its tenant's way up can never run on that type.
+    ceiling = np.where(anc[:, quotas.owner].T[:, :, None], quotas.maximum[None, :, :], np.inf)
+    throughput = np.where(demand <= ceiling.min(axis=1), throughput, 0.0)
     carve = carve_outs(quotas, throughput, demand, capacity)
     first = own_part(quotas, carve)  # each tenant's own column before any loan
-    anc = quotas.ancestry()
     below = anc & ~np.eye(T, dtype=bool)  # [u, v]: v strictly below u
     parent = quotas.parents()
     barred = np.zeros((T, m), dtype=bool)
@@ -310,15 +321,7 @@ def enforce(
         used = np.zeros((T, m))
         np.add.at(used, (cols.tenant[mine], cols.base[mine]), per_column[mine])
         over = (h > quotas.maximum + SLACK) & ~barred
-        # Lending shrinks a column to what its owner uses, but never below the largest gang
-        # using it: a smaller column could not hold that gang at all.
-        gang = np.zeros((T, m))
-        for k in np.flatnonzero(mine):
-            on = xc[:, k] > 0
-            if on.any():
-                t, g = cols.tenant[k], cols.base[k]
-                gang[t, g] = max(gang[t, g], float(demand[on, g].max()))
-        keep = np.where(used > SLACK, np.maximum(used, gang), 0.0)
+        keep = np.where(used > SLACK, used, 0.0)
         idle = (private > 0) & (keep < private - lend_slack) & ~frozen
         # A lent carve-out whose owner wants it back (full, with a job that could use more of it
         # short of time): restored, once (so passes cannot cycle between lending and reclaiming).
@@ -392,7 +395,7 @@ def fill_private(
         if t == SHARED
     }
     for k in np.flatnonzero(cols.tenant != SHARED):
-        users = np.flatnonzero((a[:, k] > 0) & (d[:, k] <= cols.capacity[k]))
+        users = np.flatnonzero((a[:, k] > 0) & (d[:, k] <= cols.gang[k]))
         idle = float(cols.capacity[k] - d[:, k] @ out[:, k])
         s = shared_of.get(int(cols.base[k]))
         for give_more in (False, True):

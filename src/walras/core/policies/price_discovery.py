@@ -297,6 +297,7 @@ class PriceDiscovery:
             column_problem = pricing.PricingProblem(
                 throughput=cols.expand(np.asarray(problem.throughput))[live],
                 capacity=cols.capacity,
+                gang_capacity=cols.gang,
                 demand=cols.spread(problem.demand_matrix())[live],
                 kind=[job_kinds[i] for i in live],
                 **{name: values[live] for name, values in per_job.items()},
