@@ -195,3 +195,40 @@ def test_allocator_hierarchy_nested_columns() -> None:
     assert cols.allowed[0, by[1]] and cols.allowed[0, by[0]] and cols.allowed[0, by[-1]]
     assert not cols.allowed[1, by[1]] and cols.allowed[1, by[0]]
     assert not cols.allowed[2, by[0]] and not cols.allowed[2, by[1]] and cols.allowed[2, by[-1]]
+
+
+EXAMPLE = [
+    tenant("research", quotas={"v100": {"guaranteed": 6, "maximum": 7}}),
+    tenant("vision", parent="research", namespaces=["vision"], quotas={"v100": {"guaranteed": 4}}),
+    tenant("nlp", parent="research", namespaces=["nlp"], quotas={"v100": {"guaranteed": 2}}),
+]
+
+
+def _jobs(**counts: int) -> list[dict[str, Any]]:
+    return [_job(f"{ns}{i}", ns) for ns, k in counts.items() for i in range(k)]
+
+
+@pytest.mark.parametrize(
+    ("policy", "jobs", "expected"),
+    [
+        ("price-discovery", {"vision": 8, "ads": 8}, {"vision": 6, "ads": 2}),
+        ("max-min-fairness", {"vision": 8, "ads": 8}, {"vision": 6.4, "ads": 1.6}),
+        ("price-discovery", {"vision": 8, "nlp": 3, "ads": 8}, {"vision": 4, "nlp": 2, "ads": 2}),
+        (
+            "max-min-fairness",
+            {"vision": 8, "nlp": 3, "ads": 8},
+            {"vision": 4.5, "nlp": 2, "ads": 1.5},
+        ),
+        ("price-discovery", {"ads": 8}, {"ads": 8}),
+        ("max-min-fairness", {"ads": 8}, {"ads": 8}),
+        # research's maximum stops vision alone at 7 of the 8.
+        ("price-discovery", {"vision": 8}, {"vision": 7}),
+    ],
+)
+def test_the_worked_example_of_docs_governance(
+    policy: str, jobs: dict[str, int], expected: dict[str, float]
+) -> None:
+    # The table of docs/governance.md's worked example: this test keeps the page and the code
+    # in agreement (its numbers, to the two decimals it shows).
+    h = _held(_cluster(EXAMPLE, _jobs(**jobs)), policy)
+    assert {k: round(v, 2) for k, v in h.items()} == expected

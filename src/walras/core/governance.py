@@ -27,7 +27,14 @@ cluster:
 - **Quotas** (optional, per GPU type, in GPUs; Kueue's nominal quota and borrowing limit):
   ``guaranteed`` is what the tenant may always claim of that type, ``maximum`` what it may hold at
   most (``guaranteed`` plus what it may borrow). :func:`quota_arrays` gives them to the policies,
-  which enforce them through ``walras.allocator.quotas``.
+  which enforce them through ``walras.allocator.quotas``; :func:`split_quotas` splits them over
+  POP's shards.
+- **Hierarchy** (``spec.parent``; checked by ``walras.core.tenant_tree``): quotas cover the
+  tenant's subtree, and the admin's weights are hierarchical (:func:`hierarchical_weights`):
+  among the tenants with jobs, a root holds ``W_v``, a child ``W_v / Σ W_siblings`` of its
+  parent's share (siblings without jobs do not count, so an idle team's share goes to its
+  siblings, an idle organisation's to the others). ``W_t`` in the formula above is that share;
+  flat tenants keep their admin weight.
 
 Everything here is pure (parsed objects in, values out); the policies call it where they read
 weights (``walras.core.policies.price_discovery``, ``walras.core.tenants``).

@@ -7,8 +7,10 @@ agents converge to exactly the centrally computed allocation:
 - tenant ``n`` = the job's namespace, or the ``Tenant`` listing it (``walras.core.governance``;
   ``spec.tenant`` is ignored); resources ``M = [gpu, cpu cores, memory bytes]``;
 - ``d_n`` = elementwise max of the tenant's active jobs' per-pod requests;
-- ``φ_n`` = the tenant's weight ``W_n`` set by an admin (``Tenant.spec.weight``, default 1); what
-  users write in their jobs' ``utility.weight`` never changes it;
+- ``φ_n`` = the tenant's weight ``W_n`` set by an admin (``Tenant.spec.weight``, default 1),
+  through the hierarchy for tenants with a ``spec.parent``
+  (``governance.hierarchical_weights``); what users write in their jobs' ``utility.weight``
+  never changes it;
 - ``c_i`` = node ``i``'s allocatable ``[pool resourceName, cpu, memory]``;
 - ``δ_{n,i}`` = some job of ``n`` has throughput > 0 on ``i``'s GPU type and its template's
   ``nodeSelector`` matches ``i``;
