@@ -505,3 +505,20 @@ def test_price_discovery_meets_nested_guarantees_and_maximums(seed: int) -> None
             if h < want - quotas.LEND_SLACK:
                 assert all(rows[i] >= 1 - 1e-9 for i in users), (u, g, h, want)
     assert np.all((inst.demand * x).sum(axis=0) <= inst.capacity * (1 + 1e-9))
+
+
+def test_the_realiser_never_runs_a_tenant_over_its_maximum_on_free_gpus() -> None:
+    # Four single-GPU jobs of a tenant capped at 2 k80 on 8 free k80: each has a target of 1/2,
+    # and a round with free GPUs would place all four; the realiser places two, never more.
+    from walras.core import cycle, policies
+
+    snap = _cluster(
+        [{"metadata": {"name": "c"}, "spec": {"quotas": {"k80": {"maximum": 2}}}}],
+        [_job(f"c{i}", "c", {"k80": 1.0}) for i in range(4)],
+    )
+    policy = policies.create("price-discovery", {"backend": "numpy"})
+    plan = cycle.plan(cycle.CycleState(), policy, snap, now=0.0, round_no=1, backfill=True)
+    assert len(plan.realisation.creates) == 2
+    waiting = [r for r in plan.realisation.jobs.values() if not r.group]
+    assert len(waiting) == 2
+    assert all("maximum of 2 k80" in r.why for r in waiting)
