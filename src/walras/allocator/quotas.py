@@ -357,14 +357,27 @@ def enforce(
             private[t, g] += min(need, max(left, 0.0))
         frozen |= short
         # Confine a subtree over its maximum: its own column holds what its maximum leaves
-        # beyond the columns below it, taken from the shared pool.
-        for t, g in zip(*np.nonzero(over), strict=True):
-            inside = float(private[below[t], g].sum())
-            left = capacity[g] - private[:, g].sum()
-            private[t, g] = float(
-                np.clip(quotas.maximum[t, g] - inside, 0.0, private[t, g] + max(left, 0.0))
-            )
-        barred |= over
+        # beyond the columns below it. Ancestors first: the GPUs come from the columns on its
+        # way up to its nearest confined ancestor (that subtree may reach nothing else), or
+        # from those and the shared pool when none is confined.
+        depth = anc.sum(axis=0)
+        for t, g in sorted(zip(*np.nonzero(over), strict=True), key=lambda p: depth[p[0]]):
+            barred[t, g] = True
+            goal = max(float(quotas.maximum[t, g] - private[below[t], g].sum()), 0.0)
+            if goal <= private[t, g]:
+                private[t, g] = goal  # the rest is lent as any idle column's would be
+                continue
+            a = int(parent[t])
+            while private[t, g] < goal and a >= 0:
+                take = min(goal - private[t, g], private[a, g])
+                private[a, g] -= take
+                private[t, g] += take
+                if barred[a, g]:
+                    break
+                a = int(parent[a])
+            if a < 0:
+                left = max(float(capacity[g] - private[:, g].sum()), 0.0)
+                private[t, g] += min(goal - private[t, g], left)
     # Round-off of the solver's own rows (a holding 1e-7 over its maximum) is scaled away too.
     x, _ = _clip(x, demand, quotas, h)
     h = subtree_held(quotas, x, demand)
