@@ -113,8 +113,8 @@ def entitled(inst: Instance) -> np.ndarray[Any, Any]:
 def assert_quotas_hold(inst: Instance, x: np.ndarray[Any, Any], *, lend: float) -> None:
     """Every maximum respected; every guarantee met unless demand does not allow it.
 
-    ``lend``: GPUs a private column may stay idle by without being lent (the layer's
-    ``LEND_SLACK``): below it, nobody (owner or borrower) is given that remainder.
+    ``lend``: the layer's ``LEND_SLACK``, its one measure of "idle" and "wants more": a column
+    idle by less is not lent, a job that could take less more is not served more.
     """
     h = held(inst, x)
     q = inst.quotas
@@ -126,7 +126,8 @@ def assert_quotas_hold(inst: Instance, x: np.ndarray[Any, Any], *, lend: float) 
         for g in range(m):
             if h[t, g] >= want[t, g] - lend:
                 continue
-            # Demand does not allow more: each job of t that could use g has all its time.
+            # Demand does not allow more: no job of t that could use g could hold more than
+            # ``lend`` GPUs more of it.
             users = [
                 i
                 for i in range(len(q.owner))
@@ -136,7 +137,7 @@ def assert_quotas_hold(inst: Instance, x: np.ndarray[Any, Any], *, lend: float) 
                 # A gang larger than its tenant's maximum can never run on g.
                 and inst.demand[i, g] <= q.maximum[t, g]
             ]
-            assert all(rows[i] >= 1 - 1e-9 for i in users), (t, g, h[t, g], want[t, g], rows)
+            assert all((1 - rows[i]) * inst.demand[i, g] <= lend for i in users), (t, g, rows)
 
 
 def cvxpy_quota_optimum(inst: Instance, carve: np.ndarray[Any, Any]) -> float:
@@ -503,7 +504,14 @@ def test_price_discovery_meets_nested_guarantees_and_maximums(seed: int) -> None
             ]
             want = min(G, sum(inst.demand[i, g] for i in users))
             if h < want - quotas.LEND_SLACK:
-                assert all(rows[i] >= 1 - 1e-9 for i in users), (u, g, h, want)
+                # Demand does not allow more: no job that could use g could hold more than the
+                # layer's slack more of it (its measure of "wants more", as for lending).
+                assert all((1 - rows[i]) * inst.demand[i, g] <= quotas.LEND_SLACK for i in users), (
+                    u,
+                    g,
+                    h,
+                    want,
+                )
     assert np.all((inst.demand * x).sum(axis=0) <= inst.capacity * (1 + 1e-9))
 
 

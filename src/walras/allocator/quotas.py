@@ -330,7 +330,7 @@ def enforce(
             & ~frozen
             & (private < first - lend_slack)
             & (used >= private - lend_slack)
-            & _wanting(x, throughput, demand, quotas, carve)
+            & _wanting(x, throughput, demand, quotas, carve, lend_slack)
         )
         if not over.any() and not idle.any() and not short.any():
             break
@@ -430,16 +430,23 @@ def fill_private(
 
 
 def _wanting(
-    x: FloatArray, throughput: FloatArray, demand: FloatArray, quotas: Quotas, carve: FloatArray
+    x: FloatArray,
+    throughput: FloatArray,
+    demand: FloatArray,
+    quotas: Quotas,
+    carve: FloatArray,
+    slack: float,
 ) -> BoolArray:
     """Per pair: some job of the tenant's subtree that fits its carve-out and can use the type
-    has time left (row sum < 1)."""
+    could hold more than ``slack`` GPUs more of it (time left × gang > ``slack``: the same
+    measure as lending, so an approximate solver's row sums of 0.9999 do not reclaim a loan)."""
     T, m = carve.shape
     member = quotas.ancestry()[:, quotas.owner].T  # (n, T)
-    short = x.sum(axis=1) < 1.0 - 1e-9
+    left = 1.0 - x.sum(axis=1)
     out = np.zeros((T, m), dtype=bool)
     for g in range(m):
-        fits = member & (short & (throughput[:, g] > 0))[:, None]
+        short = (left * demand[:, g] > slack) & (throughput[:, g] > 0)
+        fits = member & short[:, None]
         fits &= demand[:, g][:, None] <= carve[:, g][None, :]
         out[:, g] = fits.any(axis=0)
     return out
