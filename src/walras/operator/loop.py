@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from walras.core import admission, cycle, policies, snapshot
+from walras.core import admission, cycle, model, policies, snapshot
 from walras.kube import writes as kubeapi
 from walras.operator import (
     binder,
@@ -105,10 +105,12 @@ class RoundLoop:
         self.config = config
         self.is_leader = is_leader
         self.policy = build_policy(config, distributed_reader)
-        self.cache = cache.ClusterCache(store)
+        self.cache = cache.ClusterCache(store, clock=config.clock)
         self.store = self.cache.store
         self.rules = admission.Admission(config.clock)
-        self.throughputs = throughputs.Throughputs.configured(config.progress, config.round_seconds)
+        self.throughputs = throughputs.Throughputs.configured(
+            config.progress, config.round_seconds, restarts=self.cache.restarts
+        )
         self.binder = binder.GangBinder(
             api, self.cache, self.rules, is_leader, bind_at_create=config.bind_at_create
         )
@@ -206,6 +208,7 @@ class RoundLoop:
         report = scratch.report
         # 1. Snapshot: the one the core sees, immutable from here on.
         snap = await self._snapshot(scratch)
+        costs = self._restart_costs(snap, scratch.now)
         # 2. Plan: solve, realise and account, off the event loop.
         planned = await asyncio.to_thread(
             cycle.plan,
@@ -216,6 +219,7 @@ class RoundLoop:
             round_no=scratch.round_no,
             incremental=scratch.incremental,
             options=self.config.cycle_options,
+            restart_costs=costs,
         )
         self._report_plan(planned, report, t0)
         # 3. Act: deletes, whole-gang creates and binds.
@@ -241,6 +245,21 @@ class RoundLoop:
         snap = self.throughputs.prepare(admitted.snapshot, now)
         self.throughputs.observe_metrics()
         return await self.sow.round(snap, now, refresh=scratch.refresh)
+
+    def _restart_costs(self, snap: snapshot.Snapshot, now: float) -> dict[model.JobKey, float]:
+        """Each job's measured restart cost (``walras.core.restarts``), for the realiser.
+
+        The pod watch feeds the tracker as readings change; this pass at the round's clock also
+        takes the pods it could not attribute then (delivered before their job) and drops the
+        jobs that are gone. Forked jobs are not measured: their copies count from zero.
+        """
+        tracker = self.cache.restarts
+        tracker.forget(j.uid for j in snap.jobs)
+        pods = snap.pods_by_job()
+        measured = [j for j in snap.active_jobs if not j.forkable]
+        for job in measured:
+            self.cache.observe_job(job, pods.get(job.key, ()), now)
+        return tracker.costs(measured)
 
     def _report_plan(self, planned: cycle.CyclePlan, report: RoundReport, t0: float) -> None:
         sol = planned.solution
