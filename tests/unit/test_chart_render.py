@@ -156,7 +156,8 @@ def test_every_object_is_labelled_and_namespaced(rendering: tuple[Path, list[Man
 # that is missing here fails the integration test (tests/integration/test_chart_install.py); a rule
 # granted beyond this table fails here.
 CONTROLLER_GRANTS: dict[tuple[str, str], set[str]] = {
-    ("", "pods"): {"get", "list", "watch", "create", "delete"},
+    # patch: the advance notice annotation (walras.dev/stop-at) on the pods of a gang that stops.
+    ("", "pods"): {"get", "list", "watch", "create", "delete", "patch"},
     ("", "pods/binding"): {"create"},
     ("", "nodes"): {"get", "list", "watch"},
     ("", "events"): {"create"},

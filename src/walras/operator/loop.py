@@ -10,7 +10,9 @@ when queued binds retry between rounds. One round is these steps (:meth:`RoundLo
    (``walras.operator.throughputs``) and the capacity statements of work reserve
    (``walras.operator.sow``). The result is the one immutable snapshot the core sees.
 2. **Plan.** ``walras.core.cycle.plan`` in a worker thread: solve, realise, account.
-3. **Act.** The gang binder (``walras.operator.binder``) deletes, creates and binds whole gangs.
+3. **Act.** The gang binder (``walras.operator.binder``) deletes, creates and binds whole gangs;
+   then the advance notice (``walras.operator.notices``): the pods of gangs the forecast of the
+   next full round (``walras.core.notice``) stops carry ``walras.dev/stop-at``.
 4. **Statuses.** The status writer (``walras.operator.status_writer``) patches what changed and
    posts new Events.
 5. **Histories.** Persist the schedule histories whose running state changed
@@ -33,13 +35,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from walras.core import admission, cycle, model, policies, snapshot
+from walras.core import admission, cycle, model, notice, policies, snapshot
 from walras.kube import writes as kubeapi
 from walras.operator import (
     binder,
     cache,
     health,
     history_sync,
+    notices,
     round_report,
     sow,
     status_writer,
@@ -115,6 +118,7 @@ class RoundLoop:
             api, self.cache, self.rules, is_leader, bind_at_create=config.bind_at_create
         )
         self.statuses = status_writer.StatusWriter(api, self.cache, self.rules, self.throughputs)
+        self.notices = notices.NoticeWriter(api, self.cache)
         self.histories = history_sync.HistorySync(api, config.history_namespace, is_leader)
         self.triggers = triggers.Triggers(config.round_seconds, config.debounce)
         self.sow = sow.SowRunner(api, config.round_seconds, self.poke)
@@ -225,6 +229,8 @@ class RoundLoop:
         # 3. Act: deletes, whole-gang creates and binds.
         t3 = time.perf_counter()
         await self.binder.act(planned.realisation, scratch)
+        # 3b. The advance notice on the pods of gangs the next full round stops.
+        await self._notify(planned, scratch, costs)
         # 4. Statuses and Events (a refresh round rewrites them all, once).
         t4 = time.perf_counter()
         self._refresh_all = False
@@ -245,6 +251,25 @@ class RoundLoop:
         snap = self.throughputs.prepare(admitted.snapshot, now)
         self.throughputs.observe_metrics()
         return await self.sow.round(snap, now, refresh=scratch.refresh)
+
+    async def _notify(
+        self, planned: cycle.CyclePlan, scratch: RoundScratch, costs: dict[model.JobKey, float]
+    ) -> None:
+        """Forecast the next full round (``walras.core.notice``) and annotate what it stops."""
+        # The next full round: a period after a full round; what is left of it after an
+        # incremental one (which never stops a running gang).
+        until = self.triggers.seconds_to_full() if scratch.incremental else None
+        round_s = self.config.round_seconds if until is None else until
+        if not round_s > 0:
+            return  # the full round is due now: it decides, no time to announce anything
+        stops = await asyncio.to_thread(
+            notice.next_stops,
+            planned,
+            round_s=round_s,
+            options=self.config.cycle_options,
+            restart_costs=costs,
+        )
+        scratch.report.notices = await self.notices.write(planned, stops, scratch)
 
     def _restart_costs(self, snap: snapshot.Snapshot, now: float) -> dict[model.JobKey, float]:
         """Each job's measured restart cost (``walras.core.restarts``), for the realiser.

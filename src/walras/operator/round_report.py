@@ -33,6 +33,7 @@ class RoundReport:
     bound_at_create: int = 0  # created with spec.nodeName: their gang fitted at creation
     deletes: int = 0
     status_patches: int = 0
+    notices: int = 0  # pods whose advance notice (walras.dev/stop-at) was set or removed
     history_writes: int = 0  # ConfigMap shards of the schedule history (history_store)
     events: int = 0
     errors: int = 0
