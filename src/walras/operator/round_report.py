@@ -32,7 +32,8 @@ class RoundReport:
     binds: int = 0
     bound_at_create: int = 0  # created with spec.nodeName: their gang fitted at creation
     deletes: int = 0
-    status_patches: int = 0
+    status_patches: int = 0  # job and pool statuses
+    job_status_patches: int = 0  # of which FungibleJob statuses (at most one per job per round)
     notices: int = 0  # pods whose advance notice (walras.dev/stop-at) was set or removed
     history_writes: int = 0  # ConfigMap shards of the schedule history (history_store)
     events: int = 0

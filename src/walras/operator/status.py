@@ -12,6 +12,7 @@ from typing import Any
 
 from walras.core import conditions as cond
 from walras.core import crd, model, policies, realise, snapshot
+from walras.operator import visible
 
 CORE_KEYS = (
     "phase",
@@ -212,12 +213,25 @@ def finished_status(job: model.JobSpec, phase: str, reason: str, message: str) -
 
 
 def changed(core: Mapping[str, Any], old: Mapping[str, Any]) -> bool:
-    """Whether patching ``core`` over ``old`` would change anything a user sees."""
+    """Whether patching ``core`` over ``old`` would change anything a user sees, at the
+    precision each value is shown (``walras.operator.visible``: a move within one unit of a
+    value's last shown digit is not a change; conditions' transition times are derived)."""
+
+    def bare(conditions: Any) -> list[dict[str, Any]]:
+        return [
+            {k: v for k, v in c.items() if k != "lastTransitionTime"}
+            for c in conditions or []
+            if isinstance(c, Mapping)
+        ]
+
     for key, value in core.items():
+        prev = old.get(key)
         if key == "conditions":
-            if not cond.same_conditions(value, old.get("conditions") or []):
+            if not visible.same(bare(value), bare(prev)):
                 return True
-        elif old.get(key) != value and not (old.get(key) in (None, "") and value in ("", None)):
+        elif prev in (None, "") and value in ("", None):
+            continue
+        elif not visible.same(value, prev, key):
             return True
     return False
 
