@@ -8,8 +8,8 @@ in its third significant digit, sometimes across a rounding boundary (checked be
 that the scenario does move shown digits). Bound: two values at most 2 × 0.001 × 1.77 < 0.004
 apart, below the unit 0.01 of the last shown digit of a number in [1, 10), differ by at most
 one unit once rounded. The rule of ``walras.operator.visible``: a move within one unit of the
-last shown digit is not a change. So after the first round (every status written once) no round writes a
-job status; a real change (one job's throughput up by half) is written, for that job.
+last shown digit is not a change. So after the first round (every status written once) no round
+writes a job status; a real change (one job's throughput up by half) is written, for that job.
 """
 
 from __future__ import annotations

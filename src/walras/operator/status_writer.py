@@ -5,10 +5,11 @@ Rules:
 - **Patch only what a user sees change, at most once per round.** A job's status is
   merge-patched when its phase, conditions or other user-facing fields changed at the precision
   they are shown (``walras.operator.status.changed``, ``walras.operator.visible``: a price or
-  share moving within its last shown digit is not a change), when its failure count changed, when it finished, or in a refresh round (the first after start-up or
-  Lease take-over), which rewrites every status once so each carries the new leader's round
-  number. The schedule history rides along only on a patch made anyway: its own store is the
-  ConfigMaps (``walras.operator.history_sync``).
+  share moving within its last shown digit is not a change), when its failure count changed,
+  when it finished, or in a refresh round (the first after start-up or Lease take-over), which
+  rewrites every status once so each carries the new leader's round number. The schedule
+  history rides along only on a patch made anyway: its own store is the ConfigMaps
+  (``walras.operator.history_sync``).
 - **What each job is told.** A job held out this round (its gang could not be created or bound)
   gets ``Admitted=False`` with the API server's message; a solved job its allocation; a job the
   policy rejected, or a defect of its spec, the field and reason; a finished job its final phase
