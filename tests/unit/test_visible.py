@@ -14,10 +14,14 @@ from walras.operator import visible
         (1.23, 1.24, "price", True),  # one unit of 0.01: rounding noise
         (1.23, 1.25, "price", False),  # two units
         (1.0, 0.999, "price", True),  # the finer unit, 0.001, across the decade
-        (1230.0, 1240.0, "cost", True),  # three digits of 1230: unit 10
-        (1230.0, 1250.0, "cost", False),
-        (0.052, 0.053, "fairShare", True),  # three decimals: unit 0.001
-        (0.052, 0.054, "fairShare", False),
+        (1230.0, 1240.0, "price", True),  # three digits of 1230: unit 10
+        (1230.0, 1250.0, "price", False),
+        (0.51, 0.52, "cost", True),  # two digits: unit 0.01
+        (0.51, 0.53, "cost", False),
+        (0.52, 0.53, "fairShare", True),  # two decimals: unit 0.01
+        (0.52, 0.54, "fairShare", False),
+        (0.052, 0.053, "utilisation", True),  # three decimals: unit 0.001
+        (0.052, 0.054, "utilisation", False),
         (0.052, 0.0525, "price", False),  # three digits of 0.052: unit 0.0001; moved 5 units
         (0.0, 0.0, "price", True),
         (0.0, 0.001, "price", False),

@@ -293,9 +293,9 @@ def render_explanation(console: Console, e: Explanation) -> None:
         for column in ("GPU type", "Share", "Nodes"):
             table.add_column(column)
         for gpu_type, fraction, nodes in e.allocation:
-            table.add_row(gpu_type, f"{fraction:.3f}", nodes or "-")
+            table.add_row(gpu_type, f"{fraction:.2f}", nodes or "-")
         console.print(table)
-    share = "-" if e.fair_share is None else f"{e.fair_share:.3f}"
+    share = "-" if e.fair_share is None else f"{e.fair_share:.2f}"
     console.print(
         f"Expected throughput {e.expected_throughput:.4g}/s at price {e.price:.4g}; "
         f"fair share {share}"

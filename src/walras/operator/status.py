@@ -56,11 +56,13 @@ def solved_job_status(
     allocation = [
         {
             "gpuType": t,
-            "fraction": round(s, 3),
+            # Shares to two decimals, as every message shows them ("share of v100 is 0.52"):
+            # a move in the third would rewrite statuses for nothing a user reads.
+            "fraction": round(s, 2),
             "nodes": sorted(set(jr.nodes)) if jr.gpu_type == t else [],
         }
         for t, s in sorted(share.items())
-        if s > 1e-3 or jr.gpu_type == t
+        if round(s, 2) > 0 or jr.gpu_type == t
     ]
     gpp = int(sol.gpus_per_pod[row])
     resource = view.node_pool[0].resource_name if view.nodes else crd.DEFAULT_RESOURCE_NAME
@@ -162,8 +164,9 @@ def solved_job_status(
         "allocation": allocation,
         "expectedThroughput": cond.num(float(sol.expected_throughput[row])),
         "price": cond.num(sol.prices.get(jr.gpu_type or main_type, 0.0)),
-        "cost": cond.num(cost),
-        "fairShare": round(fair, 3),
+        # Two significant digits: the shares it is made of are shown to two decimals.
+        "cost": float(f"{cost:.2g}"),
+        "fairShare": round(fair, 2),
         "conditions": conds,
         "runningGroup": jr.group,
     }

@@ -9,11 +9,12 @@ written (with every value fresh).
 
 The unit of the last shown digit:
 
-- a float field with three decimals (``fairShare``, an allocation's ``fraction``, a pool's
-  ``utilisation`` and ``allocated``: ``round(x, 3)``): 0.001;
-- any other float field (three significant digits, ``walras.core.conditions.num``; the
-  printer columns show the stored number): ``10^(⌊log10 |x|⌋ − 2)``, the smaller of the old and
-  new value's (so 0.999 → 1.00 is one unit, not a tenth);
+- a share (``fairShare``, an allocation's ``fraction``: two decimals, as the messages show
+  shares): 0.01; a pool's ``utilisation`` and ``allocated`` (three decimals): 0.001;
+- any other float field (three significant digits, ``walras.core.conditions.num``; ``cost``
+  two, as it is made of shares shown to two decimals; the printer columns show the stored
+  number): ``10^(⌊log10 |x|⌋ − digits + 1)``, the smaller of the old and new value's (so
+  0.999 → 1.00 is one unit, not a tenth);
 - a number inside a condition's message (``share of v100 is 0.52 at price 1.23``) written with a
   decimal point or an exponent in either text: one unit of the finer of the two texts' last
   digit (``0.52`` → 0.01; ``1.2e+03`` → 100; ``1`` → ``0.999``: 0.001); two integers exactly;
@@ -32,8 +33,8 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-DECIMAL_KEYS: Final = frozenset({"fairShare", "fraction", "utilisation", "allocated"})
-"""Float fields rounded to three decimals (their last shown digit is 0.001)."""
+DECIMAL_UNITS: Final = {"fairShare": 0.01, "fraction": 0.01, "utilisation": 1e-3, "allocated": 1e-3}
+"""Float fields rounded to a number of decimals, and the unit of their last shown digit."""
 
 # A number in a message, not part of a name (``v100``, ``node-0001``, ``n0``): ``0.52``,
 # ``1.2e+03``, ``7``. Two integers are compared exactly (gang sizes, counts); a number written
@@ -44,14 +45,19 @@ _NUMBER = re.compile(r"(?<![\w.-])-?\d+(?:\.(\d+))?(?:[eE]([+-]?\d+))?(?!\w)(?!\
 _SLACK: Final = 1e-9
 
 
-def _sig3_unit(x: float) -> float:
-    return 10.0 ** (math.floor(math.log10(abs(x))) - 2) if x else 0.0
+SIGNIFICANT_DIGITS: Final = {"cost": 2}
+"""Float fields shown to fewer than three significant digits."""
+
+
+def _sig_unit(x: float, digits: int) -> float:
+    return 10.0 ** (math.floor(math.log10(abs(x))) - (digits - 1)) if x else 0.0
 
 
 def _float_unit(key: str, old: float, new: float) -> float:
-    if key in DECIMAL_KEYS:
-        return 1e-3
-    units = [u for u in (_sig3_unit(old), _sig3_unit(new)) if u > 0]
+    if key in DECIMAL_UNITS:
+        return DECIMAL_UNITS[key]
+    digits = SIGNIFICANT_DIGITS.get(key, 3)
+    units = [u for u in (_sig_unit(old, digits), _sig_unit(new, digits)) if u > 0]
     return min(units) if units else 0.0
 
 
