@@ -35,7 +35,8 @@ Prints one JSON line per case:
   their last digits. ``status_patches_per_job_round``: FungibleJob status patches per job per
   round after the first (the first writes every status once), beside
   ``placement_changes_per_job_round`` (jobs whose gang was stopped, started or moved: those
-  must be written); ``notices_per_job_round``: advance-notice annotation patches. Status
+  must be written); ``notices_per_job_round``: advance-notice annotation patches;
+  ``notice_s`` beside ``realise_s``: the forecast behind the notice (a second realise). Status
   patches per job per round also appear in every ``round_<jobs>x<nodes>`` line
   (``status_patches_per_job``).
 * ``write_cpu``: the client's own CPU per write (status patch, pod create, bind), sequential
@@ -294,6 +295,7 @@ def case_pipeline(jobs: int, nodes: int) -> None:
 
 
 def case_status_churn(jobs: int, nodes: int, count: int = 12) -> None:
+    """The ``status_churn_<jobs>x<nodes>`` line (module docstring)."""
     import asyncio
     import logging
 
@@ -335,6 +337,8 @@ def case_status_churn(jobs: int, nodes: int, count: int = 12) -> None:
     patches: list[int] = []
     notices: list[int] = []
     moved: list[int] = []
+    realise_s: list[float] = []
+    notice_s: list[float] = []
     for n in range(count):
         if n:
             for key, rates in base.items():
@@ -352,6 +356,8 @@ def case_status_churn(jobs: int, nodes: int, count: int = 12) -> None:
         }
         patches.append(report.job_status_patches)
         notices.append(report.notices)
+        realise_s.append(report.realise)
+        notice_s.append(report.notice_s)
         moved.append(sum(placed[k] != after[k] for k in base))
         clock[0] += 360.0
     steady = max(count - 1, 1) * jobs
@@ -362,6 +368,10 @@ def case_status_churn(jobs: int, nodes: int, count: int = 12) -> None:
         status_patches_per_job_round=round(sum(patches[1:]) / steady, 4),
         placement_changes_per_job_round=round(sum(moved[1:]) / steady, 4),
         notices_per_job_round=round(sum(notices[1:]) / steady, 4),
+        # The forecast behind the notice realises the round a second time: its cost beside
+        # the round's own realise (medians over the steady rounds).
+        realise_s=round(float(np.median(realise_s[1:])), 4),
+        notice_s=round(float(np.median(notice_s[1:])), 4),
         status_keys=dict(api.patched_keys.most_common(6)),
     )
 

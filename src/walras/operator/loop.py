@@ -262,6 +262,7 @@ class RoundLoop:
         round_s = self.config.round_seconds if until is None else until
         if not round_s > 0:
             return  # the full round is due now: it decides, no time to announce anything
+        t0 = time.perf_counter()
         stops = await asyncio.to_thread(
             notice.next_stops,
             planned,
@@ -270,6 +271,7 @@ class RoundLoop:
             restart_costs=costs,
         )
         scratch.report.notices = await self.notices.write(planned, stops, scratch)
+        scratch.report.notice_s = time.perf_counter() - t0
 
     def _restart_costs(self, snap: snapshot.Snapshot, now: float) -> dict[model.JobKey, float]:
         """Each job's measured restart cost (``walras.core.restarts``), for the realiser.

@@ -28,6 +28,7 @@ class RoundReport:
     creates_s: float = 0.0
     binds_s: float = 0.0
     status_s: float = 0.0
+    notice_s: float = 0.0  # the advance notice: the forecast (a second realise) and its patches
     creates: int = 0
     binds: int = 0
     bound_at_create: int = 0  # created with spec.nodeName: their gang fitted at creation
