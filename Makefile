@@ -22,9 +22,10 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) ## Create .venv and install walras with its test, torch and plots extras
 
-tools: ## Build/fetch kube-apiserver, etcd, kwok, kubectl, helm into $(WALRAS_CACHE); apt: buildah, debootstrap
+tools: ## Build/fetch kube-apiserver, etcd, kwok, kubelet, kubectl, helm, pause + workload images into $(WALRAS_CACHE); apt: buildah, debootstrap, containerd, runc, CNI
 	bash hack/control-plane.sh build
 	bash hack/install-tools.sh
+	bash hack/real-node.sh build-tools
 
 test: install tools ## Run the whole test suite (unit + integration on a real local control plane)
 	WALRAS_REQUIRE_APISERVER=$${WALRAS_REQUIRE_APISERVER:-1} $(PY) -m pytest

@@ -3,19 +3,31 @@
 #
 #   hack/control-plane.sh build          build etcd, kube-apiserver, kube-controller-manager and kwok into the
 #                                        cache (once per version)
+#   hack/control-plane.sh build-kubelet  build only the kubelet (real nodes: hack/real-node.sh)
 #   hack/control-plane.sh paths          print the cached binary paths (KEY=PATH lines)
 #   hack/control-plane.sh start DIR      certs + tokens, etcd, kube-apiserver, kube-controller-manager (garbage
 #                                        collector, namespace, resource quota, ServiceAccount and ClusterRole
 #                                        aggregation controllers),
-#                                        kwok on loopback; kubeconfigs in DIR
+#                                        kwok on loopback; kubeconfigs in DIR. Real nodes (a kubelet
+#                                        and containerd each) join with hack/real-node.sh start DIR ...
 #   hack/control-plane.sh stop DIR       kill exactly the PIDs recorded in DIR, then remove DIR
 #   hack/control-plane.sh env DIR        print `export KUBECONFIG=DIR/admin.kubeconfig` (and PATH with the cached tools)
+#   hack/control-plane.sh restart COMPONENT DIR [--down SECONDS] [--kill]   (or DIR COMPONENT)
+#                                        stop one of etcd, kube-apiserver, kube-controller-manager
+#                                        (SIGTERM, or SIGKILL with --kill), stay down SECONDS (default
+#                                        0), start it again with the same command line and wait until
+#                                        it serves (fault injection for tests)
+#   hack/control-plane.sh stop-component COMPONENT DIR [--kill]   stop one component, keep its
+#                                        command line in DIR/COMPONENT.cmdline
+#   hack/control-plane.sh start-component COMPONENT DIR           start it again from that file
 #   hack/control-plane.sh watch DIR PID  (internal) stop DIR's control plane once process PID is gone;
 #                                        `start` runs it when WALRAS_OWNER_PID is set
 #
 # Environment: WALRAS_CACHE, WALRAS_GO_PARALLEL (default 2), WALRAS_K8S_VERSION / _ETCD_ / _KWOK_
 # (pins), WALRAS_OWNER_PID, WALRAS_APISERVER_READY_TIMEOUT (s, default 60),
-# WALRAS_APISERVER_VERBOSITY (default 1), WALRAS_FAILED_LOGS_DIR (where a failed start copies logs).
+# WALRAS_APISERVER_VERBOSITY (default 1), WALRAS_FAILED_LOGS_DIR (where a failed start copies logs),
+# WALRAS_REAL_NODES=1 (the controllers real nodes need, see cmd_start),
+# WALRAS_NODE_MONITOR_GRACE_PERIOD (with real nodes: how long a silent node stays Ready, default 50s).
 #
 # Called by walras.testing.devcluster (the pytest fixtures in tests/conftest.py use that), by `make`
 # and by .ci/run.
@@ -41,6 +53,7 @@ APISERVER_BIN="$CACHE/kube-apiserver-$K8S_VERSION/bin/kube-apiserver"
 KCM_BIN="$CACHE/kube-controller-manager-$K8S_VERSION/bin/kube-controller-manager"
 ETCD_BIN="$CACHE/etcd-$ETCD_VERSION/bin/etcd"
 KWOK_BIN="$CACHE/kwok-$KWOK_VERSION/bin/kwok"
+KUBELET_BIN="$CACHE/kubelet-$K8S_VERSION/bin/kubelet"
 
 log() { printf '[control-plane %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 die() {
@@ -115,6 +128,10 @@ build_apiserver() { build_k8s_command kube-apiserver "$APISERVER_BIN"; }
 # controller (a deleted namespace is emptied and removed) are real in tests.
 build_controller_manager() { build_k8s_command kube-controller-manager "$KCM_BIN"; }
 
+# kubelet: for real nodes (hack/real-node.sh), built last so that it reuses the packages the
+# other two compiled.
+build_kubelet() { build_k8s_command kubelet "$KUBELET_BIN"; }
+
 build_etcd() {
 	if [[ -x "$ETCD_BIN" ]]; then
 		log "etcd $ETCD_VERSION already built: $ETCD_BIN"
@@ -163,12 +180,13 @@ cmd_build() {
 	build_kwok
 	build_apiserver
 	build_controller_manager
+	build_kubelet
 	log "build finished in $((SECONDS - start)) s"
 }
 
 cmd_paths() {
-	printf 'KUBE_APISERVER=%s\nETCD=%s\nKWOK=%s\nKUBE_CONTROLLER_MANAGER=%s\n' \
-		"$APISERVER_BIN" "$ETCD_BIN" "$KWOK_BIN" "$KCM_BIN"
+	printf 'KUBE_APISERVER=%s\nETCD=%s\nKWOK=%s\nKUBE_CONTROLLER_MANAGER=%s\nKUBELET=%s\n' \
+		"$APISERVER_BIN" "$ETCD_BIN" "$KWOK_BIN" "$KCM_BIN" "$KUBELET_BIN"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -226,6 +244,10 @@ stop_component() {
 stop_all() {
 	local dir="$1"
 	stop_component "$dir" watchdog "control-plane.sh watch $dir"
+	# Real nodes first (hack/real-node.sh): their kubelets still talk to the API server.
+	if [[ -d "$dir/nodes" ]]; then
+		bash "$HACK_DIR/real-node.sh" stop-all "$dir" || log "stopping the real nodes failed"
+	fi
 	stop_component "$dir" kwok "$KWOK_BIN"
 	stop_component "$dir" kube-controller-manager "$KCM_BIN"
 	stop_component "$dir" kube-apiserver "$APISERVER_BIN"
@@ -275,6 +297,15 @@ make_certs() {
 		>"$pki/apiserver.ext"
 	openssl x509 -req -in "$pki/apiserver.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" \
 		-CAcreateserial -out "$pki/apiserver.crt" -days 3650 -extfile "$pki/apiserver.ext" 2>/dev/null
+	# The API server's client certificate towards kubelets (logs, exec on real nodes).
+	openssl req -new -nodes -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 \
+		-keyout "$pki/apiserver-kubelet-client.key" -out "$pki/apiserver-kubelet-client.csr" \
+		-subj "/O=system:masters/CN=kube-apiserver-kubelet-client" 2>/dev/null
+	printf '%s\n' "basicConstraints=CA:FALSE" "keyUsage=critical,digitalSignature" \
+		"extendedKeyUsage=clientAuth" >"$pki/client.ext"
+	openssl x509 -req -in "$pki/apiserver-kubelet-client.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" \
+		-CAcreateserial -out "$pki/apiserver-kubelet-client.crt" -days 3650 -extfile "$pki/client.ext" \
+		2>/dev/null
 	# Service-account token signing key pair (TokenRequest, projected tokens); tokens are ES256.
 	openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$pki/sa.key" 2>/dev/null
 	openssl pkey -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
@@ -407,6 +438,9 @@ cmd_start() {
 		--event-ttl=1h \
 		--endpoint-reconciler-type=none \
 		--disable-admission-plugins=TaintNodesByCondition \
+		--kubelet-client-certificate="$dir/pki/apiserver-kubelet-client.crt" \
+		--kubelet-client-key="$dir/pki/apiserver-kubelet-client.key" \
+		--kubelet-preferred-address-types=InternalIP \
 		--v="${WALRAS_APISERVER_VERBOSITY:-1}" \
 		</dev/null >"$dir/logs/kube-apiserver.log" 2>&1 &
 	echo $! >"$dir/kube-apiserver.pid"
@@ -424,9 +458,24 @@ cmd_start() {
 	# built-in admin/edit/view roles get their rules, as users get them). Not the node lifecycle controller:
 	# kwok's heartbeats are slower than its grace period, so it would mark nodes NotReady. No
 	# serving port (--secure-port=0): several control planes may run side by side.
+	# With WALRAS_REAL_NODES=1 (walras.testing.devcluster sets it for real nodes, hack/real-node.sh)
+	# it also runs the root-CA publisher (a pod's ServiceAccount token volume waits for the
+	# kube-root-ca.crt ConfigMap) and the node lifecycle controller (a dead kubelet's node turns
+	# NotReady); kwok then renews a Lease per node, so its nodes stay Ready too.
+	local controllers=garbage-collector-controller,namespace-controller,resourcequota-controller,serviceaccount-controller,clusterrole-aggregation-controller
+	local kwok_lease=()
+	local lifecycle=()
+	if [[ "${WALRAS_REAL_NODES:-0}" == 1 ]]; then
+		controllers+=,root-ca-certificate-publisher-controller,node-lifecycle-controller
+		# Upstream's default: a node whose kubelet stopped is NotReady 50 s later.
+		lifecycle=(--node-monitor-grace-period="${WALRAS_NODE_MONITOR_GRACE_PERIOD:-50s}")
+		kwok_lease=(--node-lease-duration-seconds=40)
+	fi
 	"$KCM_BIN" \
 		--kubeconfig="$dir/admin.kubeconfig" \
-		--controllers=garbage-collector-controller,namespace-controller,resourcequota-controller,serviceaccount-controller,clusterrole-aggregation-controller \
+		--controllers="$controllers" \
+		--root-ca-file="$dir/pki/ca.crt" \
+		"${lifecycle[@]}" \
 		--leader-elect=false \
 		--secure-port=0 \
 		--use-service-account-credentials=false \
@@ -455,6 +504,7 @@ cmd_start() {
 		--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
 		--node-ip=127.0.0.1 \
 		--cidr=10.0.0.0/16 \
+		"${kwok_lease[@]}" \
 		</dev/null >"$dir/logs/kwok.log" 2>&1 &
 	echo $! >"$dir/kwok.pid"
 	sleep 0.5
@@ -512,6 +562,111 @@ cmd_watch() {
 	fi
 }
 
+# ---------------------------------------------------------------------------------------------
+# one component down and up again (fault injection)
+# ---------------------------------------------------------------------------------------------
+
+# The binary of a restartable component (the PID guard's needle).
+component_binary() {
+	case "$1" in
+	etcd) printf '%s\n' "$ETCD_BIN" ;;
+	kube-apiserver) printf '%s\n' "$APISERVER_BIN" ;;
+	kube-controller-manager) printf '%s\n' "$KCM_BIN" ;;
+	*) die "cannot restart '$1': one of etcd, kube-apiserver, kube-controller-manager" ;;
+	esac
+}
+
+# COMPONENT DIR or DIR COMPONENT, printed as DIR COMPONENT (the issue's order and this script's).
+component_args() {
+	case "${1:-}" in
+	etcd | kube-apiserver | kube-controller-manager) printf '%s\n%s\n' "${2:-}" "$1" ;;
+	*) printf '%s\n%s\n' "${1:-}" "${2:-}" ;;
+	esac
+}
+
+# Stop one component, keeping its command line (from /proc) so start-component can run it again.
+# Its PID file stays (pointing at a dead process) until start-component replaces it, so the
+# watchdog, which runs while kube-apiserver.pid exists, keeps watching through the outage.
+cmd_stop_component() {
+	local dir="${1:-}" name="${2:-}" signal=TERM
+	[[ -n "$dir" && -n "$name" ]] || die "usage: $0 stop-component DIR COMPONENT [--kill]"
+	[[ "${3:-}" == "--kill" ]] && signal=KILL
+	local binary
+	binary="$(component_binary "$name")"
+	dir="$(cd "$dir" && pwd)"
+	local pid
+	pid="$(cat "$dir/$name.pid" 2>/dev/null || true)"
+	pid_runs "$pid" "$binary" || die "$name is not running in $dir"
+	cp "/proc/$pid/cmdline" "$dir/$name.cmdline"
+	kill "-$signal" "$pid" 2>/dev/null || true
+	local i
+	for ((i = 0; i < 100; i++)); do
+		pid_runs "$pid" "$binary" || break
+		sleep 0.1
+	done
+	if pid_runs "$pid" "$binary"; then
+		log "$name (pid $pid) ignored SIG$signal; sending SIGKILL"
+		kill -KILL "$pid" 2>/dev/null || true
+		while pid_runs "$pid" "$binary"; do sleep 0.05; done
+	fi
+	log "$name stopped (SIG$signal, pid $pid)"
+}
+
+# Start a component stopped by stop-component with the same command line; wait until it serves.
+cmd_start_component() {
+	local dir="${1:-}" name="${2:-}"
+	[[ -n "$dir" && -n "$name" ]] || die "usage: $0 start-component DIR COMPONENT"
+	component_binary "$name" >/dev/null
+	dir="$(cd "$dir" && pwd)"
+	[[ -f "$dir/$name.cmdline" ]] || die "$name was not stopped with stop-component in $dir"
+	local -a argv
+	mapfile -d '' -t argv <"$dir/$name.cmdline"
+	local t0=$SECONDS
+	"${argv[@]}" </dev/null >>"$dir/logs/$name.log" 2>&1 &
+	local pid=$!
+	echo "$pid" >"$dir/$name.pid"
+	rm -f "$dir/$name.cmdline"
+	local env_file="$dir/cluster.env"
+	case "$name" in
+	etcd) wait_etcd "$(sed -n 's/^ETCD_URL=//p' "$env_file")" "$pid" 30 ;;
+	kube-apiserver)
+		local token
+		token="$(sed -n 's/^[[:space:]]*token: //p' "$dir/admin.kubeconfig")"
+		wait_ready "$(sed -n 's/^SERVER=//p' "$env_file")" "$(sed -n 's/^CA_FILE=//p' "$env_file")" \
+			"$token" "$pid" "${WALRAS_APISERVER_READY_TIMEOUT:-60}"
+		;;
+	*)
+		sleep 0.5
+		kill -0 "$pid" 2>/dev/null || die "$name exited at start"
+		;;
+	esac
+	log "$name started again (pid $pid), serving after $((SECONDS - t0)) s"
+}
+
+cmd_restart() {
+	local dir="${1:-}" name="${2:-}"
+	[[ -n "$dir" && -n "$name" ]] || die "usage: $0 restart DIR COMPONENT [--down SECONDS] [--kill]"
+	shift 2
+	local down=0 kill_flag=""
+	while (($#)); do
+		case "$1" in
+		--down)
+			down="${2:-}"
+			[[ "$down" =~ ^[0-9]+([.][0-9]+)?$ ]] || die "--down needs a number of seconds, got '$down'"
+			shift 2
+			;;
+		--kill)
+			kill_flag=--kill
+			shift
+			;;
+		*) die "restart: unknown option '$1'" ;;
+		esac
+	done
+	cmd_stop_component "$dir" "$name" $kill_flag
+	sleep "$down"
+	cmd_start_component "$dir" "$name"
+}
+
 cmd_env() {
 	local dir="${1:-}"
 	[[ -n "$dir" && -f "$dir/admin.kubeconfig" ]] || die "usage: $0 env DIR (a started control plane)"
@@ -526,13 +681,20 @@ main() {
 	shift || true
 	case "$cmd" in
 	build) cmd_build ;;
+	build-kubelet) build_kubelet ;;
 	paths) cmd_paths ;;
 	start) cmd_start "$@" ;;
 	stop) cmd_stop "$@" ;;
 	env) cmd_env "$@" ;;
 	watch) cmd_watch "$@" ;;
+	restart | stop-component | start-component)
+		local -a where
+		mapfile -t where < <(component_args "${1:-}" "${2:-}")
+		shift $(($# < 2 ? $# : 2))
+		"cmd_${cmd//-/_}" "${where[0]}" "${where[1]}" "$@"
+		;;
 	*)
-		printf 'usage: %s build|paths|start DIR|stop DIR|env DIR\n' "$0" >&2
+		printf 'usage: %s build|paths|start DIR|stop DIR|env DIR|restart DIR COMPONENT\n' "$0" >&2
 		exit 2
 		;;
 	esac

@@ -7,7 +7,8 @@
 # in /usr/bin is never used: a fresh machine (CI) does not have it.
 #
 # Also installs Debian's buildah and debootstrap when missing, for hack/build-image.sh on machines
-# without a Docker engine (CI): as root, through apt-get (stdout kept clean for the bin directory).
+# without a Docker engine (CI), and containerd, runc, the CNI plugins and iptables for real nodes
+# (hack/real-node.sh): as root, through apt-get (stdout kept clean for the bin directory).
 #
 # Called by `make tools`, .ci/run and walras.testing.devcluster.tool(). Prints the bin directory.
 set -o errexit -o nounset -o pipefail
@@ -54,18 +55,26 @@ if [[ ! -x "$ROOT/kubectl/kubectl" || ! -x "$ROOT/helm/helm" ]]; then
 	mv "$tmp/out" "$ROOT"
 fi
 
-# buildah + debootstrap (hack/build-image.sh). Root with apt only; elsewhere a note, since a
-# developer with Docker does not need them.
-if ! command -v buildah >/dev/null || ! command -v debootstrap >/dev/null; then
+# buildah + debootstrap (hack/build-image.sh, hack/build-workload-image.sh); containerd, runc,
+# the CNI plugins and iptables (real nodes: hack/real-node.sh). Root with apt only; elsewhere a
+# note, since a developer with Docker and no real nodes does not need them.
+packages=()
+command -v buildah >/dev/null || packages+=(buildah)
+command -v debootstrap >/dev/null || packages+=(debootstrap)
+command -v containerd >/dev/null || packages+=(containerd)
+command -v runc >/dev/null || packages+=(runc)
+[[ -x /usr/lib/cni/bridge ]] || packages+=(containernetworking-plugins)
+command -v iptables-save >/dev/null || packages+=(iptables)
+if ((${#packages[@]})); then
 	if ((EUID == 0)) && command -v apt-get >/dev/null; then
-		log "apt-get install buildah debootstrap"
+		log "apt-get install ${packages[*]}"
 		export DEBIAN_FRONTEND=noninteractive
 		apt-get -o DPkg::Lock::Timeout=300 update -qq >&2
 		apt-get -o DPkg::Lock::Timeout=300 install --yes --quiet --no-install-recommends \
-			buildah debootstrap >&2
+			"${packages[@]}" >&2
 	else
-		log "note: buildah/debootstrap missing and not root with apt-get: install them to build" \
-			"the image without Docker (hack/build-image.sh)"
+		log "note: ${packages[*]} missing and not root with apt-get: install them to build" \
+			"the image without Docker (hack/build-image.sh) and to run real nodes (hack/real-node.sh)"
 	fi
 fi
 

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from walras.testing import devcluster
+from walras.testing import devcluster, realnodes
 
-_CLUSTER_FIXTURES = {"control_plane", "kube", "namespace"}
+_CLUSTER_FIXTURES = {"control_plane", "kube", "namespace", "real_cluster"}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -70,3 +70,31 @@ def namespace(kube: Any, request: pytest.FixtureRequest) -> Iterator[str]:
         yield name
     finally:
         devcluster.delete_namespace(kube, name)
+
+
+@pytest.fixture(scope="session")
+def real_cluster() -> Iterator[realnodes.RealCluster]:
+    """A second control plane with two real nodes (kubelet + containerd each, 4 fake
+    ``nvidia.com/gpu`` each, the workload image imported), started only when a test asks for it.
+
+    Skipped with the missing capability named (not root, no containerd, kubelet not built, ...)
+    unless ``WALRAS_REQUIRE_REAL_NODES=1`` or ``WALRAS_REQUIRE_APISERVER=1``: then it fails.
+    """
+    if not devcluster.binaries_available():
+        missing: str | None = "kube-apiserver/etcd/kwok are not built: run `make tools`"
+    else:
+        missing = realnodes.missing_capability()
+    if missing is not None:
+        required = [
+            name
+            for name in ("WALRAS_REQUIRE_REAL_NODES", "WALRAS_REQUIRE_APISERVER")
+            if os.environ.get(name) == "1"
+        ]
+        if required:
+            pytest.fail(f"{missing} [{'=1, '.join(required)}=1]", pytrace=False)
+        pytest.skip(missing)
+    cluster = realnodes.start_real_cluster(2, gpus_per_real_node=4, gpu_type="fake-a100")
+    try:
+        yield cluster
+    finally:
+        realnodes.stop_real_cluster(cluster)

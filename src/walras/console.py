@@ -104,6 +104,10 @@ def _exit_now() -> None:
 def main() -> None:
     """Entry point of the ``walras`` console script."""
     args = sys.argv[1:]
+    if args[:2] == ["simulate", "generate"]:
+        from walras.cli.simulate_generate import main as generate_main
+
+        sys.exit(generate_main(args[2:]))
     if args[:1] == ["solve"]:
         from walras.solve_command import SOLVE_PARAMS, run_solve
 
@@ -113,4 +117,14 @@ def main() -> None:
             _exit_now()
     from walras.cli import main as typer_main
 
-    typer_main()
+    try:
+        typer_main()
+    except Exception as exc:
+        # A kubeconfig or cluster that cannot be used: one line and exit 1, no traceback.
+        from walras.cli import errors
+
+        line = errors.describe(exc)
+        if line is None:
+            raise
+        print(f"walras: {line}", file=sys.stderr)
+        sys.exit(1)

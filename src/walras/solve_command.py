@@ -3,8 +3,8 @@
 ``SOLVE_PARAMS`` is the one declaration of the command's argument and options: the Typer
 command (``walras.cli.solve``) builds its signature from it, and the console script
 (``walras.console``) parses a plain ``walras solve FILE [OPTIONS]`` with it directly, without
-importing Typer: 0.23 s less CPU per process at n = 10⁶ (median of 9 runs, 0.45 -> 0.21 s of
-CPU outside the solve), since Typer 0.29 validates every parameter that is not a boolean flag
+importing Typer: about 0.2 s less CPU per process (half of what the process spends outside
+the solve at n = 10⁶), since Typer 0.29 validates every parameter that is not a boolean flag
 with a pydantic ``TypeAdapter`` and importing pydantic alone costs about 0.15 s.
 
 ``run_solve`` reads ``throughput`` (n×m) and ``capacity`` (m), optionally ``demand`` (n or n×m),

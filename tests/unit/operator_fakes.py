@@ -1,11 +1,15 @@
-"""A scripted stand-in for ``walras.kube.writes.Api`` for round-loop tests (no Kubernetes)."""
+"""A scripted stand-in for ``walras.kube.writes.Api`` for round-loop tests (no Kubernetes), and a
+round loop over it with one node and one gang job."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from walras.core import policies
 from walras.kube import writes
+from walras.operator import loop
 
 GPU = "nvidia.com/gpu"
 
@@ -69,3 +73,48 @@ class FakeApi:
 
     def names(self, verb: str) -> list[str]:
         return [c[1] for c in self.calls if c[0] == verb]
+
+
+def gang_job(name: str, uid: str, replicas: int = 3) -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": "ns", "name": name, "uid": uid, "generation": 1},
+        "spec": {
+            "replicas": replicas,
+            "throughput": {"g": 1.0},
+            "template": {"spec": {"containers": [{"name": "c", "image": "i"}]}},
+        },
+    }
+
+
+def make_loop(
+    api: FakeApi,
+    gpus: int = 8,
+    clock: list[float] | None = None,
+    bind_at_create: bool = True,
+    replicas: int = 3,
+) -> loop.RoundLoop:
+    config = loop.LoopConfig(
+        policy=policies.PolicyConfig(args={"price-discovery": {"backend": "numpy"}}),
+        bind_at_create=bind_at_create,
+    )
+    if clock is not None:
+        config = dataclasses.replace(config, clock=lambda: clock[0])
+    rounds = loop.RoundLoop(
+        loop.snapshot.Store(),
+        api,  # type: ignore[arg-type]  # duck-typed stand-in for walras.kube.writes.Api
+        config,
+    )
+    store = rounds.store
+    store.upsert("pool", {"metadata": {"name": "g", "generation": 1}, "spec": {"gpuType": "g"}})
+    store.upsert(
+        "node",
+        {
+            "metadata": {"name": "n0", "labels": {"walras.dev/gpu-type": "g"}},
+            "status": {
+                "allocatable": {GPU: str(gpus), "cpu": "32", "memory": "64Gi", "pods": "110"},
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
+        },
+    )
+    store.upsert("job", gang_job("gang", "u1", replicas))
+    return rounds

@@ -14,7 +14,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from walras.operator.leader import LeaderElector, LeaseConflictError, LeaseRecord
+from walras.operator.leader import (
+    LeaderElector,
+    LeaseConflictError,
+    LeaseRecord,
+    default_identity,
+)
 
 
 class MemoryLease:
@@ -268,3 +273,41 @@ def test_run_and_wait_leader_hand_over_on_clean_stop() -> None:
 
     first, second, transitions = asyncio.run(scenario())
     assert (first, second, transitions) == ("a", "b", 1)
+
+
+def test_a_restarted_process_with_the_same_identity_leads_at_once() -> None:
+    store, clock = MemoryLease(), Clock()
+    first = elector(store, clock, "walras-controller-7d9f-abcde")
+    first.tick()
+    clock.now += 1.0  # SIGKILL: the first process never releases; its lease has 14 s to run
+    restarted = elector(store, clock, "walras-controller-7d9f-abcde")
+    restarted.tick()
+    assert restarted.is_leader  # its own Lease: renewed, not waited out
+    assert store.record is not None and store.record.transitions == 0
+    # A stranger started at the same moment would have had to wait the lease out.
+    stranger = elector(store, clock, "another-pod")
+    stranger.tick()
+    assert not stranger.is_leader
+
+
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        (
+            {"POD_NAME": "walras-abc", "HOSTNAME": "x", "KUBERNETES_SERVICE_HOST": "10.0.0.1"},
+            "walras-abc",
+        ),
+        ({"HOSTNAME": "walras-xyz", "KUBERNETES_SERVICE_HOST": "10.0.0.1"}, "walras-xyz"),
+    ],
+)
+def test_the_default_identity_is_the_pod_name_inside_a_pod(
+    environ: dict[str, str], expected: str
+) -> None:
+    assert default_identity(environ, pid=42) == expected
+    assert default_identity(environ, pid=43) == expected  # a restarted container: the same
+
+
+def test_outside_a_pod_the_default_identity_differs_per_process() -> None:
+    environ = {"HOSTNAME": "laptop"}  # a shell sets HOSTNAME too: not a pod
+    assert default_identity(environ, pid=42) != default_identity(environ, pid=43)
+    assert default_identity(environ, pid=42).endswith("-42")

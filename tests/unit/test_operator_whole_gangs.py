@@ -13,60 +13,12 @@ next round.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from tests.unit.operator_fakes import GPU, FakeApi
+from tests.unit.operator_fakes import FakeApi, gang_job, make_loop
 
-from walras.core import policies
 from walras.kube import writes
-from walras.operator import loop
-
-
-def gang_job(name: str, uid: str, replicas: int = 3) -> dict[str, Any]:
-    return {
-        "metadata": {"namespace": "ns", "name": name, "uid": uid, "generation": 1},
-        "spec": {
-            "replicas": replicas,
-            "throughput": {"g": 1.0},
-            "template": {"spec": {"containers": [{"name": "c", "image": "i"}]}},
-        },
-    }
-
-
-def make_loop(
-    api: FakeApi,
-    gpus: int = 8,
-    clock: list[float] | None = None,
-    bind_at_create: bool = True,
-    replicas: int = 3,
-) -> loop.RoundLoop:
-    config = loop.LoopConfig(
-        policy=policies.PolicyConfig(args={"price-discovery": {"backend": "numpy"}}),
-        bind_at_create=bind_at_create,
-    )
-    if clock is not None:
-        config = dataclasses.replace(config, clock=lambda: clock[0])
-    rounds = loop.RoundLoop(
-        loop.snapshot.Store(),
-        api,  # type: ignore[arg-type]  # duck-typed stand-in for walras.kube.writes.Api
-        config,
-    )
-    store = rounds.store
-    store.upsert("pool", {"metadata": {"name": "g", "generation": 1}, "spec": {"gpuType": "g"}})
-    store.upsert(
-        "node",
-        {
-            "metadata": {"name": "n0", "labels": {"walras.dev/gpu-type": "g"}},
-            "status": {
-                "allocatable": {GPU: str(gpus), "cpu": "32", "memory": "64Gi", "pods": "110"},
-                "conditions": [{"type": "Ready", "status": "True"}],
-            },
-        },
-    )
-    store.upsert("job", gang_job("gang", "u1", replicas))
-    return rounds
 
 
 def admitted(status: Mapping[str, Any]) -> dict[str, Any]:

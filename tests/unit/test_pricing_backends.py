@@ -2,23 +2,31 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from pricing_helpers import assert_feasible, random_problem
 
 from walras.allocator import pricing
+from walras.allocator.pricing import solver
 from walras.allocator.pricing.backend import get_backend
+from walras.allocator.pricing.instances import paper_problem
 
 torch = pytest.importorskip("torch")
 
 KINDS = ["linear", "log", "alpha", "target"]
 
 
-def devices() -> list[str]:
-    found = ["cpu"]
-    if torch.cuda.is_available():
-        found.append("cuda")
-    return found
+NO_CUDA = "no CUDA device: torch.cuda.is_available() is False (bench/gpu_check.py on a GPU host)"
+
+
+def devices() -> list[Any]:
+    """The CPU, and CUDA (skipped with the reason when there is none)."""
+    cuda = pytest.param(
+        "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_CUDA)
+    )
+    return ["cpu", cuda]
 
 
 @pytest.mark.parametrize("device", devices())
@@ -53,3 +61,25 @@ def test_backend_selection() -> None:
     assert (b.name, b.device) == ("torch", "cpu")
     auto = get_backend("auto")
     assert auto.name == ("torch" if torch.cuda.is_available() else "numpy")
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("kind", ["log", "target"])
+def test_numpy_and_torch_agree_with_sampled_start_and_polish(kind: str, device: str) -> None:
+    # Above the sampled-start size: start prices from the samples, then (log) the elastic-job
+    # polish, which runs on numpy arrays of the torch solve's data. Same path, same answer.
+    n = solver.COARSE_MIN_JOBS
+    problem = paper_problem(n, seed=3, utility=kind)
+    a = pricing.solve(problem, backend="numpy")
+    b = pricing.solve(problem, backend="torch", device=device)
+    assert b.backend.startswith("torch")
+    assert a.converged and b.converged
+    assert a.iterations == b.iterations
+    assert a.timings["polish_steps"] == b.timings["polish_steps"]
+    if kind == "log":
+        assert b.timings["polish_steps"] >= 1
+    np.testing.assert_allclose(b.prices, a.prices, rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(b.allocation, a.allocation, atol=1e-7)
+    assert b.utility == pytest.approx(a.utility, rel=1e-9)
+    assert b.dual_bound == pytest.approx(a.dual_bound, rel=1e-9)
+    assert_feasible(problem, b.allocation)

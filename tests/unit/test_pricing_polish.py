@@ -11,6 +11,7 @@ keeps a candidate worse than the plain column-scaled responses (computed here fr
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -112,3 +113,114 @@ def test_bfgs_matches_cvxpy_on_bounded_quadratics(seed: int) -> None:
     # f is strongly convex (λ_min(Q) ≥ 0.1): f(p) − f* ≤ 1e-9 puts p within √(2e-9/0.1) of p*.
     assert f(state.p)[0] <= f(np.asarray(x.value))[0] + 1e-9
     np.testing.assert_allclose(state.p, np.maximum(x.value, 0.0), atol=2e-4)
+
+
+def _kinked(seed: int, m: int = 4, centre: float = 0.0) -> tuple[Any, Any]:
+    """Convex, kinked f(p) = max_k (c_k·(p − z) + b_k) + ½‖p − z‖² (z = centre·1), its gradient."""
+    rng = np.random.default_rng(seed)
+    C = rng.normal(size=(6, m))
+    b = rng.normal(size=6)
+    z = np.full(m, centre)
+
+    def f(p: np.ndarray) -> tuple[float, np.ndarray]:
+        values = C @ (p - z) + b
+        k = int(np.argmax(values))
+        return float(values[k] + 0.5 * (p - z) @ (p - z)), C[k] + (p - z)
+
+    return f, (C, b)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_wolfe_step_meets_both_conditions(seed: int) -> None:
+    # Along a ray that stays in p ≥ 0 (d ≥ 0), f is convex and grows without bound, so a
+    # descent direction has points meeting both weak Wolfe conditions and the bracketing
+    # finds one: f(q) ≤ f(p) + c1 ∇f·s and ∇f(q)·s ≥ c ∇f·s (s = q − p), checked with f itself.
+    f, _ = _kinked(seed, centre=3.0)
+    rng = np.random.default_rng(100 + seed)
+    p = rng.uniform(0.0, 1.0, 4)
+    f_p, g_p = f(p)
+    d = np.maximum(-g_p, 0.0)
+    assert float(g_p @ d) < 0  # near 0, far below the centre: some price wants to rise
+    found = bfgs._wolfe(f, p, f_p, g_p, d, 100, 0.1)
+    assert found is not None
+    q, f_q, g_q, used = found
+    assert 1 <= used <= bfgs.WOLFE_TRIALS
+    np.testing.assert_array_equal(q, np.maximum(q, 0.0))
+    s = q - p
+    assert f(q)[0] == f_q
+    assert f_q <= f_p + bfgs.ARMIJO * float(g_p @ s)
+    assert float(g_q @ s) >= 0.1 * float(g_p @ s)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_wolfe_bfgs_descends_and_stays_feasible_on_kinked_functions(seed: int) -> None:
+    import cvxpy as cp
+
+    f, (C, b) = _kinked(seed)
+    state = bfgs.State(np.ones(4))
+    start = f(state.p)[0]
+    bfgs.minimize_nonneg(f, state, 200, curvature=0.1)
+    x = cp.Variable(4, nonneg=True)
+    optimum = cp.Problem(cp.Minimize(cp.max(C @ x + b) + 0.5 * cp.sum_squares(x))).solve(
+        solver="CLARABEL"
+    )
+    assert (state.p >= 0).all()
+    value = f(state.p)[0]
+    # Every accepted step satisfies Armijo, so f never rises; a feasible point cannot beat the
+    # optimum (up to Clarabel's 1e-8 accuracy).
+    assert value <= start
+    assert value >= optimum - 1e-7
+
+
+@pytest.mark.parametrize("kind", ["target", "linear"])
+def test_kinked_start_prices_without_scipy(monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+    # Above the sampled-start size a kinked utility's start prices come from the Wolfe BFGS on
+    # one sample, never from scipy's L-BFGS-B; the full problem's certificate still decides.
+    calls: list[int] = []
+    real = solver._minimize
+
+    def counted() -> Any:
+        calls.append(1)
+        return real()
+
+    monkeypatch.setattr(solver, "_minimize", counted)
+    sample_calls: list[float | None] = []
+    real_min = bfgs.minimize_nonneg
+
+    def spy(fun: Any, state: bfgs.State, max_evals: int, *, curvature: float | None = None) -> None:
+        sample_calls.append(curvature)
+        real_min(fun, state, max_evals, curvature=curvature)
+
+    monkeypatch.setattr(bfgs, "minimize_nonneg", spy)
+    monkeypatch.setattr(solver, "_optimize_loaded", lambda: False)  # a fresh process
+    n = solver.COARSE_MIN_JOBS
+    problem = paper_problem(n, seed=2, utility=kind)
+    result = pricing.solve(problem)
+    assert sample_calls == [solver.WOLFE_CURVATURE]
+    assert result.converged and result.gap <= 1e-3 * n
+    # scipy is needed only when the first full evaluation does not certify.
+    assert len(calls) == (0 if result.iterations == 1 else 1)
+    assert_feasible(problem, result.allocation)
+    t = (np.asarray(problem.throughput) * result.allocation).sum(axis=1)
+    assert utility(problem, t) == pytest.approx(result.utility, rel=1e-12)
+
+
+def test_kinked_start_prices_use_lbfgsb_once_scipy_is_imported(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # With scipy.optimize already imported, the sample is solved by L-BFGS-B (no Wolfe BFGS);
+    # either way the full problem's own certificate decides.
+    import scipy.optimize  # noqa: F401  (the state this test is about)
+
+    def no_bfgs(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the Wolfe BFGS ran although scipy.optimize is imported")
+
+    monkeypatch.setattr(bfgs, "minimize_nonneg", no_bfgs)
+    n = solver.COARSE_MIN_JOBS
+    problem = paper_problem(n, seed=2, utility="target")
+    result = pricing.solve(problem)
+    assert result.timings["coarse_iterations"] >= 1
+    assert result.converged and result.gap <= 1e-3 * n
+    assert_feasible(problem, result.allocation)
+    t = (np.asarray(problem.throughput) * result.allocation).sum(axis=1)
+    assert utility(problem, t) == pytest.approx(result.utility, rel=1e-12)

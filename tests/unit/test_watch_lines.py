@@ -94,7 +94,9 @@ def test_a_listing_drops_the_pods_it_does_not_hold() -> None:
 class _Response:
     """What urllib3 answers: a status, and a body read whole or streamed in chunks."""
 
-    def __init__(self, status: int, body: bytes = b"", chunks: list[bytes] | None = None) -> None:
+    def __init__(
+        self, status: int, body: bytes = b"", chunks: list[bytes | Exception] | None = None
+    ) -> None:
         self.status = status
         self.data = body
         self.chunks = chunks or []
@@ -103,7 +105,10 @@ class _Response:
         return self.data
 
     def stream(self, amt: Any = None, decode_content: bool = True) -> Any:
-        return iter(self.chunks)
+        for chunk in self.chunks:
+            if isinstance(chunk, Exception):
+                raise chunk  # the connection dropped mid-stream
+            yield chunk
 
     def release_conn(self) -> None:
         pass
@@ -165,3 +170,71 @@ def test_gone_lists_again_and_other_failures_resume_from_the_version() -> None:
     ]
     assert names == [(["x"], True), (["y"], False), (["y"], True), (["y"], False)]
     assert (scripted.lists, scripted.version) == (2, "21")
+
+
+class _RecordedStop(threading.Event):
+    """A stop event that records each pause asked of it instead of sleeping."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pauses: list[float] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.pauses.append(float(timeout or 0.0))
+        return self.is_set()
+
+
+def test_the_back_off_starts_over_once_the_server_answers_again() -> None:
+    stop = _RecordedStop()
+    outage = [_Response(503, b"down") for _ in range(7)]
+    scripted = _Scripted(
+        [
+            _listing("10", "x"),
+            *outage,  # a long outage: pauses 1, 2, 4, 8, 16, 32, 32 (capped at 2^5)
+            # Accepted, an event, then the stream breaks (the API server restarted again).
+            _Response(200, chunks=[_event("ADDED", "y", "11"), ConnectionResetError("reset")]),
+            _Response(200, chunks=[_event("ADDED", "z", "12")]),
+        ],
+        stop,
+    )
+    scripted.run(stop)
+    # The oracle: the rule in the module docstring, retry_seconds · 2^min(n, 5) after the n-th
+    # failure in a row, n counted from zero again once a WATCH was accepted.
+    assert stop.pauses == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 32.0, 1.0]
+    assert [q.get("resourceVersion") for q in scripted.queries if q.get("watch")][-1] == "11"
+
+
+def test_a_successful_listing_also_starts_the_back_off_over() -> None:
+    stop = _RecordedStop()
+    scripted = _Scripted(
+        [
+            _listing("10", "x"),
+            _Response(503, b"down"),
+            _Response(503, b"down"),
+            _Response(410, b"too old"),  # refused: a relist follows at once, no pause
+            _listing("20", "x"),  # the relist succeeds
+            _Response(503, b"down"),
+            _Response(200, chunks=[_event("ADDED", "z", "21")]),
+        ],
+        stop,
+    )
+    scripted.run(stop)
+    assert stop.pauses == [1.0, 2.0, 1.0]
+
+
+def test_a_refused_listing_is_empty_for_an_optional_kind_and_a_failure_otherwise() -> None:
+    stop = _RecordedStop()
+    optional = _Scripted(
+        [_Response(403, b"forbidden"), _listing("5", "t"), _Response(200, chunks=[])], stop
+    )
+    optional.optional, optional.refused_retry = True, 7.0
+    optional.run(stop)
+    # An empty listing (every object it held is gone), the refusal's own pause, then the grant.
+    assert optional.got[0] == ([], True)
+    assert stop.pauses == [7.0] and optional.refused is None and optional.lists == 1
+
+    stop = _RecordedStop()
+    required = _Scripted([_Response(403, b"forbidden"), _listing("5", "t"), _Response(200)], stop)
+    required.run(stop)
+    assert [listing for _, listing in required.got] == [True]  # only the granted listing
+    assert stop.pauses == [1.0]  # the back-off's first pause

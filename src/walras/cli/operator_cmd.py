@@ -127,7 +127,10 @@ def operator_command(
     ] = 5.0,
     identity: Annotated[
         str | None,
-        typer.Option(envvar="WALRAS_IDENTITY", help="Lease holder identity (default host-pid)."),
+        typer.Option(
+            envvar="WALRAS_IDENTITY",
+            help="Lease holder identity (default: the pod's name; host-pid outside a pod).",
+        ),
     ] = None,
     log_format: Annotated[
         LogFormat, typer.Option(envvar="WALRAS_LOG_FORMAT", help="Log format.")

@@ -47,7 +47,10 @@ def _window(text: str | None) -> tuple[int, int] | None:
 def simulate_command(
     trace: Annotated[
         pathlib.Path,
-        typer.Argument(help="A Gavel .trace file (10 tab-separated fields per job), or `sweep`."),
+        typer.Argument(
+            help="A Gavel .trace file (10 tab-separated fields per job), or `sweep`"
+            " (`walras simulate generate --help` writes traces)."
+        ),
     ],
     spec: Annotated[
         pathlib.Path | None,
@@ -139,7 +142,8 @@ def simulate_command(
         str, typer.Option(help="sow: offline optimum: auto (small workloads), on or off.")
     ] = "auto",
 ) -> None:
-    """Simulate a trace under a policy (or `walras simulate sweep SPEC.yaml`)."""
+    """Simulate a trace under a policy (or `walras simulate sweep SPEC.yaml`; `walras simulate
+    generate OUT --jobs N` writes a trace)."""
     from rich.console import Console
     from rich.markup import escape
 

@@ -4,8 +4,9 @@
 so that the console script can run a plain ``walras solve`` without Typer; this module declares
 the Typer command from that same table (its signature is built from it), so ``walras solve
 --help``, option errors and Typer's CliRunner see exactly the parameters the fast path parses.
-``generate`` writes the synthetic instances of Agrawal et al. 2021 §6.2
-(``walras.allocator.pricing.instances``). Used by ``make demo`` and by people trying Walras out;
+``generate`` writes the synthetic instances of §6.2 of "Allocation of fungible resources via a
+fast, scalable price discovery method" (Agrawal, Boyd et al.;
+``walras.allocator.pricing.instances``). Used by ``make demo`` and by people trying Walras out;
 numpy, rich, the allocator (and torch) are imported inside the commands so that ``walras --help``
 and every other command start fast.
 """
@@ -57,7 +58,7 @@ def generate_command(
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
     utility: Annotated[str, typer.Option(help="log or target (T = 0.2, w ∈ {1, 2}).")] = "log",
 ) -> None:
-    """Write a synthetic instance of Agrawal et al. 2021 §6.2 (4 GPU types)."""
+    """Write a synthetic instance of the price-discovery paper's §6.2 (4 GPU types)."""
     import numpy as np
     from rich.console import Console
 

@@ -40,6 +40,7 @@ from walras.kube import writes as kubeapi
 from walras.operator import (
     binder,
     cache,
+    gang_repair,
     health,
     history_sync,
     notices,
@@ -160,6 +161,8 @@ class RoundLoop:
                 # persisted histories replace ours.
                 await self.histories.restore(self.state)
                 self.round_no = max(self.round_no, self._initial_round())
+                # The predecessor's half-bound gangs are finished or undone before any round.
+                await gang_repair.repair(self.store, self.binder.api, self.cache.owns)
             kind = await self.triggers.due()
             if kind is not None:
                 await self.run_round(incremental=kind is triggers.Round.INCREMENTAL)

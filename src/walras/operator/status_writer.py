@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from walras.core import admission, crd, cycle, history, model
+from walras.core import admission, crd, cycle, field_notices, history, lost_nodes, model
 from walras.core import conditions as cond
 from walras.kube import writes as kubeapi
 from walras.operator import cache, metrics, status, throughputs
@@ -69,6 +69,7 @@ class StatusWriter:
         self.rules = rules
         self.progress = progress
         self.events_posted: dict[str, tuple[str, str]] = {}
+        self.lost_nodes = lost_nodes.LostNodes()  # jobs whose pods ran on a node that is gone
 
     async def write(self, planned: cycle.CyclePlan, scratch: RoundScratch) -> None:
         batch = _Batch(model.format_time(planned.now), scratch, planned.histories)
@@ -120,6 +121,10 @@ class StatusWriter:
         snap, sol, plan = planned.snapshot, planned.solution, planned.realisation
         by_key = {j.key: j for j in snap.jobs}
         bound = self.cluster.bound_nodes()
+        store = self.cluster.store
+        lost = self.lost_nodes.observe(store.nodes, store.pods.values())
+        # Accepted fields that do nothing, or not what was asked (walras.core.field_notices).
+        notices = field_notices.notices(snap.jobs, snap.pools, snap.tenants)
         for r, job in enumerate(sol.jobs):
             held = batch.scratch.held.get(job.key)
             if held is not None:
@@ -143,6 +148,13 @@ class StatusWriter:
                     c["reason"] for c in core["conditions"] if c["type"] == cond.ALLOCATED
                 )
                 batch.count_pending(reason)
+            if job.key in lost:
+                core = lost_nodes.mark(core, lost[job.key], job.generation)
+                batch.warn(job, lost_nodes.REASON, lost_nodes.message(lost[job.key]))
+            found = notices.get(job.key)
+            if found:
+                core = field_notices.mark(core, found, job.generation)
+                batch.warn(job, field_notices.reason(found), field_notices.message(found))
             self._add(batch, job, core, force=self._failures_changed(job))
         for job, reason, message in batch.scratch.retry_events:
             batch.warn(job, reason, message)

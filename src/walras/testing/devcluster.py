@@ -11,7 +11,8 @@ integration and e2e tests, ``bench/bench_controlplane.py`` and the demo.
 What this control plane is: kube-apiserver, etcd, kwok and kube-controller-manager (garbage
 collector, namespace, resource quota, ServiceAccount and ClusterRole aggregation controllers), so
 ``ownerReferences`` cascade and namespaces are deleted as on a real cluster. There is no scheduler
-and no kubelet (kwok's stages play the kubelet).
+and no kubelet (kwok's stages play the kubelet), unless real nodes are added
+(``start(real_nodes=True)`` and :mod:`walras.testing.realnodes`; ``docs/real-nodes.md``).
 
 * **ServiceAccounts.** The controller manager's ServiceAccount controller creates ``default``
   in new namespaces, but a pod created right after its namespace can race it (the
@@ -203,7 +204,11 @@ def _read_env_file(path: Path) -> dict[str, str]:
 
 
 def start(
-    directory: str | os.PathLike[str] | None = None, *, attempts: int = 2, watchdog: bool = True
+    directory: str | os.PathLike[str] | None = None,
+    *,
+    attempts: int = 2,
+    watchdog: bool = True,
+    real_nodes: bool = False,
 ) -> ControlPlane:
     """Start etcd, kube-apiserver and kwok on loopback (``hack/control-plane.sh start``).
 
@@ -212,6 +217,9 @@ def start(
     retried with new ports, up to ``attempts`` times. With ``watchdog`` (the default) the control
     plane stops by itself when this Python process exits without calling :func:`stop` (a killed
     test run); pass ``watchdog=False`` for a control plane that must outlive it (the demo).
+    With ``real_nodes`` the controller manager also runs what real kubelets need (the root-CA
+    publisher and the node lifecycle controller; kwok then renews node Leases); add the nodes
+    with :func:`walras.testing.realnodes.add_real_node`.
     """
     last_error = ""
     for _ in range(max(1, attempts)):
@@ -220,6 +228,8 @@ def start(
             path = Path(tempfile.mkdtemp(prefix="walras-cp-"))
         # The script's watchdog stops the control plane once this process is gone.
         owner = {"WALRAS_OWNER_PID": str(os.getpid())} if watchdog else {}
+        if real_nodes:
+            owner["WALRAS_REAL_NODES"] = "1"
         result = _script("start", str(path), timeout=180, env=owner)
         if result.returncode == 0:
             values = _read_env_file(path / "cluster.env")
@@ -242,6 +252,44 @@ def stop(cp: ControlPlane) -> None:
     result = _script("stop", cp.directory, timeout=60)
     if result.returncode != 0:
         raise ControlPlaneError(f"stop failed: {result.stderr.strip()}")
+
+
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager")
+
+
+def stop_component(cp: ControlPlane, name: str, *, kill: bool = False) -> None:
+    """Stop one of :data:`COMPONENTS` (SIGTERM, or SIGKILL with ``kill``) until
+    :func:`start_component` (``hack/control-plane.sh stop-component``): a fault for tests."""
+    if name not in COMPONENTS:
+        raise ValueError(f"component must be one of {', '.join(COMPONENTS)}, not {name!r}")
+    result = _script("stop-component", name, cp.directory, *(["--kill"] if kill else []))
+    if result.returncode != 0:
+        raise ControlPlaneError(f"stop-component {name} failed: {result.stderr.strip()}")
+
+
+def start_component(cp: ControlPlane, name: str) -> None:
+    """Start a component :func:`stop_component` stopped, with the same command line, and wait
+    until it serves (``hack/control-plane.sh start-component``)."""
+    if name not in COMPONENTS:
+        raise ValueError(f"component must be one of {', '.join(COMPONENTS)}, not {name!r}")
+    result = _script("start-component", name, cp.directory, timeout=120)
+    if result.returncode != 0:
+        raise ControlPlaneError(f"start-component {name} failed: {result.stderr.strip()}")
+
+
+def restart_component(
+    cp: ControlPlane, name: str, down_s: float = 0.0, *, kill: bool = False
+) -> None:
+    """Stop one of :data:`COMPONENTS`, keep it down ``down_s`` seconds, start it again and wait
+    until it serves (``hack/control-plane.sh restart``): an outage for tests to inject."""
+    if name not in COMPONENTS:
+        raise ValueError(f"component must be one of {', '.join(COMPONENTS)}, not {name!r}")
+    if not down_s >= 0:
+        raise ValueError(f"down_s must be >= 0, not {down_s!r}")
+    args = ["restart", name, cp.directory, "--down", f"{down_s:g}", *(["--kill"] if kill else [])]
+    result = _script(*args, timeout=120 + down_s)
+    if result.returncode != 0:
+        raise ControlPlaneError(f"restart {name} failed: {result.stderr.strip()}")
 
 
 def new_client(kubeconfig: str | os.PathLike[str]) -> Any:

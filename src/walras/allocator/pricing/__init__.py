@@ -1,4 +1,7 @@
-"""Price discovery over GPU types (paper 000, ALGORITHMS.md §1).
+"""Price discovery over GPU types.
+
+The method of "Allocation of fungible resources via a fast, scalable price discovery method"
+(Agrawal, Boyd et al.), written for numpy (and torch) with its own start prices and recovery.
 
 Public interface::
 
@@ -8,7 +11,7 @@ Public interface::
     X = pricing.best_response(problem, result.prices)
 
 Modules: ``problem`` (data, validation), ``utilities`` (u(t) kinds), ``subproblem`` (per-job
-best response on the cost hull), ``solver`` (L-BFGS-B on the dual), ``polish`` (a feasible
+best response on the cost hull), ``solver`` (quasi-Newton on the dual), ``polish`` (a feasible
 allocation from one evaluation: Newton on the elastic jobs), ``bfgs`` (start prices on samples),
 ``backend`` (numpy/torch), ``instances`` (the paper's §6.2 generator).
 """

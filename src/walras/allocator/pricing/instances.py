@@ -1,4 +1,7 @@
-"""Synthetic instances of paper 000 §6.2, used by ``walras generate``, the tests and the bench.
+"""Synthetic instances of §6.2 of the price-discovery paper, for ``walras generate`` and tests.
+
+The paper: "Allocation of fungible resources via a fast, scalable price discovery method"
+(Agrawal, Boyd et al.). Its §6.2 instance:
 
     a_i1 ~ U(0.1, 0.3), a_i2 ~ U(0.1, 0.5), a_i3 ~ U(0.3, 0.8), a_i4 ~ U(0.6, 1.0)
     R = (8e5, 1e5, 1e4, 1e3) · n / 1e6

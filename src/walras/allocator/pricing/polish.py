@@ -33,7 +33,7 @@ evaluation suffices.
 Worked example (log, w = 1, unit demand): a job on edge (lo = type 0, a = 1) – (hi = type 1,
 a = 3) at p = (0.5, 1.25) has α = (1.25 − 0.5) / 2 = 0.375, t = 1/α = 8/3, θ = (8/3 − 1)/2 = 5/6.
 
-Called by ``solver._Run.step`` (numpy backend, kinds with ``slope_derivative``).
+Called by ``solver._Run.step`` (kinds with ``slope_derivative``; numpy arrays on any backend).
 """
 
 from __future__ import annotations
@@ -185,8 +185,12 @@ class _Elastic:
 
 
 def applicable(prep: _Prepared) -> bool:
-    """Whether every group's utility has a slope derivative (log, α-fair) on numpy."""
-    return prep.b.name == "numpy" and all(g.util.smooth for g in prep.groups)
+    """Whether every group's utility has a slope derivative (log, α-fair).
+
+    The polish itself runs on numpy arrays; the solver hands it numpy views (CPU torch) or
+    copies (CUDA) of a torch solve's data, so that both backends polish alike.
+    """
+    return all(g.util.smooth for g in prep.groups)
 
 
 def polish(prep: _Prepared, it: _Iterate, p: FloatArray, r: FloatArray) -> Polished | None:

@@ -1,4 +1,7 @@
-"""The price-discovery problem and its input validation (ALGORITHMS.md §1, paper 000 §2).
+"""The price-discovery problem and its input validation.
+
+The problem of "Allocation of fungible resources via a fast, scalable price discovery method"
+(Agrawal, Boyd et al.), §2, with per-job demands and utility kinds:
 
     maximize    Σ_i u_i(a_i^T x_i)
     subject to  x_i ≥ 0,  1^T x_i ≤ 1,  Σ_i d_i ⊙ x_i ≤ R

@@ -1,4 +1,7 @@
-"""Price discovery: minimise the dual g(p) over prices p ≥ 0 (paper 000 §5, ALGORITHMS.md §1).
+"""Price discovery: minimise the dual g(p) over prices p ≥ 0.
+
+The method of "Allocation of fungible resources via a fast, scalable price discovery method"
+(Agrawal, Boyd et al.), §5:
 
     g(p) = p^T R + Σ_i max_{x_i ≥ 0, 1^T x_i ≤ 1} [u_i(a_i^T x_i) − (d_i ⊙ p)^T x_i],
     ∇g(p) = R − Σ_i d_i ⊙ x̃_i(p).
@@ -13,17 +16,20 @@ Prices move by bounded L-BFGS (scipy's L-BFGS-B, memory 10) on g/n; if it stops 
 search fails on a kinked g, e.g. target-priority) the projected subgradient method with Polyak
 steps continues from the best prices. Start prices are the paper's eq. (17),
 p¹ = (1/n) Σ_i u_i'(a_i^T x⁰) a_i / d_i with x⁰ = R/(nκ), κ = max(1, 1^T R/n); for n ≥ 200 000
-they are first refined on nested stride samples (5 000 jobs from eq. (17), then 50 000 solved to
-eps/10; capacity scaled), by projected BFGS (``bfgs.py``) for smooth utilities, whose curvature
-carries from one sample to the next. ``warm_prices`` (the operator's previous round) replace both.
-The first point is evaluated before scipy.optimize is imported (~0.45 s of CPU): when it already
-certifies the gap, a solve never imports it.
+they are first refined on stride samples (capacity scaled). Smooth utilities use nested samples
+(5 000 jobs from eq. (17), then 50 000 solved to eps/10) and projected BFGS (``bfgs.py``), whose
+curvature carries from one sample to the next. Kinked ones (linear, target) solve one sample of
+50 000: by scipy's L-BFGS-B to eps when scipy.optimize is already imported, else by projected
+BFGS with a weak Wolfe line search to ``KINKED_EPS_FACTOR``·eps. ``warm_prices`` (the operator's
+previous round) replace both. The first point is evaluated before scipy.optimize is imported
+(~0.3 s of CPU, as much as a whole 10⁶-job solve): when it already certifies the gap, a solve
+never imports it.
 
 When the scaled responses miss the gap by less than ``POLISH_WITHIN``·eps, the elastic-job
 polish (``polish.py``: Newton on the prices of the jobs inside a hull edge, the others fixed)
-gives another feasible allocation. At n = 10⁶ (log) the first full evaluation after the sampled
-start is 4e-3 per job from certifying with scaling alone, and below 1e-4 with the polish: one
-evaluation is enough.
+gives another feasible allocation: after the sampled start, scaling alone leaves the first full
+evaluation a few eps from certifying, the polish brings it below eps/10, so one evaluation of
+the whole problem is enough.
 
 With few jobs per type (n ≤ 5000·m) g is far from smooth and the scaled response wastes capacity
 on the types that jobs pile onto at p*; there each iteration also tries the scaled running
@@ -32,7 +38,7 @@ best feasible allocation seen is returned (it may then use more than two types p
 
 Every loaded BLAS runs on one thread during a solve (``one_blas_thread``, threadpoolctl). With
 ``WALRAS_PRICING_THREADS=2`` the numpy chunks of an evaluation run on two threads (same result
-bit for bit; off by default, it did not pay on the loaded shared 2-core machine).
+bit for bit; off by default: on a shared, loaded host they add wall time).
 
 Called by the operator each round, by ``walras solve`` and by the benchmark.
 """
@@ -46,7 +52,7 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 import numpy as np
@@ -77,6 +83,14 @@ AVERAGE_MAX_JOBS_PER_TYPE = 5_000
 # n = 1e6 the first evaluation after the sampled start is at ~4 eps; the polish takes it below
 # 0.1 eps). Far from p* many jobs leave their edges and the polish is wasted work.
 POLISH_WITHIN = 8.0
+# Weak Wolfe curvature constant of the start-price search on kinked g (``bfgs.py``): a small c
+# accepts long steps that cross kinks, which BFGS needs on a piecewise-linear g (on the paper's
+# target-priority sample it took fewer evaluations than c = 0.5 or 0.9).
+WOLFE_CURVATURE = 0.1
+# A kinked g's sample is solved to this fraction of eps, below eps: the full problem's scaled
+# responses lose a little more than the sample's, and its first evaluation must still certify
+# (else L-BFGS-B takes over: scipy.optimize's import and more evaluations of the whole problem).
+KINKED_EPS_FACTOR = 0.7
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -88,9 +102,8 @@ def one_blas_thread() -> AbstractContextManager[object]:
 
     Why: scipy's L-BFGS-B calls BLAS on m-element vectors each iteration. That wakes OpenBLAS's
     worker threads, which then busy-wait for more work and take the CPU from the numpy
-    element-wise kernels of the next evaluation (on 2 cores a 4-type L-BFGS-B step cost ~8 ms of
-    CPU instead of ~0.8 ms; the 50 000-job start-price solve of an n = 1e6 problem 0.68 s of CPU
-    instead of 0.25 s). The solver's own arrays are far too small for threaded BLAS to help.
+    element-wise kernels of the next evaluation (on 2 cores a 4-type L-BFGS-B step costs about
+    ten times the CPU). The solver's own arrays are far too small for threaded BLAS to help.
 
     threadpoolctl finds the loaded libraries (numpy's and scipy's wheels each bundle an OpenBLAS)
     and sets and restores their thread counts. Its controller is made once: listing the loaded
@@ -214,9 +227,9 @@ class _Iterate:
 def _threads() -> int:
     """Worker threads for the numpy kernels: ``WALRAS_PRICING_THREADS``, default 1.
 
-    Two threads did not pay on the shared, loaded 2-core machine the targets are measured on
-    (n = 1e6 evaluation: same CPU time, wall time 0.72 s → 1.0 s median at load average 11–15),
-    so they are opt-in; on an idle multi-core host they overlap the kernels' numpy loops.
+    Two threads spend the same CPU time and, on a loaded host with few cores, more wall time
+    (they wait for each other), so they are opt-in; on an idle multi-core host they overlap
+    the kernels' numpy loops.
     """
     env = os.environ.get("WALRAS_PRICING_THREADS", "").strip()
     return int(env) if env.isdigit() and int(env) >= 1 else 1
@@ -338,6 +351,7 @@ class _Run:
     best_alloc: FloatArray | None = None  # the best feasible allocation (small problems)
     best_polished: polish.Polished | None = None  # elastic jobs of the best primal, if polished
     polishes: int = 0  # Newton steps of the polish, summed over iterations
+    numpy_prep: _Prepared | None = None  # a torch problem's data on numpy, for the polish
 
     @property
     def gap(self) -> float:
@@ -363,10 +377,11 @@ class _Run:
         ) - primal <= POLISH_WITHIN * self.eps_n and polish.applicable(self.prep):
             # The scaled responses nearly certify the gap: polish the elastic jobs (one more
             # candidate, its utility computed exactly; the dual bound stays g).
-            polished = polish.polish(self.prep, self.it, p, r)
+            prep_np, it_np = self.on_numpy()
+            polished = polish.polish(prep_np, it_np, p, r)
             if polished is not None:
                 self.polishes += polished.steps
-                value = _utility(self.prep, polished.throughput)
+                value = _utility(prep_np, polished.throughput)
                 if value > primal:
                     primal = value
                 else:
@@ -384,6 +399,15 @@ class _Run:
         grad = self.prep.R - r
         self.last_r = r
         return g, grad
+
+    def on_numpy(self) -> tuple[_Prepared, _Iterate]:
+        """The problem and the current responses as numpy arrays (themselves on numpy)."""
+        prep = self.prep
+        if prep.b.name == "numpy":
+            return prep, self.it
+        if self.numpy_prep is None:
+            self.numpy_prep = _prep_on_numpy(prep)
+        return self.numpy_prep, _iterate_on_numpy(prep.b, self.it)
 
     def _averaged(self, primal: float, scale: FloatArray) -> tuple[float, FloatArray]:
         """The better of the scaled response and the scaled running average of responses.
@@ -487,7 +511,7 @@ def _objective(run: _Run) -> Callable[[FloatArray], tuple[float, FloatArray]]:
 
 
 def _minimize() -> Any:
-    """scipy's ``minimize``, imported on first use (~0.45 s of CPU, more than a 10⁶-job solve).
+    """scipy's ``minimize``, imported on first use (~0.3 s of CPU, as much as a 10⁶-job solve).
 
     If this import loads scipy, the BLAS controller is rebuilt so that ``one_blas_thread``
     also sees scipy's own OpenBLAS.
@@ -498,6 +522,11 @@ def _minimize() -> Any:
     from scipy.optimize import minimize
 
     return minimize
+
+
+def _optimize_loaded() -> bool:
+    """Whether scipy.optimize is already imported in this process (its import costs ~0.3 s)."""
+    return "scipy.optimize" in sys.modules
 
 
 def _iterate(run: _Run, p0: FloatArray) -> None:
@@ -587,17 +616,52 @@ def _new_iterate(b: Backend, n: int) -> _Iterate:
     )
 
 
+def _prep_on_numpy(prep: _Prepared) -> _Prepared:
+    """A torch problem's groups as numpy arrays (views on the CPU, copies from a GPU)."""
+    b, np_b = prep.b, get_backend("numpy")
+
+    def host(x: Any) -> Any:
+        return None if x is None else b.to_numpy(x)
+
+    groups = tuple(
+        replace(
+            g,
+            As=host(g.As),
+            Ts=host(g.Ts),
+            Ds=host(g.Ds),
+            d=host(g.d),
+            par=Params(
+                host(g.par.weight),
+                host(g.par.target),
+                host(g.par.alpha),
+                g.par.common_weight,
+            ),
+            ties={k: host(v) for k, v in g.ties.items()},
+            odd=host(g.odd),
+        )
+        for g in prep.groups
+    )
+    return replace(prep, b=np_b, groups=groups)
+
+
+def _iterate_on_numpy(b: Backend, it: _Iterate) -> _Iterate:
+    """The responses of ``it`` as numpy arrays (views on the CPU, copies from a GPU)."""
+    return _Iterate(
+        *(b.to_numpy(x) for x in (it.t, it.type_lo, it.type_hi, it.x_lo, it.x_hi, it.y_lo, it.y_hi))
+    )
+
+
 def _coarse_prices(
     prep: _Prepared, eps: float, max_iter: int, sizes: tuple[int, ...] = COARSE_SAMPLES
 ) -> tuple[FloatArray, int, bfgs.State | None]:
     """Prices of a stride sample of ``sizes[0]`` jobs with capacity scaled to match.
 
     Its start prices come from a smaller sample (``sizes[1:]``), the smallest from eq. (17).
-    Returns the prices, the iterations spent on all samples and the BFGS state (if used).
-    Non-smooth kinds (linear, target) solve one sample to eps with L-BFGS-B, as before the
-    polish: their first full evaluation is not polished, so finer sample prices buy nothing.
+    Returns the prices, the iterations spent on all samples and the BFGS state (smooth kinds).
+    Non-smooth kinds (linear, target) solve one sample to eps: their first full evaluation is
+    not polished, so finer sample prices buy nothing.
     """
-    smooth = polish.applicable(prep)
+    smooth = all(g.util.smooth for g in prep.groups)
     if not smooth:
         sizes = sizes[:1]
     stride = math.ceil(prep.n / sizes[0])
@@ -621,17 +685,29 @@ def _coarse_prices(
     # The sample's gap bounds how far its g(p) is above its optimum; the full problem's first
     # evaluation needs p close to p*, not a good allocation of the sample: a tenth of eps for
     # the largest sample. A smaller one only starts the next (its sampling noise is larger).
-    factor = COARSE_EPS_FACTOR if smooth and sizes == COARSE_SAMPLES else 1.0
+    # A kinked g (linear, target): scipy's L-BFGS-B reaches the sample's gap in fewer
+    # evaluations, so once its import is paid (an earlier solve, or the caller) it is used; a
+    # fresh process (``walras solve``) gets the weak Wolfe BFGS instead of a ~0.3 s import.
+    lbfgsb = not smooth and _optimize_loaded()
+    if lbfgsb:
+        factor = 1.0
+    elif not smooth:
+        factor = KINKED_EPS_FACTOR
+    else:
+        factor = COARSE_EPS_FACTOR if sizes == COARSE_SAMPLES else 1.0
     run = _Run(sub, _new_iterate(prep.b, sub.n), factor * eps * sub.n, max_iter, not smooth)
-    if not smooth:
+    if lbfgsb:
         _iterate(run, p)
         return _known(run.best_dual_p), inner + len(run.history), None
-    # Smooth g (log, α-fair): projected BFGS without importing scipy.optimize, starting with
-    # the smaller sample's curvature (g/n of either sample estimates the same function).
+    # Projected BFGS without importing scipy.optimize; a smooth g (log, α-fair) starts with the
+    # smaller sample's curvature (g/n of either sample estimates the same function), a kinked
+    # one needs the weak Wolfe line search.
     state = bfgs.State(p, None if state is None else state.H)
     with suppress(_DoneError):
-        bfgs.minimize_nonneg(_objective(run), state, max_iter)
-    return _known(run.best_dual_p), inner + len(run.history), state
+        bfgs.minimize_nonneg(
+            _objective(run), state, max_iter, curvature=None if smooth else WOLFE_CURVATURE
+        )
+    return _known(run.best_dual_p), inner + len(run.history), state if smooth else None
 
 
 def solve(
@@ -707,7 +783,8 @@ def _finish(run: _Run) -> dict[str, Any]:
         else:
             # The polished jobs keep their types (overwritten below) except those that moved to
             # another edge: their old entries are cleared first.
-            moved = (run.it.type_lo[pol.rows] != pol.lo) | (run.it.type_hi[pol.rows] != pol.hi)
+            it_np = run.on_numpy()[1]
+            moved = (it_np.type_lo[pol.rows] != pol.lo) | (it_np.type_hi[pol.rows] != pol.hi)
             X[pol.rows[moved]] = 0.0
             flat = X.reshape(-1)
             base = pol.rows * prep.m

@@ -1,10 +1,13 @@
-"""Every job's best response to the prices: the vectorised subproblem of paper 000 §4.
+"""Every job's best response to the prices: the vectorised per-job subproblem.
+
+The subproblem of §4 of "Allocation of fungible resources via a fast, scalable price discovery
+method" (Agrawal, Boyd et al.).
 
 For job i with throughput a (m,) and effective prices π = d_i ⊙ p, the cheapest way to reach
 throughput t is c(t) = min{π^T x : x ≥ 0, 1^T x ≤ 1, a^T x = t}: the lower convex hull of the
 points (0, 0), (a_1, π_1), …, (a_m, π_m). The job solves max_t u(t) − c(t), a concave problem.
 
-Instead of all m(m+1)/2 point pairs (the paper's n × m(m+1)/2 temporaries and one log per pair)
+Instead of all m(m+1)/2 point pairs (that paper's n × m(m+1)/2 temporaries and one log per pair)
 we build the hull itself, with O(m²) cheap elementwise operations per job and one log:
 
 1. ``prepare`` sorts each job's throughputs once per solve (price independent); a type the job
