@@ -254,6 +254,9 @@ class Watcher:
             pod = self.store.pods.get(key)
             if pod is None:
                 return
+            if prev_pod is None or prev_pod.steps_done != pod.steps_done:
+                # A new start or a new reading: restart costs are timed as the watch sees them.
+                self.cluster.observe_restart(key)
             if pod.terminating and (prev_pod is None or not prev_pod.terminating):
                 self.rounds.poke_binds()
             if pod.finished and (prev_pod is None or not prev_pod.finished):

@@ -56,6 +56,9 @@ class Options:
     stale_after: float = 30.0
     debounce: float = 0.3
     restart_seconds: float = 10.0  # the CLI default: the realiser prices a restart (core.switching)
+    # A gang placed afresh runs at least this long before it is stopped or moved (the CLI
+    # default: with 10 s restarts a restart costs at most a sixth of a gang's shortest run).
+    min_run_seconds: float = 60.0
     # One-pod gangs that fit their node now are created with spec.nodeName (no pods/binding).
     bind_at_create: bool = True
     hold_seconds: float = 0.0
@@ -224,6 +227,7 @@ def build(options: Options) -> Operator:
                 hold_s=options.hold_seconds,
                 history_half_life_s=options.history_half_life,
                 backfill=options.backfill,
+                min_run_s=options.min_run_seconds,
             ),
             history_namespace=options.history_namespace,
             bind_at_create=options.bind_at_create,
