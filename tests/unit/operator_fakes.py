@@ -31,6 +31,7 @@ class FakeApi:
         self.events: list[tuple[str, str]] = []
         self.created_on: dict[str, str] = {}  # pod -> spec.nodeName it was created with
         self.manifests: dict[str, dict[str, Any]] = {}
+        self.annotations: dict[str, dict[str, str | None]] = {}  # pod -> last annotation patch
 
     async def create_pod(self, namespace: str, manifest: Mapping[str, Any]) -> writes.Result:
         name = manifest["metadata"]["name"]
@@ -48,6 +49,13 @@ class FakeApi:
 
     async def delete_pod(self, namespace: str, name: str, **_: Any) -> writes.Result:
         self.calls.append(("delete", name))
+        return writes.Result(writes.Outcome.OK, 200)
+
+    async def annotate_pod(
+        self, namespace: str, name: str, annotations: Mapping[str, str | None]
+    ) -> writes.Result:
+        self.calls.append(("annotate", name))
+        self.annotations[name] = dict(annotations)
         return writes.Result(writes.Outcome.OK, 200)
 
     async def patch_job_status(

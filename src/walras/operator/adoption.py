@@ -1,6 +1,6 @@
 """Adopted workloads: Jobs and JobSets labelled ``walras.dev/managed: "true"``, run through suspend.
 
-The watch (:func:`register`) keeps the latest object of every labelled workload of each kind in
+The watch (:func:`watch`) keeps the latest object of every labelled workload of each kind in
 ``walras.core.adapters`` and pokes the round loop; it writes nothing. Every round, after the plan
 and before the gang binder (:meth:`Adoption.act`, leader only):
 
@@ -24,18 +24,19 @@ and before the gang binder (:meth:`Adoption.act`, leader only):
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime as dt
 import logging
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import quote
-
-import kopf
 
 from walras.core import adapters, crd, model, realise
 from walras.core import conditions as cond
 from walras.core.adapters import base, mirror
+from walras.kube import watch as kubewatch
 from walras.kube import writes as kubeapi
 from walras.operator import cache
 from walras.operator.round_scratch import RoundScratch
@@ -111,6 +112,27 @@ class Adoption:
             _meta(before).get("generation") != _meta(after).get("generation")
             or adapter.outcome(before) != adapter.outcome(after)
         )
+
+    def seen_all(
+        self, adapter: base.Adapter, events: list[Mapping[str, Any]], listing: bool
+    ) -> bool:
+        """A batch of watch events of one kind; a listing (every labelled object that exists)
+        first forgets those of that kind it lacks. True when a round should run soon."""
+        wake = False
+        if listing:
+            listed = {
+                (
+                    str(_meta(e.get("object") or {}).get("namespace", "")),
+                    str(_meta(e.get("object") or {}).get("name", "")),
+                )
+                for e in events
+            }
+            for key in [k for k, (a, _) in self.workloads.items() if a is adapter]:
+                if key not in listed:
+                    del self.workloads[key]
+        for event in events:
+            wake = self.seen(adapter, event) or wake
+        return wake
 
     # ------------------------------------------------------------------ the round
 
@@ -294,20 +316,40 @@ def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def register(registry: kopf.OperatorRegistry, adoption: Adoption, poke: Any) -> None:
-    """Watch every adapter's kind, labelled objects only (an unlabelled one is never seen)."""
+def watch(
+    api_client: Any, adoption: Adoption, poke: Callable[[], None], stop: threading.Event
+) -> list[kubewatch.CollectionWatch]:
+    """LIST then WATCH every adapter's kind, labelled objects only (an unlabelled one is never
+    seen), on the calling event loop until ``stop``; a kind the API server does not serve (no
+    JobSet CRD) is retried now and then."""
+    event_loop = asyncio.get_running_loop()
+    started = []
     for adapter in adapters.ADAPTERS:
+        kind = adapter.kind
+        prefix = "/api" if not kind.group else "/apis"
+        path = f"{prefix}/{kind.api_version}/{kind.plural}"
 
-        async def event(
-            event: Mapping[str, Any], adapter: base.Adapter = adapter, **_: Any
+        def apply(
+            events: list[Mapping[str, Any]], listing: bool, adapter: base.Adapter = adapter
         ) -> None:
-            if adoption.seen(adapter, event):
+            if adoption.seen_all(adapter, events, listing):
                 poke()
 
-        kopf.on.event(
-            adapter.kind.group,
-            adapter.kind.version,
-            adapter.kind.plural,
-            labels={base.LABEL_MANAGED: "true"},
-            registry=registry,
-        )(event)
+        def deliver(events: list[Mapping[str, Any]], listing: bool, apply: Any = apply) -> None:
+            if stop.is_set():
+                return
+            try:
+                event_loop.call_soon_threadsafe(apply, events, listing)
+            except RuntimeError:  # the event loop closed at shutdown
+                stop.set()
+
+        collection = kubewatch.CollectionWatch(
+            api_client,
+            path,
+            deliver,
+            query={"labelSelector": f"{base.LABEL_MANAGED}=true"},
+            optional=True,
+        )
+        collection.start(stop)
+        started.append(collection)
+    return started

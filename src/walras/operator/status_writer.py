@@ -2,12 +2,14 @@
 
 Rules:
 
-- **Patch only what a user sees change.** A job's status is merge-patched when its phase,
-  conditions or other user-facing fields changed (``walras.operator.status.changed``), when its
-  failure count changed, when it finished, or in a refresh round (the first after start-up or
-  Lease take-over), which rewrites every status once so each carries the new leader's round
-  number. The schedule history rides along only on a patch made anyway: its own store is the
-  ConfigMaps (``walras.operator.history_sync``).
+- **Patch only what a user sees change, at most once per round.** A job's status is
+  merge-patched when its phase, conditions or other user-facing fields changed at the precision
+  they are shown (``walras.operator.status.changed``, ``walras.operator.visible``: a price or
+  share moving within its last shown digit is not a change), when its failure count changed,
+  when it finished, or in a refresh round (the first after start-up or Lease take-over), which
+  rewrites every status once so each carries the new leader's round number. The schedule
+  history rides along only on a patch made anyway: its own store is the ConfigMaps
+  (``walras.operator.history_sync``).
 - **What each job is told.** A job held out this round (its gang could not be created or bound)
   gets ``Admitted=False`` with the API server's message; a solved job its allocation; a job the
   policy rejected, or a defect of its spec, the field and reason; a finished job its final phase
@@ -199,9 +201,17 @@ class StatusWriter:
                 continue
             self.events_posted[ref] = (reason, message)
             new_events.append((obj, uid, etype, reason, message))
+        # At most one patch per job per round: what a job was told later in the round (its
+        # issue, its completion) goes on top of what it was told before.
+        patches: dict[tuple[str, str], dict[str, Any]] = {}
+        for ns, name, body in batch.patches:
+            patches[(ns, name)] = {**patches.get((ns, name), {}), **body}
         results = await kubeapi.gather_limited(
             [
-                *(self.api.patch_job_status(ns, name, body) for ns, name, body in batch.patches),
+                *(
+                    self.api.patch_job_status(ns, name, body)
+                    for (ns, name), body in patches.items()
+                ),
                 *(self.api.patch_pool_status(name, body) for name, body in batch.pools),
                 *(
                     self.api.post_event(
@@ -217,7 +227,8 @@ class StatusWriter:
             ]
         )
         report = batch.scratch.report
-        report.status_patches = len(batch.patches) + len(batch.pools)
+        report.status_patches = len(patches) + len(batch.pools)
+        report.job_status_patches = len(patches)
         report.events = len(new_events)
         report.errors += sum(r.outcome == kubeapi.Outcome.ERROR for r in results)
         metrics.PENDING_JOBS.clear()
