@@ -6,9 +6,9 @@ without the label. ``uneven``: labelled, ``parallelism`` 2 but ``completions`` 3
 The kube-controller-manager of the local control plane runs the Job controller (it makes and
 deletes the Jobs' pods) and the garbage collector (deleting a Job deletes its mirror).
 
-The workload finishing is played by the test: once a gang has run in several slices, its running
-pods get kwok's completion annotation, kwok marks them Succeeded, and the Job controller marks
-the Job ``Complete``.
+The workload finishing is played by the test: once both gangs have run in several slices, their
+bound pods get kwok's completion annotation, kwok marks them Succeeded when it runs them, and the
+Job controller marks the Job ``Complete``.
 """
 
 from __future__ import annotations
@@ -177,43 +177,39 @@ def test_adopted_jobs_time_share_complete_and_leave_others_alone(
         assert batch_job(kube, namespace, "uneven")["spec"]["suspend"] is True
         assert not pods_of(kube, namespace, "uneven")
 
-        # Each Job finishes while it runs: its pods complete, the Job is Complete, the mirror
-        # Succeeded; the other then gets the node.
-        for _ in range(2):
-
-            def running_gang() -> str:
-                observe()
-                for job in ("a", "b"):
-                    pods = [
-                        p
-                        for p in pods_of(kube, namespace, job)
-                        if (p.get("status") or {}).get("phase") == "Running"
+        # Each Job finishes while it runs: the test plays the workload exiting 0 by giving every
+        # bound pod kwok's completion annotation (a pod deleted at its slice's end before kwok
+        # ran it does not complete; its gang's next slice gets the annotation again). Its Job
+        # is then Complete and its mirror Succeeded; the other Job then has the node.
+        def annotate_bound_pods() -> set[str]:
+            observe()
+            complete = set()
+            for job in ("a", "b"):
+                if condition(batch_job(kube, namespace, job), "Complete"):
+                    complete.add(job)
+                    continue
+                for p in pods_of(kube, namespace, job):
+                    ann = p["metadata"].get("annotations") or {}
+                    if (
+                        p["spec"].get("nodeName")
                         and p["metadata"].get("deletionTimestamp") is None
-                    ]
-                    if len(pods) == 2 and not condition(
-                        batch_job(kube, namespace, job), "Complete"
+                        and devcluster.COMPLETE_AFTER_ANNOTATION not in ann
                     ):
-                        for p in pods:
-                            devcluster.request(
-                                kube,
-                                "PATCH",
-                                f"/api/v1/namespaces/{namespace}/pods/{p['metadata']['name']}",
-                                body={
-                                    "metadata": {
-                                        "annotations": {devcluster.COMPLETE_AFTER_ANNOTATION: "0"}
-                                    }
-                                },
-                                content_type="application/merge-patch+json",
-                            )
-                        return job
-                return ""
+                        devcluster.request(
+                            kube,
+                            "PATCH",
+                            f"/api/v1/namespaces/{namespace}/pods/{p['metadata']['name']}",
+                            body={
+                                "metadata": {
+                                    "annotations": {devcluster.COMPLETE_AFTER_ANNOTATION: "0"}
+                                }
+                            },
+                            content_type="application/merge-patch+json",
+                        )
+            return complete if complete == {"a", "b"} else set()
 
-            job = wait_for(running_gang, 120, "a gang running whole")
-            wait_for(
-                lambda job=job: condition(batch_job(kube, namespace, job), "Complete"),
-                60,
-                f"Job {job} Complete",
-            )
+        wait_for(annotate_bound_pods, 180, "both Jobs Complete", 0.3)
+        for job in ("a", "b"):
             wait_for(
                 lambda job=job: (
                     get_job(kube, namespace, job).get("status", {}).get("phase") == "Succeeded"
