@@ -67,6 +67,13 @@ class FakeApi:
     async def patch_pool_status(self, name: str, status: Mapping[str, Any]) -> writes.Result:
         return writes.Result(writes.Outcome.OK, 200)
 
+    async def patch_status(
+        self, plural: str, name: str, status: Mapping[str, Any], **_: Any
+    ) -> writes.Result:
+        self.calls.append((f"status:{plural}", name))
+        self.statuses[f"{plural}/{name}"] = dict(status)
+        return writes.Result(writes.Outcome.OK, 200)
+
     async def post_event(self, job: Any, *, reason: str, message: str, **_: Any) -> writes.Result:
         self.events.append((reason, message))
         return writes.Result(writes.Outcome.OK, 201)

@@ -174,8 +174,9 @@ CONTROLLER_GRANTS: dict[tuple[str, str], set[str]] = {
     ("walras.dev", "resourcepools"): {"get", "list", "watch"},
     ("walras.dev", "resourcepools/status"): {"patch"},
     ("walras.dev", "nodeallocations"): {"get", "list", "watch"},
-    # Tenants are admin-owned: the controller only reads them (governance).
+    # Tenants are admin-owned: the controller reads them and patches only their status.
     ("walras.dev", "tenants"): {"get", "list", "watch"},
+    ("walras.dev", "tenants/status"): {"patch"},
     # Statements of work: listed each round, status patched.
     ("walras.dev", "statementsofwork"): {"get", "list"},
     ("walras.dev", "statementsofwork/status"): {"patch"},

@@ -18,6 +18,8 @@ Rules:
   the last one this process posted for it, so a condition that persists over rounds is said once.
 - Pool statuses (allocation and utilisation per ``ResourcePool``) follow the same change rule,
   and ``walras_pending_jobs{reason}`` counts the pending jobs by reason.
+- Each Tenant's ``QuotasValid`` condition says whether its parent and guarantees were accepted
+  (``walras.core.tenant_tree``), naming the refused field; written when it changes.
 """
 
 from __future__ import annotations
@@ -26,13 +28,24 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from walras.core import admission, crd, cycle, field_notices, history, lost_nodes, model
+from walras.core import (
+    admission,
+    crd,
+    cycle,
+    field_notices,
+    governance,
+    history,
+    lost_nodes,
+    model,
+)
 from walras.core import conditions as cond
 from walras.kube import writes as kubeapi
 from walras.operator import cache, metrics, status, throughputs
 from walras.operator.round_scratch import RoundScratch
 
 Job = model.JobSpec | model.JobDefect
+
+TENANT_QUOTAS_VALID = "QuotasValid"
 
 
 @dataclass(slots=True)
@@ -44,6 +57,7 @@ class _Batch:
     histories: Mapping[model.JobKey, history.History]
     patches: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
     pools: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    tenants: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     events: list[tuple[Job, str, str, str, str]] = field(default_factory=list)
     pending: dict[str, int] = field(default_factory=dict)
 
@@ -69,12 +83,14 @@ class StatusWriter:
         self.rules = rules
         self.progress = progress
         self.events_posted: dict[str, tuple[str, str]] = {}
+        self.tenants_told: dict[str, tuple[str, str, str]] = {}  # Tenant -> its condition
         self.lost_nodes = lost_nodes.LostNodes()  # jobs whose pods ran on a node that is gone
 
     async def write(self, planned: cycle.CyclePlan, scratch: RoundScratch) -> None:
         batch = _Batch(model.format_time(planned.now), scratch, planned.histories)
         self._jobs(planned, batch)
         self._pools(planned, batch)
+        self._tenants(planned, batch)
         await self._send(batch)
 
     def _add(self, batch: _Batch, job: Job, core: dict[str, Any], force: bool) -> None:
@@ -193,6 +209,35 @@ class StatusWriter:
                 batch.pools.append((pool.name, full))
             metrics.ALLOCATED_SHARE.labels(pool=pool.name).set(core["utilisation"])
 
+    def _tenants(self, planned: cycle.CyclePlan, batch: _Batch) -> None:
+        """Each Tenant's ``QuotasValid`` condition: False naming the field when its parent or
+        guarantees are refused (it runs as a flat tenant without quotas), else True. Written when it
+        changes (this process remembers what it wrote) and in a refresh round."""
+        problems = planned.snapshot.tenant_problems
+        for name in planned.snapshot.tenants:
+            problem = problems.get(name)
+            if problem is None:
+                condition = {
+                    "type": TENANT_QUOTAS_VALID,
+                    "status": "True",
+                    "reason": "Valid",
+                    "message": "parent and quotas accepted",
+                }
+            else:
+                condition = {
+                    "type": TENANT_QUOTAS_VALID,
+                    "status": "False",
+                    "reason": problem.reason,
+                    "message": f"{problem.field}: {problem.message}; runs as a flat tenant "
+                    "without quotas",
+                }
+            said = (condition["status"], condition["reason"], condition["message"])
+            if not batch.scratch.refresh and self.tenants_told.get(name) == said:
+                continue
+            self.tenants_told[name] = said
+            stamp = {**condition, "lastTransitionTime": batch.stamp}
+            batch.tenants.append((name, {"conditions": [stamp]}))
+
     async def _send(self, batch: _Batch) -> None:
         new_events = []
         for obj, uid, etype, reason, message in batch.events:
@@ -213,6 +258,10 @@ class StatusWriter:
                     for (ns, name), body in patches.items()
                 ),
                 *(self.api.patch_pool_status(name, body) for name, body in batch.pools),
+                *(
+                    self.api.patch_status(governance.TENANT_PLURAL, name, body)
+                    for name, body in batch.tenants
+                ),
                 *(
                     self.api.post_event(
                         obj,
