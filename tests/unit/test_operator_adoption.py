@@ -12,7 +12,7 @@ from typing import Any
 
 from operator_fakes import FakeApi
 
-from walras.core import crd, model, realise
+from walras.core import admission, crd, model, realise
 from walras.core.adapters import base, batch_job, mirror
 from walras.kube import writes
 from walras.operator import adoption, cache, handlers
@@ -130,7 +130,7 @@ def setup(*objs: dict[str, Any]) -> tuple[adoption.Adoption, AdoptionApi, cache.
     cluster.store.upsert(
         "pool", {"metadata": {"name": "g"}, "spec": {"gpuType": "g", "nodeSelector": {}}}
     )
-    adopt = adoption.Adoption(api, cluster)  # type: ignore[arg-type]
+    adopt = adoption.Adoption(api, cluster, admission.Admission(lambda: 0.0))  # type: ignore[arg-type]
     for obj in objs:
         assert adopt.seen(JOB, {"type": "ADDED", "object": obj})
     return adopt, api, cluster
@@ -168,9 +168,13 @@ def test_a_running_mirror_whose_pods_the_plan_deletes_is_suspended() -> None:
         deletes=tuple(realise.PodDelete(pod(mirror_a, r), "SliceEnded") for r in (0, 1)),
         jobs={},
     )
+    for r in (0, 1):
+        cluster.store.pods[pod(mirror_a, r).key] = pod(mirror_a, r)
     left = asyncio.run(adopt.act(plan, scratch()))
     assert left.deletes == ()  # the Job controller deletes its pods, not the binder
     assert api.patches == [("/apis/batch/v1/namespaces/ns/jobs/a", {"spec": {"suspend": True}})]
+    # ... and the binder binds none of them meanwhile.
+    assert adopt.going == {("ns", "a-0-x"), ("ns", "a-1-x")}
 
 
 def test_a_mirror_moved_while_running_is_suspended_now_and_started_later() -> None:
@@ -322,3 +326,16 @@ def test_a_mirror_whose_workload_was_not_seen_yet_gets_no_pods_from_the_binder()
     plan = realise.Realisation(creates=tuple(creates(mirror_a, ["n0", "n0"])), deletes=(), jobs={})
     left = asyncio.run(adopt.act(plan, scratch()))
     assert left.creates == () and api.patches == []
+
+
+def test_a_start_lifts_an_earlier_hold_of_the_mirror() -> None:
+    # A bind of its pods failed once (they were gone): the hold must not keep the next start's
+    # pods from being bound, as a gang the binder creates afresh is not kept either.
+    job_a = a_job("a")
+    adopt, _api, cluster = setup(job_a)
+    mirror_a = mirror_in_store(cluster, job_a)
+    adopt.rules.hold(mirror_a, "BindFailed", "pod gone")
+    plan = realise.Realisation(creates=tuple(creates(mirror_a, ["n0", "n0"])), deletes=(), jobs={})
+    asyncio.run(adopt.act(plan, scratch()))
+    assert mirror_a.uid not in adopt.rules.blocked
+    assert adopt.going == frozenset()

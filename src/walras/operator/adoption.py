@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import quote
 
-from walras.core import adapters, crd, model, realise
+from walras.core import adapters, admission, crd, model, realise
 from walras.core import conditions as cond
 from walras.core.adapters import base, mirror
 from walras.kube import watch as kubewatch
@@ -82,9 +82,16 @@ def _started_by_walras(adapter: base.Adapter, obj: Mapping[str, Any]) -> bool:
 class Adoption:
     """The adopted workloads and the writes that run them (module docstring)."""
 
-    def __init__(self, api: kubeapi.Api, cluster: cache.ClusterCache) -> None:
+    def __init__(
+        self, api: kubeapi.Api, cluster: cache.ClusterCache, rules: admission.Admission
+    ) -> None:
         self.api = api
         self.cluster = cluster
+        self.rules = rules
+        # This round's pods of suspended workloads: their controller deletes them, so the gang
+        # binder must not bind them (a bind would find them gone and hold the job).
+        self.going: frozenset[model.JobKey] = frozenset()
+        self._suspended_now: set[model.JobKey] = set()
         # (namespace, name) -> (adapter, latest object), from the watch.
         self.workloads: dict[model.JobKey, tuple[base.Adapter, Mapping[str, Any]]] = {}
         # Writes done once per workload uid and generation (Events, rejections, outcomes).
@@ -139,6 +146,7 @@ class Adoption:
     async def act(self, plan: realise.Realisation, scratch: RoundScratch) -> realise.Realisation:
         """Mirrors, suspensions and outcomes; the plan's pods of mirrors turned into starts and
         suspensions of their workloads. Returns the plan without them (for the gang binder)."""
+        self._suspended_now = set()
         accepted = await self._reconcile(scratch)
         # Every mirror, its workload seen by the watch or not yet (just after a restart): the
         # binder never makes pods of a mirror itself.
@@ -156,6 +164,8 @@ class Adoption:
             if d.pod.job_key in adopted and d.reason not in _DONE:
                 stops.add(d.pod.job_key)
         scratch.retry_deletes = [p for p in scratch.retry_deletes if p.job_key not in adopted]
+        suspended = {key for key, (a, obj) in self.workloads.items() if a.suspended(obj)}
+        suspended |= self._suspended_now
         for key in sorted(stops | set(starts)):
             if key not in self.workloads or self._mirror_of(key, self.workloads[key][1]) is None:
                 continue  # not seen yet (or another workload of that name): a later round acts
@@ -164,9 +174,15 @@ class Adoption:
                 continue
             gang = starts.get(key)
             if gang and key in accepted and adapter.suspended(obj) and key not in stops:
-                await self._start(key, adapter, obj, gang, scratch)
-            elif not adapter.suspended(obj):
-                await self._write(adapter, key, adapter.suspend_patch(obj), "suspend", scratch)
+                if await self._start(key, adapter, obj, gang, scratch):
+                    suspended.discard(key)
+            elif not adapter.suspended(obj) and await self._write(
+                adapter, key, adapter.suspend_patch(obj), "suspend", scratch
+            ):
+                suspended.add(key)
+        self.going = frozenset(
+            p.key for p in self.cluster.store.pods.values() if p.job_key in suspended
+        )
         return dataclasses.replace(
             plan,
             creates=tuple(c for c in plan.creates if c.job.key not in adopted),
@@ -207,10 +223,12 @@ class Adoption:
                 accepted.add(key)
             if outcome is not None:
                 await self._finish(key, outcome, (uid, outcome.phase, generation))
-            elif not adapter.suspended(obj) and (
-                bad is not None or not _started_by_walras(adapter, obj)
+            elif (
+                not adapter.suspended(obj)
+                and (bad is not None or not _started_by_walras(adapter, obj))
+                and await self._write(adapter, key, adapter.suspend_patch(obj), "suspend", scratch)
             ):
-                await self._write(adapter, key, adapter.suspend_patch(obj), "suspend", scratch)
+                self._suspended_now.add(key)
         return accepted
 
     async def _create_mirror(
@@ -287,10 +305,15 @@ class Adoption:
         obj: Mapping[str, Any],
         gang: list[realise.PodCreate],
         scratch: RoundScratch,
-    ) -> None:
+    ) -> bool:
         job = gang[0].job
         start = mirror.start_of(adapter, job.uid, [(c.replica, c.node, c.manifest) for c in gang])
-        await self._write(adapter, key, adapter.start_patch(obj, start), "start", scratch)
+        started = await self._write(adapter, key, adapter.start_patch(obj, start), "start", scratch)
+        if started:
+            # A new gang, as when the binder creates one: an earlier hold of the mirror (a bind
+            # that failed) no longer keeps its pods from being bound.
+            self.rules.blocked.pop(job.uid, None)
+        return started
 
     async def _write(
         self,
@@ -299,10 +322,11 @@ class Adoption:
         patch: Mapping[str, Any],
         what: str,
         scratch: RoundScratch,
-    ) -> None:
+    ) -> bool:
         result = await self.api.patch_object(_path(adapter.kind, *key), patch)
         if result.ok:
             logger.info("%s %s/%s: %s", adapter.kind.kind, key[0], key[1], what)
+            return True
         elif result.outcome not in (kubeapi.Outcome.GONE, kubeapi.Outcome.FENCED):
             # Typically a start sent before the Job controller cleared status.startTime after a
             # suspension: the next round plans the job again.
@@ -310,6 +334,7 @@ class Adoption:
             logger.warning(
                 "%s %s/%s: %s refused: %s", adapter.kind.kind, key[0], key[1], what, result.message
             )
+        return False
 
 
 def _now() -> str:

@@ -96,11 +96,19 @@ class GangBinder:
         self.bind_at_create = bind_at_create
         self.queue: dict[model.JobKey, list[cache.PendingBind]] = {}
 
-    async def act(self, plan: realise.Realisation, scratch: RoundScratch) -> None:
-        """The round's writes: deletes, then creates, then the binds of every queued gang."""
+    async def act(
+        self,
+        plan: realise.Realisation,
+        scratch: RoundScratch,
+        *,
+        going: frozenset[model.JobKey] = frozenset(),
+    ) -> None:
+        """The round's writes: deletes, then creates, then the binds of every queued gang.
+        ``going``: pods their own controller is deleting (a suspended adopted workload's), never
+        bound."""
         report = scratch.report
         t0 = time.perf_counter()
-        deleted = await self._delete(plan, scratch.retry_deletes, report)
+        deleted = await self._delete(plan, scratch.retry_deletes, report) | going
         t1 = time.perf_counter()
         report.deletes_s = t1 - t0
         by_job: Creates = {}

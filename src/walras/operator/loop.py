@@ -122,7 +122,7 @@ class RoundLoop:
             api, self.cache, self.rules, is_leader, bind_at_create=config.bind_at_create
         )
         # Jobs and JobSets labelled walras.dev/managed, run through suspend (act: step 3).
-        self.adoption = adoption.Adoption(api, self.cache)
+        self.adoption = adoption.Adoption(api, self.cache, self.rules)
         self.statuses = status_writer.StatusWriter(api, self.cache, self.rules, self.throughputs)
         self.notices = notices.NoticeWriter(api, self.cache)
         self.histories = history_sync.HistorySync(api, config.history_namespace, is_leader)
@@ -237,7 +237,7 @@ class RoundLoop:
         # 3. Act: deletes, whole-gang creates and binds.
         t3 = time.perf_counter()
         realisation = await self.adoption.act(planned.realisation, scratch)
-        await self.binder.act(realisation, scratch)
+        await self.binder.act(realisation, scratch, going=self.adoption.going)
         # 3b. The advance notice on the pods of gangs the next full round stops.
         await self._notify(planned, scratch, costs)
         # 4. Statuses and Events (a refresh round rewrites them all, once).
