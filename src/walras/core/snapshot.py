@@ -59,10 +59,18 @@ class Snapshot:
     progress: Mapping[model.JobKey, JobProgress] = field(default_factory=dict)
     # Tenant objects by name (walras.core.governance); empty: every namespace a tenant of weight 1.
     tenants: Mapping[str, governance.TenantSpec] = field(default_factory=dict)
+    # active_jobs, computed on first use (``dataclasses.replace`` starts a copy without it).
+    _active: tuple[model.JobSpec, ...] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     @property
     def active_jobs(self) -> tuple[model.JobSpec, ...]:
-        return tuple(j for j in self.jobs if not j.finished)
+        active = self._active
+        if active is None:
+            active = tuple(j for j in self.jobs if not j.finished)
+            object.__setattr__(self, "_active", active)
+        return active
 
     def pods_by_job(self) -> dict[model.JobKey, list[model.PodInfo]]:
         out: dict[model.JobKey, list[model.PodInfo]] = {}
