@@ -4,6 +4,7 @@ in between."""
 
 from __future__ import annotations
 
+import pytest
 from tests.unit.one_gpu_helpers import ROUND
 from tests.unit.one_gpu_helpers import apply_plan as _apply
 
@@ -58,17 +59,18 @@ def _reused(plan: cycle.CyclePlan) -> bool:
     return plan.solution.timings.get("reused") == 1.0
 
 
-def test_rounds_without_events_reuse_the_plan_until_the_period_ends() -> None:
+@pytest.mark.parametrize(("name", "period"), [("hadar", 1), ("hadare", 2)])
+def test_rounds_without_events_reuse_the_plan_until_the_period_ends(name: str, period: int) -> None:
     store, state = _store(2), cycle.CycleState()
-    policy = policies.create("hadar")
+    policy = policies.create(name)
+    period *= hadar.REPLAN_ROUNDS
     reused = []
-    for n in range(2 * hadar.REPLAN_ROUNDS):
+    for n in range(2 * period):
         plan = _round(state, policy, store, n)
         reused.append(_reused(plan))
         _apply(store, plan)
     # Round 0 plans with no pods yet (no key: plan afresh); round 1 is the first keyed round,
     # so it solves and stores its key; then the plan holds until the period ends, and so on.
-    period = hadar.REPLAN_ROUNDS
     assert reused[:2] == [False, False]
     for n in range(2, 2 * period):
         assert reused[n] is (n % period != 0), n

@@ -24,8 +24,8 @@ admitted on and where its copies go first, copies then fill every idle node). It
 cases of ``docs/forking.md``: docs/evaluation.md#hadare-against-hadar-on-small-clusters.
 
 Both re-plan when a job arrives, finishes or changes, when the cluster or their pods change, and
-at least every :data:`REPLAN_ROUNDS` rounds; the cycle reuses the last plan in between
-(``Hadar.plan_key``, ``walras.core.cycle.solve``).
+at least every :data:`REPLAN_ROUNDS` rounds (HadarE twice that); the cycle reuses the last plan
+in between (``Hadar.plan_key``, ``walras.core.cycle.solve``).
 
 Inputs from the snapshot: ``throughput[j, t]`` = ``spec.throughput[t]`` (0 where the gang cannot
 run), ``replicas`` = gang size (one GPU per pod), ``remaining`` = ``totalWork − work done``
@@ -62,7 +62,8 @@ from walras.core.policies.registry import register
 
 REPLAN_ROUNDS = 4
 """Hadar re-plans at least once in this many rounds when no job arrives or finishes (``plan_key``):
-re-planning every round cost 0.04 s of CPU per round on D5 and mostly moved gangs back and forth."""
+re-planning every round cost 0.04 s of CPU per round on D5 and mostly moved gangs back and forth.
+HadarE, whose rounds keep running gangs anyway, re-plans every ``2 × REPLAN_ROUNDS``."""
 
 DP_MAX_CELLS = 500_000
 """The exact queue DP while ``queue × pooled states`` stays below this, the greedy rule above.
@@ -82,6 +83,8 @@ class Hadar:
     use_horizon = True
     work_conserving = False
     reports_gap = False
+    # Rounds between re-plans when nothing happens (plan_key).
+    replan_rounds = REPLAN_ROUNDS
 
     def __init__(self, args: PolicyArgs, handle: Handle) -> None:
         del args  # Hadar takes no arguments; it plans with the shell's round and restart cost
@@ -112,7 +115,7 @@ class Hadar:
         """When Hadar re-plans (``walras.core.cycle.solve``): when a job arrives, finishes or
         changes, or the cluster changes (``inputs_key``); when its pods are not where its last
         plan put them (``None``: a pod failed, was deleted, or is not bound yet); and at least
-        every :data:`REPLAN_ROUNDS` rounds, since progress alone moves projected finish times,
+        every ``replan_rounds`` rounds, since progress alone moves projected finish times,
         prices and the horizon's critical jobs. In between, every gang keeps its GPUs (Gavel's
         simulator re-solves only when jobs arrive or finish). On D5 this moved the makespan and
         average JCT by under 1% and cut restarts (docs/evaluation.md)."""
@@ -123,7 +126,7 @@ class Hadar:
         ]
         if tuple(sorted((p.job_key, p.where) for p in alive)) != self._placed:
             return None
-        period = math.floor(snap.taken_at / (REPLAN_ROUNDS * self.round_seconds) + 1e-9)
+        period = math.floor(snap.taken_at / (self.replan_rounds * self.round_seconds) + 1e-9)
         return (inputs_key(snap, view), period)
 
     def _solve(self, snap: snapshot.Snapshot, view: snapshot.ClusterView) -> Solution:
@@ -239,3 +242,4 @@ class HadarE(Hadar):
     name = "hadare"
     fork = True
     replan = False
+    replan_rounds = 2 * REPLAN_ROUNDS
