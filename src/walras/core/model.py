@@ -164,10 +164,11 @@ class JobSpec:
     forkable: bool = False
     # spec.profile: jobs alike for throughput estimation (walras.core.estimation); "" = image.
     profile: str = ""
+    # (namespace, name), built once: every phase of a round looks jobs up by it.
+    key: JobKey = dataclasses.field(init=False, repr=False, compare=False)
 
-    @property
-    def key(self) -> JobKey:
-        return (self.namespace, self.name)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", (self.namespace, self.name))
 
     @property
     def phase(self) -> str:
