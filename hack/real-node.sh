@@ -244,8 +244,13 @@ ensure_api_proxy() {
 	if [[ -f "$HOST_STATE/service-owner" ]]; then
 		local owner
 		owner="$(cat "$HOST_STATE/service-owner")"
-		[[ "$owner" == "$dir" ]] ||
-			die "another control plane's real nodes ($owner) hold $SERVICE_IP; stop them first"
+		if [[ "$owner" != "$dir" ]]; then
+			# A claim whose forwarder is gone (its run was killed) is stale: take it over.
+			if [[ -f "$owner/apiproxy.pid" ]] && pid_alive "$(cat "$owner/apiproxy.pid")"; then
+				die "another control plane's real nodes ($owner) hold $SERVICE_IP; stop them first"
+			fi
+			log "taking $SERVICE_IP over from $owner, whose forwarder is gone"
+		fi
 	fi
 	printf '%s\n' "$dir" >"$HOST_STATE/service-owner"
 	ip link show "$SERVICE_BRIDGE" >/dev/null 2>&1 || ip link add "$SERVICE_BRIDGE" type bridge

@@ -12,7 +12,9 @@ The pipeline (Kueue's numbered scheduling cycle, with per-phase timings):
    snapshot predates the status write; histories are advanced to ``now``
    (``History.advance``: time eligible, time received per group, work done); jobs that finished
    since the last round (``walras.core.completion``) are marked finished in the snapshot.
-2. **Solve.** ``policy.solve(snapshot, view)``: target fractions per (job, group).
+2. **Solve.** ``policy.solve(snapshot, view)``: target fractions per (job, group); a policy that
+   keys its plans (:class:`PlanKeyed`: Hadar) re-plans only when that key changes, and the last
+   solution is reused meanwhile.
 3. **Realise.** ``walras.core.realise.realise``: this round's placements, as pods to create,
    keep and delete (``incremental`` rounds only fill free GPUs).
 4. **Account.** Each job's history records the group it runs in from ``now`` on, at its
@@ -27,12 +29,28 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from walras.core import completion, history, model, placements, realise
 from walras.core import snapshot as snapshots
 from walras.core.policies import Policy, Solution
+from walras.core.policies.base import SolutionMemo
+
+
+class PlanKeyed(Protocol):
+    """A policy that re-plans only when what it plans from changes.
+
+    ``plan_key(snap, view)`` returns a key of the inputs that decide its plan (or ``None``: plan
+    afresh this round); while the key stays the one of the last solve, :func:`solve` hands back
+    that solve's solution instead of running the policy again. Both shells get it, because both
+    call :func:`plan`.
+    """
+
+    def plan_key(
+        self, snap: snapshots.Snapshot, view: snapshots.ClusterView
+    ) -> Hashable | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,10 +83,12 @@ class CycleState:
             time a job is seen, so a restarted operator continues the schedule).
         finished: per job UID, the terminal phase this process gave it (its status patch may not
             have come back through the watch yet).
+        plans: the last solution of a policy that keys its plans (:func:`solve`), and its key.
     """
 
     histories: dict[str, history.History] = field(default_factory=dict)
     finished: dict[str, str] = field(default_factory=dict)
+    plans: SolutionMemo = field(default_factory=SolutionMemo)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +140,23 @@ def _history(state: CycleState, job: model.JobSpec, snap: snapshots.Snapshot) ->
             hist.running_rate = rate(job, hist.running_group, snap)
         state.histories[job.uid] = hist
     return hist
+
+
+def solve(
+    state: CycleState, policy: Policy, snap: snapshots.Snapshot, view: snapshots.ClusterView
+) -> Solution:
+    """The policy's solution for this round: its last one when the policy keys its plans
+    (``plan_key(snap, view)``, see :class:`PlanKeyed`) and the key is the last solve's, else a
+    fresh solve. ``None`` as the key always solves afresh."""
+    keyed = getattr(policy, "plan_key", None)
+    key = keyed(snap, view) if keyed is not None else None
+    if key is not None:
+        reused = state.plans.get(key, snap)
+        if reused is not None:
+            return reused
+    sol = policy.solve(snap, view)
+    state.plans.put(key, sol)
+    return sol
 
 
 def plan(
@@ -195,7 +232,7 @@ def plan(
         snap = _with_phases(snap, state.finished)
     t1 = time.perf_counter()
 
-    sol = policy.solve(snap, view)
+    sol = solve(state, policy, snap, view)
     t2 = time.perf_counter()
 
     if sol.placements is not None:

@@ -166,10 +166,11 @@ class JobSpec:
     profile: str = ""
     # spec.workloadRef.uid: the workload this job mirrors (walras.core.adapters); "" = none.
     workload_uid: str = ""
+    # (namespace, name), built once: every phase of a round looks jobs up by it.
+    key: JobKey = dataclasses.field(init=False, repr=False, compare=False)
 
-    @property
-    def key(self) -> JobKey:
-        return (self.namespace, self.name)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", (self.namespace, self.name))
 
     @property
     def phase(self) -> str:

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,7 +52,7 @@ from walras.core import (
     snapshot,
     switching,
 )
-from walras.core.policies.eligibility import Capacity
+from walras.core.policies.eligibility import Capacity, job_shape
 
 
 @dataclass(frozen=True, slots=True)
@@ -590,12 +590,20 @@ def _backfill_mask(
     applies them); jobs an incremental round keeps in place are left out."""
     capacity = Capacity(view)
     mask = np.zeros((len(sol.jobs), len(sol.group_type)), dtype=bool)
+    types = sorted(set(sol.group_type))
+    # A row depends on the job only through its shape and the types it has throughput on, so
+    # jobs of one kind share it (most of a large queue).
+    rows: dict[Hashable, npt.NDArray[np.bool_]] = {}
     for r, job in enumerate(sol.jobs):
-        for t in sorted(set(sol.group_type)):
-            if job.throughput.get(t, 0.0) <= 0:
-                continue
-            for k in capacity.type_fit(job, t).nodes.tolist():
-                mask[r, int(sol.node_group[k])] = True
+        positive = tuple(t for t in types if job.throughput.get(t, 0.0) > 0)
+        kind = (job_shape(job), positive)
+        row = rows.get(kind)
+        if row is None:
+            row = np.zeros(len(sol.group_type), dtype=bool)
+            for t in positive:
+                row[sol.node_group[capacity.type_fit(job, t).nodes]] = True
+            rows[kind] = row
+        mask[r] = row
     for fixed in frozen:
         mask[fixed.job] = False
     return mask

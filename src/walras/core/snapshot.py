@@ -62,10 +62,18 @@ class Snapshot:
     # Tenants that fell back to flat tenants without quotas, and why (``walras.core.tenant_tree``;
     # a condition on the Tenant). ``tenants`` holds them already flattened.
     tenant_problems: Mapping[str, tenant_tree.TenantProblem] = field(default_factory=dict)
+    # active_jobs, computed on first use (``dataclasses.replace`` starts a copy without it).
+    _active: tuple[model.JobSpec, ...] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     @property
     def active_jobs(self) -> tuple[model.JobSpec, ...]:
-        return tuple(j for j in self.jobs if not j.finished)
+        active = self._active
+        if active is None:
+            active = tuple(j for j in self.jobs if not j.finished)
+            object.__setattr__(self, "_active", active)
+        return active
 
     def pods_by_job(self) -> dict[model.JobKey, list[model.PodInfo]]:
         out: dict[model.JobKey, list[model.PodInfo]] = {}

@@ -450,8 +450,11 @@ def _retry_after(resp: Any) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
-def list_objects(api_client: Any, path: str, *, label_selector: str = "") -> list[dict[str, Any]]:
-    """Every object under a collection path (one LIST; start-up and Lease take-over only)."""
+def list_objects(
+    api_client: Any, path: str, *, label_selector: str = "", missing_ok: bool = True
+) -> list[dict[str, Any]]:
+    """Every object under a collection path (one LIST). A 404 (the CRD is not installed) is an
+    empty list, or with ``missing_ok=False`` an error like any other status outside 2xx."""
     query = [("labelSelector", label_selector)] if label_selector else []
     _method, url, headers, data, post = api_client.param_serialize(
         method="GET",
@@ -464,7 +467,7 @@ def list_objects(api_client: Any, path: str, *, label_selector: str = "") -> lis
         _method, url, header_params=headers, body=data, post_params=post, _request_timeout=30
     )
     resp.read()
-    if int(resp.status) == 404:
+    if int(resp.status) == 404 and missing_ok:
         return []  # e.g. the CRD is not installed yet
     if not 200 <= int(resp.status) < 300:
         raise RuntimeError(f"LIST {path}: HTTP {resp.status}: {_message(resp.data)}")

@@ -152,31 +152,22 @@ class SowRunner:
     # ------------------------------------------------------------------ API
 
     async def _list(self, path: str, selector: str = "") -> list[dict[str, Any]] | None:
-        def get() -> tuple[int, Any]:
-            client = self.api.client
-            query = [("labelSelector", selector)] if selector else []
-            _m, url, headers, body, post = client.param_serialize(
-                method="GET",
-                resource_path=path,
-                query_params=query,
-                header_params={"Accept": "application/json"},
-                auth_settings=["BearerToken"],
-            )
-            resp = client.call_api(_m, url, header_params=headers, body=body, post_params=post)
-            return int(resp.status), resp.read()
-
+        """The objects under ``path``; None (said once) when they cannot be listed this round:
+        the API server is unreachable, the CRD is not installed (404) or RBAC does not grant it
+        (403). Not fatal either way: the next round tries again."""
         try:
-            status, data = await asyncio.to_thread(get)
-        except Exception as exc:  # connection trouble: the next round retries
+            items = await asyncio.to_thread(
+                kubeapi.list_objects,
+                self.api.client,
+                path,
+                label_selector=selector,
+                missing_ok=False,
+            )
+        except Exception as exc:
             self._say(f"cannot list {path}: {type(exc).__name__}: {exc}")
             return None
-        if status != 200:
-            # 404: the CRD is not installed; 403: RBAC does not grant it. Not fatal either way.
-            self._say(f"cannot list {path}: HTTP {status}")
-            return None
         self._unavailable = ""
-        items = json.loads(data).get("items") or []
-        return [i for i in items if isinstance(i, dict)]
+        return items
 
     def _say(self, message: str) -> None:
         if message != self._unavailable:

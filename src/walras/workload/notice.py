@@ -46,7 +46,7 @@ def parse_annotations(text: str) -> dict[str, str]:
 
 
 def parse_stop_at(value: str) -> float | None:
-    """RFC 3339 (``2026-11-22T07:45:56Z``, optional fraction) as epoch seconds; None if not."""
+    """RFC 3339 (``YYYY-MM-DDTHH:MM:SSZ``, optional fraction) as epoch seconds; None if not."""
     if not value:
         return None
     try:

@@ -174,6 +174,12 @@ def _forward(
     for i, q in enumerate(queue):
         if table is not None and not table[i, int(state @ strides)]:
             continue
+        if int(state[q.speed > 0].sum()) < q.gang and (
+            q.stay is None or not bool((state >= q.stay).all())
+        ):
+            # Neither a fresh gang nor staying fits: FIND_ALLOC's payoff is -inf and the job is
+            # never admitted, so skip its evaluation (most of the queue once the GPUs are taken).
+            continue
         prices = market.prices(state)
         one = States(state[None, :], prices[None, :])
         best = best_many(one, q.speed[None, :], np.array([q.gang]), q.utils[None, :], counts=True)

@@ -20,7 +20,7 @@ and ``GangTooLarge`` when nodes pass but the gang does not fit at once.
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -80,6 +80,8 @@ class Capacity:
             t: np.flatnonzero(view.node_type == g) for g, t in enumerate(view.gpu_types)
         }
         self._memo: dict[tuple[str, Hashable], TypeFit] = {}
+        # usable_types per (shape, gang, types with throughput): jobs of one kind share it.
+        self._usable: dict[Hashable, tuple[dict[str, bool], JobIssue | None]] = {}
 
     def type_fit(self, job: model.JobSpec, gpu_type: str) -> TypeFit:
         """The filters and resource fit of ``job``'s pods on every node of ``gpu_type``."""
@@ -135,9 +137,23 @@ def _filter_field(job: model.JobSpec, main: str) -> str:
 def usable_types(
     job: model.JobSpec, view: snapshot.ClusterView, capacity: Capacity | None = None
 ) -> tuple[dict[str, bool], JobIssue | None]:
-    """Per GPU type, whether the job's gang can run there; an issue if it can run nowhere."""
+    """Per GPU type, whether the job's gang can run there; an issue if it can run nowhere.
+
+    The answer depends on the job only through its shape (:func:`job_shape`), its gang size and
+    the types it has a throughput on, so ``capacity`` remembers it per those for the round."""
     capacity = capacity or Capacity(view)
     positive = [t for t, a in job.throughput.items() if a > 0]
+    memo_key = (job_shape(job), job.replicas, tuple(positive))
+    found = capacity._usable.get(memo_key)
+    if found is None:
+        found = capacity._usable[memo_key] = _usable_types(job, view, capacity, positive)
+    usable, issue = found
+    return dict(usable), (None if issue is None else replace(issue, key=job.key))
+
+
+def _usable_types(
+    job: model.JobSpec, view: snapshot.ClusterView, capacity: Capacity, positive: list[str]
+) -> tuple[dict[str, bool], JobIssue | None]:
     offered = [t for t in positive if t in view.gpu_types]
     if not offered:
         empty = [t for t in positive if t in view.empty_types]
