@@ -1,0 +1,92 @@
+"""Helpers for tests that run the reference training workload under the operator on real nodes.
+
+- :func:`setup_namespace`: the ServiceAccount, Role and RoleBinding of
+  ``examples/workloads/fungiblejob.yaml`` (what a workload needs to report its progress), in a
+  test's namespace;
+- :func:`train_job`: that file's FungibleJob with a test's name, size and checkpoint directory
+  (a host directory: real nodes share the host's file system, as the example's hostPath says);
+
+The runtimes and the logs are watched by :class:`walras.testing.runtime_observer.Observer`.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+from operator_helpers import REPO
+
+from walras.testing import devcluster
+
+EXAMPLE = REPO / "examples" / "workloads" / "fungiblejob.yaml"
+GPU = "nvidia.com/gpu"
+
+
+def example_docs() -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(EXAMPLE.read_text()) if d]
+
+
+def setup_namespace(api: Any, namespace: str) -> None:
+    """The example's ServiceAccount, Role and RoleBinding, in ``namespace``."""
+    for doc in example_docs():
+        if doc["kind"] in ("Namespace", "FungibleJob"):
+            continue
+        body = copy.deepcopy(doc)
+        body["metadata"]["namespace"] = namespace
+        for subject in body.get("subjects", []):
+            subject["namespace"] = namespace
+        if doc["kind"] == "ServiceAccount":
+            path = f"/api/v1/namespaces/{namespace}/serviceaccounts"
+        else:
+            plural = {"Role": "roles", "RoleBinding": "rolebindings"}[doc["kind"]]
+            path = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/{plural}"
+        devcluster.request(api, "POST", path, body=body)
+
+
+def train_job(
+    name: str,
+    checkpoints: Path,
+    steps: int,
+    *,
+    gpus_per_pod: int = 2,
+    pace_s: float = 0.01,
+    grace_s: int = 10,
+    checkpoint_every_s: float = 300.0,
+    gpu_type: str = "fake-a100",
+) -> dict[str, Any]:
+    """The example's FungibleJob, ``steps`` long, pods of ``gpus_per_pod`` GPUs, a small model
+    paced at ``pace_s`` per step (a known rate on a shared machine), checkpoints in the host
+    directory ``checkpoints`` (every ``checkpoint_every_s`` and on SIGTERM)."""
+    job = copy.deepcopy(next(d for d in example_docs() if d["kind"] == "FungibleJob"))
+    job["metadata"] = {"name": name}
+    spec = job["spec"]
+    spec["totalWork"] = steps
+    spec["throughput"] = {gpu_type: 100.0}
+    pod = spec["template"]["spec"]
+    pod["terminationGracePeriodSeconds"] = grace_s
+    container = pod["containers"][0]
+    container["imagePullPolicy"] = "Never"
+    container["args"] = [
+        "--steps",
+        str(steps),
+        "--checkpoint-every",
+        str(checkpoint_every_s),
+        "--batch",
+        "16",
+        "--features",
+        "8",
+        "--hidden",
+        "16",
+        "--pace",
+        str(pace_s),
+        "--log-every",
+        "0",
+    ]
+    # A quarter of a core each: six pods of three jobs fit on a shared 2-core machine.
+    container["resources"]["limits"] = {GPU: str(gpus_per_pod), "cpu": "250m"}
+    for volume in pod["volumes"]:
+        if volume["name"] == "checkpoints":
+            volume["hostPath"] = {"path": str(checkpoints), "type": "DirectoryOrCreate"}
+    return job
