@@ -33,9 +33,9 @@ from operator_helpers import (
     start_operator,
     wait_for,
 )
-from real_workload_helpers import setup_namespace, train_job
 
 from walras.testing import devcluster, realnodes
+from walras.testing.reference_jobs import setup_namespace, train_job
 from walras.testing.runtime_observer import Observer
 
 pytestmark = pytest.mark.slow

@@ -1,12 +1,14 @@
-"""Helpers for tests that run the reference training workload under the operator on real nodes.
+"""The reference training job as tests and benchmarks run it on real nodes.
 
 - :func:`setup_namespace`: the ServiceAccount, Role and RoleBinding of
-  ``examples/workloads/fungiblejob.yaml`` (what a workload needs to report its progress), in a
-  test's namespace;
-- :func:`train_job`: that file's FungibleJob with a test's name, size and checkpoint directory
-  (a host directory: real nodes share the host's file system, as the example's hostPath says);
+  ``examples/workloads/fungiblejob.yaml`` (what the workload needs to report its progress) in a
+  namespace;
+- :func:`train_job`: that file's FungibleJob with a given name, length, pod size and checkpoint
+  directory (a host directory: the local real nodes share the host's file system, as the
+  example's hostPath says), running ``examples/workloads/train.py`` with a small model paced at
+  a known rate, so that a slice of a given length is a known number of steps on a shared machine.
 
-The runtimes and the logs are watched by :class:`walras.testing.runtime_observer.Observer`.
+Test and benchmark infrastructure: the example file is read from the repository.
 """
 
 from __future__ import annotations
@@ -16,16 +18,20 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from operator_helpers import REPO
 
 from walras.testing import devcluster
 
-EXAMPLE = REPO / "examples" / "workloads" / "fungiblejob.yaml"
 GPU = "nvidia.com/gpu"
 
 
+def example_path() -> Path:
+    """``examples/workloads/fungiblejob.yaml`` of the repository ``hack/`` belongs to."""
+    return devcluster.hack_dir().parent / "examples" / "workloads" / "fungiblejob.yaml"
+
+
 def example_docs() -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all(EXAMPLE.read_text()) if d]
+    """The example's objects, as written."""
+    return [d for d in yaml.safe_load_all(example_path().read_text()) if d]
 
 
 def setup_namespace(api: Any, namespace: str) -> None:
