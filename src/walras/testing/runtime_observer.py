@@ -114,6 +114,8 @@ class Observer(threading.Thread):
         self.pods: dict[str, PodSeen] = {}
         self.logs: dict[str, str] = {}
         self.errors: list[str] = []
+        #: node -> samples in which its runtime did not answer
+        self.unanswered: dict[str, int] = {}
         self._halt = threading.Event()
         self._followers: dict[str, threading.Thread] = {}
         self._cache: dict[str, dict[str, Any]] = {}
@@ -138,9 +140,15 @@ class Observer(threading.Thread):
 
     def _look(self) -> None:
         now = time.time()
-        containers = {
-            node.name: realnodes.running_containers(node, self._cache) for node in self.nodes
-        }
+        containers: dict[str, list[realnodes.RunningContainer]] = {}
+        for node in self.nodes:
+            try:
+                containers[node.name] = realnodes.running_containers(node, self._cache)
+            except realnodes.RealNodeError:
+                # A node whose runtime is gone (a test killed it) runs nothing: its processes
+                # died with it. Counted, so that a test can tell it from a quiet node.
+                self.unanswered[node.name] = self.unanswered.get(node.name, 0) + 1
+                containers[node.name] = []
         self.samples.append(Sample(now, containers))
         path = f"/api/v1/namespaces/{self.namespace}/pods"
         pods = devcluster.request(self.api, "GET", path, query={"labelSelector": "walras.dev/job"})
