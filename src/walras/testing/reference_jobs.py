@@ -6,7 +6,8 @@
 - :func:`train_job`: that file's FungibleJob with a given name, length, pod size and checkpoint
   directory (a host directory: the local real nodes share the host's file system, as the
   example's hostPath says), running ``examples/workloads/train.py`` with a small model paced at
-  a known rate, so that a slice of a given length is a known number of steps on a shared machine.
+  a known rate, so that a slice of a given length is a known number of steps on a shared machine,
+  on real nodes only (``nodeSelector`` ``walras.dev/real-node=true``).
 
 Test and benchmark infrastructure: the example file is read from the repository.
 """
@@ -19,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from walras.testing import devcluster
+from walras.testing import devcluster, realnodes
 
 GPU = "nvidia.com/gpu"
 
@@ -72,6 +73,9 @@ def train_job(
     spec["throughput"] = {gpu_type: 100.0}
     pod = spec["template"]["spec"]
     pod["terminationGracePeriodSeconds"] = grace_s
+    # Real nodes only: a kwok node would "run" the pod without a process (and a work-conserving
+    # round may give a waiting job idle GPUs of a type it has no throughput for).
+    pod["nodeSelector"] = {realnodes.REAL_NODE_LABEL: "true"}
     container = pod["containers"][0]
     container["imagePullPolicy"] = "Never"
     container["args"] = [
