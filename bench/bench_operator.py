@@ -27,6 +27,18 @@ Prints one JSON line per case:
   the control plane's CPU over the round (from the operator's start for the cold round: on 2
   cores the round is bound by the API server's CPU). Targets: round total <= 2 s at
   1,000 jobs / 200 nodes (steady); 5,000 / 1,000: cold <= 60 s, steady <= 10 s.
+* ``status_churn_<jobs>x<nodes>``: the real round loop (``walras.operator.loop``) against the
+  in-memory API of ``walras.testing.memory_api`` (no control plane), ``jobs`` synthetic jobs on
+  ``nodes`` 8-GPU nodes, full rounds of 360 s on an injected clock, 10 s restarts and the default
+  60 s minimum run time. Every round each job's throughput moves by at most one part in a
+  thousand (as measured throughputs do), so prices, shares and expected throughputs move in
+  their last digits. ``status_patches_per_job_round``: FungibleJob status patches per job per
+  round after the first (the first writes every status once), beside
+  ``placement_changes_per_job_round`` (jobs whose gang was stopped, started or moved: those
+  must be written); ``notices_per_job_round``: advance-notice annotation patches;
+  ``notice_s`` beside ``realise_s``: the forecast behind the notice (a second realise). Status
+  patches per job per round also appear in every ``round_<jobs>x<nodes>`` line
+  (``status_patches_per_job``).
 * ``write_cpu``: the client's own CPU per write (status patch, pod create, bind), sequential
   against the local API server, for the generic ``kubernetes`` request builder
   (``param_serialize``, the older path) and the direct urllib3 path
@@ -282,6 +294,88 @@ def case_pipeline(jobs: int, nodes: int) -> None:
     )
 
 
+def case_status_churn(jobs: int, nodes: int, count: int = 12) -> None:
+    """The ``status_churn_<jobs>x<nodes>`` line (module docstring)."""
+    import asyncio
+    import logging
+
+    from walras.core import cycle, policies
+    from walras.operator import handlers, loop
+    from walras.testing.memory_api import MemoryApi
+
+    logging.getLogger("walras.operator.sow").setLevel(logging.ERROR)  # no SoW API here
+    api = MemoryApi()
+    clock = [1000.0]
+    rounds = loop.RoundLoop(
+        loop.snapshot.Store(),
+        api,  # type: ignore[arg-type]  # the in-memory stand-in for walras.kube.writes.Api
+        loop.LoopConfig(
+            policy=policies.PolicyConfig(args={"price-discovery": {"backend": "numpy"}}),
+            round_seconds=360.0,
+            clock=lambda: clock[0],
+            cycle_options=cycle.CycleOptions(restart_s=10.0, min_run_s=60.0),
+        ),
+    )
+    watcher = handlers.Watcher(rounds.cache, rounds)
+    api.watcher = watcher
+    source = synthetic_store(jobs, nodes)
+    for pool in source.pools.values():
+        raw = {"metadata": {"name": pool.name}, "spec": {"gpuType": pool.gpu_type}}
+        watcher.apply("pool", {"type": "ADDED", "object": raw})
+    for i in range(nodes):
+        t = TYPES[i % len(TYPES)]
+        node = devcluster.gpu_node_manifest(f"{t}-{i:04d}", gpu_type=t, gpus=8)
+        node["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+        watcher.apply("node", {"type": "ADDED", "object": node})
+    base = {}
+    for spec in source.jobs.values():
+        manifest = job(spec.name, dict(spec.throughput), spec.replicas)
+        manifest["metadata"] |= {"namespace": spec.namespace, "uid": spec.uid, "generation": 1}
+        api.add_job(manifest)
+        base[spec.key] = dict(spec.throughput)
+    rng = np.random.default_rng(1)
+    patches: list[int] = []
+    notices: list[int] = []
+    moved: list[int] = []
+    realise_s: list[float] = []
+    notice_s: list[float] = []
+    for n in range(count):
+        if n:
+            for key, rates in base.items():
+                obj = api.jobs[key]
+                obj["spec"]["throughput"] = {
+                    t: v * (1 + 1e-3 * float(rng.uniform(-1, 1))) for t, v in rates.items()
+                }
+                watcher.apply("job", {"type": "MODIFIED", "object": obj})
+        placed = {
+            k: sorted(p.where for p in rounds.store.pods.values() if p.job_key == k) for k in base
+        }
+        report = asyncio.run(rounds.run_round())
+        after = {
+            k: sorted(p.where for p in rounds.store.pods.values() if p.job_key == k) for k in base
+        }
+        patches.append(report.job_status_patches)
+        notices.append(report.notices)
+        realise_s.append(report.realise)
+        notice_s.append(report.notice_s)
+        moved.append(sum(placed[k] != after[k] for k in base))
+        clock[0] += 360.0
+    steady = max(count - 1, 1) * jobs
+    emit(
+        f"status_churn_{jobs}x{nodes}",
+        rounds=count,
+        first_round_patches=patches[0],
+        status_patches_per_job_round=round(sum(patches[1:]) / steady, 4),
+        placement_changes_per_job_round=round(sum(moved[1:]) / steady, 4),
+        notices_per_job_round=round(sum(notices[1:]) / steady, 4),
+        # The forecast behind the notice realises the round a second time: its cost beside
+        # the round's own realise (medians over the steady rounds).
+        realise_s=round(float(np.median(realise_s[1:])), 4),
+        notice_s=round(float(np.median(notice_s[1:])), 4),
+        status_keys=dict(api.patched_keys.most_common(6)),
+    )
+
+
 def control_plane_cpu(cp: devcluster.ControlPlane) -> dict[str, float]:
     """CPU seconds so far of the control plane's own processes (found by their executable's
     name and this control plane's directory on their command line), by executable."""
@@ -358,6 +452,9 @@ def case_round(
                 bound_at_create=rep.get("bound_at_create", 0),
                 deletes=rep["deletes"],
                 status_patches=rep["status_patches"],
+                status_patches_per_job=round(
+                    rep.get("job_status_patches", rep["status_patches"]) / max(rep["jobs"], 1), 4
+                ),
                 history_writes=history_writes,
                 cpu_s=round(cpu[i] - (cpu[i - 1] if i else 0.0), 3) if i < len(cpu) else None,
                 **server_cpu,
@@ -474,6 +571,7 @@ def on_fresh_control_plane(case: Any, *args: Any, **kwargs: Any) -> None:
 def main() -> int:
     case_pipeline(1000, 200)
     case_pipeline(5000, 1000)
+    case_status_churn(200, 40)
     if not devcluster.binaries_available():
         emit("skipped", reason="control-plane binaries not built (make tools)")
         return 0

@@ -154,6 +154,10 @@ def start_operator(
         # hundreds of rounds. The tests check Gavel's rotation; ``extra`` may set it again.
         "--restart-seconds",
         "0",
+        # Likewise the minimum run time: the default 60 s is 30 rounds of 2 s, and the tests
+        # check that slices rotate every round or two.
+        "--min-run-seconds",
+        "0",
         *extra,
     ]
     with log.open("ab") as handle:

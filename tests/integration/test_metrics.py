@@ -4,8 +4,10 @@ The operator runs price discovery in 2 s rounds over two kwok GPU types with mor
 GPUs, so prices are positive. A consistent reading is two scrapes with the same
 ``walras_rounds_total`` and the same values around one read of the statuses; then:
 
-- ``walras_price{gpu_type}`` = ``ResourcePool.status.price`` (the status keeps 3 significant
-  digits),
+- ``walras_price{gpu_type}`` = ``ResourcePool.status.price`` within 2 %: the status keeps 3
+  significant digits and is rewritten only when the price moves by more than one unit of the
+  last (``walras.operator.visible``), so it is off by at most half a unit of rounding plus one
+  unit of lag, 1.5 units, and a unit is at most 1 % of a 3-digit value,
 - ``walras_allocated_share{pool}`` = ``ResourcePool.status.utilisation``,
 - ``walras_pending_jobs{reason}`` = the number of Pending FungibleJobs whose ``Allocated`` (or,
   for rejected specs, ``Admitted``) condition carries that reason,
@@ -195,7 +197,7 @@ def test_metrics_match_the_statuses(
     shares = by_label(samples, "walras_allocated_share", "pool")
     for gpu_type in cluster.values():
         status = pools[gpu_type]["status"]
-        assert prices[gpu_type] == pytest.approx(status["price"], rel=1e-2, abs=1e-9)
+        assert prices[gpu_type] == pytest.approx(status["price"], rel=2e-2, abs=1e-9)
         assert shares[gpu_type] == pytest.approx(status["utilisation"], abs=1e-9)
     # Demand exceeds supply: at least one type is priced.
     assert max(prices[t] for t in cluster.values()) > 0

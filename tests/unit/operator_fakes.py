@@ -31,6 +31,7 @@ class FakeApi:
         self.events: list[tuple[str, str]] = []
         self.created_on: dict[str, str] = {}  # pod -> spec.nodeName it was created with
         self.manifests: dict[str, dict[str, Any]] = {}
+        self.annotations: dict[str, dict[str, str | None]] = {}  # pod -> last annotation patch
 
     async def create_pod(self, namespace: str, manifest: Mapping[str, Any]) -> writes.Result:
         name = manifest["metadata"]["name"]
@@ -50,6 +51,13 @@ class FakeApi:
         self.calls.append(("delete", name))
         return writes.Result(writes.Outcome.OK, 200)
 
+    async def annotate_pod(
+        self, namespace: str, name: str, annotations: Mapping[str, str | None]
+    ) -> writes.Result:
+        self.calls.append(("annotate", name))
+        self.annotations[name] = dict(annotations)
+        return writes.Result(writes.Outcome.OK, 200)
+
     async def patch_job_status(
         self, namespace: str, name: str, status: Mapping[str, Any]
     ) -> writes.Result:
@@ -57,6 +65,13 @@ class FakeApi:
         return writes.Result(writes.Outcome.OK, 200)
 
     async def patch_pool_status(self, name: str, status: Mapping[str, Any]) -> writes.Result:
+        return writes.Result(writes.Outcome.OK, 200)
+
+    async def patch_status(
+        self, plural: str, name: str, status: Mapping[str, Any], **_: Any
+    ) -> writes.Result:
+        self.calls.append((f"status:{plural}", name))
+        self.statuses[f"{plural}/{name}"] = dict(status)
         return writes.Result(writes.Outcome.OK, 200)
 
     async def post_event(self, job: Any, *, reason: str, message: str, **_: Any) -> writes.Result:

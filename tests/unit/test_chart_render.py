@@ -156,7 +156,8 @@ def test_every_object_is_labelled_and_namespaced(rendering: tuple[Path, list[Man
 # that is missing here fails the integration test (tests/integration/test_chart_install.py); a rule
 # granted beyond this table fails here.
 CONTROLLER_GRANTS: dict[tuple[str, str], set[str]] = {
-    ("", "pods"): {"get", "list", "watch", "create", "delete"},
+    # patch: the advance notice annotation (walras.dev/stop-at) on the pods of a gang that stops.
+    ("", "pods"): {"get", "list", "watch", "create", "delete", "patch"},
     ("", "pods/binding"): {"create"},
     ("", "nodes"): {"get", "list", "watch"},
     ("", "events"): {"create"},
@@ -165,8 +166,9 @@ CONTROLLER_GRANTS: dict[tuple[str, str], set[str]] = {
     ("walras.dev", "resourcepools"): {"get", "list", "watch"},
     ("walras.dev", "resourcepools/status"): {"patch"},
     ("walras.dev", "nodeallocations"): {"get", "list", "watch"},
-    # Tenants are admin-owned: the controller only reads them (governance).
+    # Tenants are admin-owned: the controller reads them and patches only their status.
     ("walras.dev", "tenants"): {"get", "list", "watch"},
+    ("walras.dev", "tenants/status"): {"patch"},
     # Statements of work: listed each round, status patched.
     ("walras.dev", "statementsofwork"): {"get", "list"},
     ("walras.dev", "statementsofwork/status"): {"patch"},
@@ -392,6 +394,7 @@ def test_values_map_to_operator_flags(helm: str, policy: str) -> None:
         "--set", f"policy={policy}",
         "--set", "agent.enabled=true",
         "--set", "roundSeconds=45",
+        "--set", "minRunSeconds=30",
         "--set", "logging.format=json",
         "--set", "staleAfterSeconds=12",
         "--set", "controller.ports.metrics=9100",
@@ -420,6 +423,7 @@ def test_values_map_to_operator_flags(helm: str, policy: str) -> None:
     assert args == {
         "policy": POLICY_FLAGS[policy],
         "round-seconds": "45",
+        "min-run-seconds": "30",
         "pop-shards": "4",
         "measured-min-samples": "5",
         "mismatch-factor": "1.5",
@@ -550,6 +554,7 @@ DISTRIBUTED_RDM = [
     [
         pytest.param(["--set", "policy=fifo"], "policy", id="unknown policy"),
         pytest.param(["--set", "controler.replicas=2"], "controler", id="typo in a key"),
+        pytest.param(["--set", "minRunSeconds=-1"], "minRunSeconds", id="negative minimum run"),
         pytest.param(
             ["--set", "policy=psdsf-distributed"], "agent.enabled", id="distributed, no agents"
         ),

@@ -137,3 +137,22 @@ def test_explain_collects_status_and_renders() -> None:
     assert "n1,n2" in text and "On one GPU type alone" in text
     assert "Waiting" not in text  # running jobs do not wait
     assert "Conditions" in text
+
+
+def test_explain_shows_the_measured_restart_cost_and_steps_lost() -> None:
+    status = {
+        "progress": {
+            "stepsDone": 1050,
+            "restartSeconds": [10.0, 14.0, 12.0],
+            "restartCostSeconds": 12.0,
+            "stepsLost": 200,
+            "fallbacks": 1,
+            "restores": 2,
+        }
+    }
+    assert inspect_cmd.restart_summary(status) == (
+        "cost 12.0 s (median of the last 3: 10.0, 14.0, 12.0 s); 200 steps lost in 1 of 2 restores"
+    )
+    assert inspect_cmd.restart_summary({"progress": {"stepsDone": 3}}) == ""
+    job = {"metadata": {"namespace": "ns", "name": "j"}, "status": status}
+    assert inspect_cmd.explain(job, []).restarts.startswith("cost 12.0 s")

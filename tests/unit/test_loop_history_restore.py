@@ -42,6 +42,9 @@ class FakeApi:
     async def delete_pod(self, namespace: str, name: str, **_: Any) -> writes.Result:
         return writes.Result(writes.Outcome.OK, 200)
 
+    async def annotate_pod(self, namespace: str, name: str, annotations: Any) -> writes.Result:
+        return writes.Result(writes.Outcome.OK, 200)
+
     async def patch_job_status(self, namespace: str, name: str, status: Any) -> writes.Result:
         return writes.Result(writes.Outcome.OK, 200)
 

@@ -70,7 +70,10 @@ def test_status_changed_ignores_transition_times_only() -> None:
     }
     old = {**core, "conditions": cond.merge_times(core["conditions"], [], "t0"), "round": 7}
     assert not status.changed(core, old)
-    assert status.changed({**core, "fairShare": 0.51}, old)
+    # Shares are shown to two decimals: one unit of the last digit is rounding noise, two are
+    # a change (walras.operator.visible).
+    assert not status.changed({**core, "fairShare": 0.51}, old)
+    assert status.changed({**core, "fairShare": 0.52}, old)
     assert status.changed({**core, "conditions": [cond.condition("A", True, "R", "m2", 1)]}, old)
 
 

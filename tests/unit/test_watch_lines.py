@@ -220,3 +220,21 @@ def test_a_successful_listing_also_starts_the_back_off_over() -> None:
     )
     scripted.run(stop)
     assert stop.pauses == [1.0, 2.0, 1.0]
+
+
+def test_a_refused_listing_is_empty_for_an_optional_kind_and_a_failure_otherwise() -> None:
+    stop = _RecordedStop()
+    optional = _Scripted(
+        [_Response(403, b"forbidden"), _listing("5", "t"), _Response(200, chunks=[])], stop
+    )
+    optional.optional, optional.refused_retry = True, 7.0
+    optional.run(stop)
+    # An empty listing (every object it held is gone), the refusal's own pause, then the grant.
+    assert optional.got[0] == ([], True)
+    assert stop.pauses == [7.0] and optional.refused is None and optional.lists == 1
+
+    stop = _RecordedStop()
+    required = _Scripted([_Response(403, b"forbidden"), _listing("5", "t"), _Response(200)], stop)
+    required.run(stop)
+    assert [listing for _, listing in required.got] == [True]  # only the granted listing
+    assert stop.pauses == [1.0]  # the back-off's first pause

@@ -81,6 +81,28 @@ class Explanation:
     alternatives: tuple[Alternative, ...]
     pools: tuple[PoolView, ...]
     throughputs: tuple[throughput_view.ThroughputRow, ...] = ()
+    restarts: str = ""  # measured restart cost and steps lost (status.progress), when any
+
+
+def restart_summary(status: Obj) -> str:
+    """``status.progress``'s restart measurements in one line ("" before the first)."""
+    progress = status.get("progress")
+    if not isinstance(progress, dict):
+        return ""
+    costs = [c for c in progress.get("restartSeconds") or [] if isinstance(c, int | float)]
+    median = progress.get("restartCostSeconds")
+    restores = progress.get("restores")
+    if not costs and not restores:
+        return ""
+    parts = []
+    if isinstance(median, int | float):
+        last = ", ".join(f"{c:.1f}" for c in costs)
+        parts.append(f"cost {median:.1f} s (median of the last {len(costs)}: {last} s)")
+    if isinstance(restores, int) and restores:
+        lost = int(_num(progress.get("stepsLost")))
+        fallbacks = int(_num(progress.get("fallbacks")))
+        parts.append(f"{lost} steps lost in {fallbacks} of {restores} restores")
+    return "; ".join(parts)
 
 
 def _num(value: Any, default: float = 0.0) -> float:
@@ -215,6 +237,7 @@ def explain(job: Obj, pools: Iterable[Obj]) -> Explanation:
         alternatives=alternatives(job, views) if views else (),
         pools=views,
         throughputs=throughput_view.rows(job),
+        restarts=restart_summary(status),
     )
 
 
@@ -270,13 +293,15 @@ def render_explanation(console: Console, e: Explanation) -> None:
         for column in ("GPU type", "Share", "Nodes"):
             table.add_column(column)
         for gpu_type, fraction, nodes in e.allocation:
-            table.add_row(gpu_type, f"{fraction:.3f}", nodes or "-")
+            table.add_row(gpu_type, f"{fraction:.2f}", nodes or "-")
         console.print(table)
-    share = "-" if e.fair_share is None else f"{e.fair_share:.3f}"
+    share = "-" if e.fair_share is None else f"{e.fair_share:.2f}"
     console.print(
         f"Expected throughput {e.expected_throughput:.4g}/s at price {e.price:.4g}; "
         f"fair share {share}"
     )
+    if e.restarts:
+        console.print(f"Restarts: {e.restarts}")
     if e.throughputs:
         console.print(throughput_view.table(e.throughputs))
     console.print(pools_table(e.pools, title="Current prices"))

@@ -153,6 +153,17 @@ def operator_command(
             ),
         ),
     ] = 10.0,
+    min_run_seconds: Annotated[
+        float,
+        typer.Option(
+            envvar="WALRAS_MIN_RUN_SECONDS",
+            min=0.0,
+            help=(
+                "A gang placed afresh runs at least this long before Walras stops or moves it "
+                "(0: no minimum): it never pays a restart only to be stopped right away."
+            ),
+        ),
+    ] = 60.0,
     bind_at_create: Annotated[
         bool,
         typer.Option(
@@ -257,6 +268,7 @@ def operator_command(
         log_format=log_format.value,
         stale_after=stale_after,
         restart_seconds=restart_seconds,
+        min_run_seconds=min_run_seconds,
         bind_at_create=bind_at_create,
         hold_seconds=hold_seconds,
         history_half_life=history_half_life,

@@ -26,8 +26,15 @@ cluster:
 
 - **Quotas** (optional, per GPU type, in GPUs; Kueue's nominal quota and borrowing limit):
   ``guaranteed`` is what the tenant may always claim of that type, ``maximum`` what it may hold at
-  most (``guaranteed`` plus what it may borrow). :func:`quota_caps` turns ``maximum`` into the cap
-  the price-discovery policy enforces on the tenant's GPUs of that type.
+  most (``guaranteed`` plus what it may borrow). :func:`quota_arrays` gives them to the policies,
+  which enforce them through ``walras.allocator.quotas``; :func:`split_quotas` splits them over
+  POP's shards.
+- **Hierarchy** (``spec.parent``; checked by ``walras.core.tenant_tree``): quotas cover the
+  tenant's subtree, and the admin's weights are hierarchical (:func:`hierarchical_weights`):
+  among the tenants with jobs, a root holds ``W_v``, a child ``W_v / Σ W_siblings`` of its
+  parent's share (siblings without jobs do not count, so an idle team's share goes to its
+  siblings, an idle organisation's to the others). ``W_t`` in the formula above is that share;
+  flat tenants keep their admin weight.
 
 Everything here is pure (parsed objects in, values out); the policies call it where they read
 weights (``walras.core.policies.price_discovery``, ``walras.core.tenants``).
@@ -44,6 +51,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from walras.allocator import quotas
 from walras.core import model
 
 FloatArray = npt.NDArray[np.float64]
@@ -76,6 +84,7 @@ class TenantSpec:
     max_job_weight: float = DEFAULT_MAX_JOB_WEIGHT
     quotas: Mapping[str, Quota] = field(default_factory=dict)
     generation: int = 0
+    parent: str | None = None
 
 
 def _number(value: object, default: float) -> float:
@@ -121,6 +130,9 @@ def parse_tenant(obj: Mapping[str, Any]) -> TenantSpec:
         max_job_weight=hi,
         quotas=quotas,
         generation=int(meta.get("generation") or 0),
+        parent=str(spec["parent"])
+        if isinstance(spec.get("parent"), str) and spec["parent"]
+        else None,
     )
 
 
@@ -140,6 +152,69 @@ def config(tenant: str, tenants: Mapping[str, TenantSpec]) -> TenantSpec:
 def tenant_weight(tenant: str, tenants: Mapping[str, TenantSpec]) -> float:
     """``W_t``: the admin's weight of the tenant (1 without a Tenant object)."""
     return config(tenant, tenants).weight
+
+
+def ancestors(tenant: str, tenants: Mapping[str, TenantSpec]) -> list[str]:
+    """The tenant's parent, grandparent, ... (stops at a missing parent or a repeat: validation
+    names those; here they only end the chain)."""
+    out: list[str] = []
+    seen = {tenant}
+    parent = config(tenant, tenants).parent
+    while parent is not None and parent in tenants and parent not in seen:
+        out.append(parent)
+        seen.add(parent)
+        parent = tenants[parent].parent
+    return out
+
+
+def in_subtree(tenant: str, root: str, tenants: Mapping[str, TenantSpec]) -> bool:
+    """``tenant`` is ``root`` or one of its descendants."""
+    return tenant == root or root in ancestors(tenant, tenants)
+
+
+OWN_JOBS_WEIGHT = 1.0
+"""The weight a tenant's own jobs have beside its children with jobs (module docstring)."""
+
+
+def hierarchical_weights(
+    present: Sequence[str], tenants: Mapping[str, TenantSpec]
+) -> dict[str, float]:
+    """Each present tenant's share of the cluster (module docstring: hierarchical fair share).
+
+    ``present``: the tenants with jobs. A tenant is *active* if it or a descendant is present.
+    An active root holds its weight ``W_v``; among active siblings under a parent, each gets
+    ``W_v / Σ W`` of the parent's share; a present tenant with active children keeps
+    ``1 / (1 + Σ W_children)`` of its share for its own jobs (they weigh ``OWN_JOBS_WEIGHT``
+    among its children). Flat tenants: ``W_t``. Only ratios matter to the policies.
+    """
+    chains = {t: ancestors(t, tenants) for t in present}
+    active = set(present) | {a for chain in chains.values() for a in chain}
+
+    def up(v: str) -> str | None:
+        parent = config(v, tenants).parent
+        chain = ancestors(v, tenants)
+        return chain[0] if chain and chain[0] == parent else None
+
+    children: dict[str | None, list[str]] = {}
+    for v in sorted(active):
+        children.setdefault(up(v), []).append(v)
+    share: dict[str, float] = {}
+
+    def visit(parent: str, amount: float) -> None:
+        kids = children.get(parent, [])
+        own = OWN_JOBS_WEIGHT if parent in present and kids else 0.0
+        total = own + sum(tenant_weight(v, tenants) for v in kids)
+        share[parent] = amount * (own / total if kids else 1.0)
+        for v in kids:
+            visit(v, amount * tenant_weight(v, tenants) / total)
+
+    # Roots hold their own weight W_v (not W_v / Σ W: the same ratios, and a flat tenant's φ is
+    # exactly its admin weight, as the node agents compute it).
+    for root in children.get(None, []):
+        visit(root, tenant_weight(root, tenants))
+    # Tenants on a cycle of parents (unvalidated input; ``walras.core.tenant_tree`` flattens
+    # them) count as flat tenants.
+    return {t: share.get(t, tenant_weight(t, tenants)) for t in present}
 
 
 def clamp_weight(weight: float, spec: TenantSpec) -> float:
@@ -182,7 +257,7 @@ def normalised_weights(
     totals: dict[str, float] = {}
     for t, w in zip(names, clamped.tolist(), strict=True):
         totals[t] = totals.get(t, 0.0) + w
-    big_w = {t: tenant_weight(t, tenants) for t in totals}
+    big_w = hierarchical_weights(list(totals), tenants)
     scale = n / sum(big_w.values())
     return np.array(
         [scale * big_w[t] * w / totals[t] for t, w in zip(names, clamped.tolist(), strict=True)],
@@ -190,15 +265,78 @@ def normalised_weights(
     )
 
 
-def quota_caps(
+def quota_arrays(
     jobs: Sequence[model.JobSpec], gpu_types: Sequence[str], tenants: Mapping[str, TenantSpec]
-) -> dict[tuple[str, str], float]:
-    """``(tenant, gpu type) -> maximum GPUs`` for every tenant present that has such a limit."""
-    present = sorted({tenant_of(j.namespace, tenants) for j in jobs})
-    caps: dict[tuple[str, str], float] = {}
-    for t in present:
-        for gpu_type in gpu_types:
+) -> quotas.Quotas | None:
+    """The quotas of the tenants of ``jobs`` (rows) and of their ancestors over ``gpu_types``
+    (columns) as the allocator's :class:`~walras.allocator.quotas.Quotas`; ``None`` when none
+    of them has one (the policy then solves exactly as without quotas). ``tenants``: validated
+    (``walras.core.tenant_tree``; the snapshot's are)."""
+    names = [tenant_of(j.namespace, tenants) for j in jobs]
+    present = sorted(set(names) | {a for t in set(names) for a in ancestors(t, tenants)})
+    index = {t: k for k, t in enumerate(present)}
+    guaranteed = np.zeros((len(present), len(gpu_types)))
+    maximum = np.full((len(present), len(gpu_types)), np.inf)
+    parent = np.full(len(present), -1, dtype=np.int64)
+    for k, t in enumerate(present):
+        chain = ancestors(t, tenants)
+        if chain:
+            parent[k] = index[chain[0]]
+        for g, gpu_type in enumerate(gpu_types):
             q = config(t, tenants).quotas.get(gpu_type)
-            if q is not None and q.maximum is not None:
-                caps[(t, gpu_type)] = q.maximum
-    return caps
+            if q is None:
+                continue
+            if q.guaranteed is not None:
+                guaranteed[k, g] = q.guaranteed
+            if q.maximum is not None:
+                maximum[k, g] = q.maximum
+    out = quotas.Quotas(
+        owner=np.array([index[t] for t in names], dtype=np.int64),
+        guaranteed=guaranteed,
+        maximum=maximum,
+        parent=parent if (parent >= 0).any() else None,
+    )
+    return out if out.any else None
+
+
+def split_quotas(
+    shards: Sequence[Sequence[model.JobSpec]],
+    gpu_types: Sequence[str],
+    tenants: Mapping[str, TenantSpec],
+) -> list[dict[str, TenantSpec]]:
+    """Each POP shard's tenants: every quota split over the shards in proportion to the GPUs
+    the jobs of the tenant's subtree in each shard ask of that type (replicas × GPUs per pod,
+    jobs with throughput there), equally where they ask none.
+
+    So the shards' maximums add up to the tenant's (it never holds more in total), and so do
+    its guarantees, each where its demand is. Tenants without quotas are passed unchanged.
+    """
+    out: list[dict[str, TenantSpec]] = [dict(tenants) for _ in shards]
+    k = len(shards)
+    for name, spec in tenants.items():
+        if not spec.quotas:
+            continue
+        split: list[dict[str, Quota]] = [{} for _ in shards]
+        for gpu_type, q in spec.quotas.items():
+            asked = np.array(
+                [
+                    sum(
+                        j.replicas * max(j.gpu_limits.values(), default=1)
+                        for j in jobs
+                        if not j.finished
+                        and in_subtree(tenant_of(j.namespace, tenants), name, tenants)
+                        and j.throughput.get(gpu_type, 0.0) > 0
+                    )
+                    for jobs in shards
+                ],
+                dtype=np.float64,
+            )
+            share = asked / asked.sum() if asked.sum() > 0 else np.full(k, 1.0 / k)
+            for s in range(k):
+                split[s][gpu_type] = Quota(
+                    None if q.guaranteed is None else q.guaranteed * float(share[s]),
+                    None if q.maximum is None else q.maximum * float(share[s]),
+                )
+        for s in range(k):
+            out[s][name] = dataclasses.replace(spec, quotas=split[s])
+    return out

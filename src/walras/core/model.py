@@ -28,6 +28,7 @@ from walras.core.quantity import quantity as quantity  # re-exported: the model'
 from walras.core.schema import fungiblejob as schema_fungiblejob
 from walras.core.schema import limits
 from walras.core.schema import parsing as schema_parsing
+from walras.workload.identity import ANN_STOP_AT
 
 JobKey = tuple[str, str]
 """(namespace, name) of a FungibleJob or Pod; sorting these gives the stable order."""
@@ -272,6 +273,9 @@ class PodInfo:
     # metadata.creationTimestamp (epoch seconds; 0 when absent): where a restart's cost begins
     # (walras.core.restarts).
     created: float = 0.0
+    # The advance notice the operator wrote on the pod (walras.dev/stop-at, RFC 3339; "" = none):
+    # what it compares with its forecast so that it writes only a change (walras.operator.notices).
+    stop_at: str = ""
 
     @property
     def key(self) -> JobKey:
@@ -668,4 +672,5 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
         requests=pod_requests(spec),
         steps_done=annotations.get(ANN_STEPS_DONE, ""),
         created=parse_time(meta.get("creationTimestamp")) or 0.0,
+        stop_at=annotations.get(ANN_STOP_AT, ""),
     )

@@ -12,6 +12,10 @@ existing Walras pods:
 - pods of jobs that are finished, deleted (no garbage collector is assumed), impossible, or on a
   node that is gone or cordoned: delete.
 
+No placement takes a tenant (or an ancestor) over its ``maximum`` of a GPU type: targets are
+time fractions, and rounds with free GPUs would otherwise run every time-sliced job of a capped
+tenant at once.
+
 Every placement obeys kube-scheduler's filters (``walras.core.filters``): ``plan_round`` packs
 GPUs only, so each of its placements is checked, in order (kept gangs first), against the nodes
 that pass the job's filters and against the per-node use of every resource (foreign pods' and
@@ -37,7 +41,17 @@ import numpy as np
 import numpy.typing as npt
 
 from walras.allocator import rounds
-from walras.core import crd, filters, history, model, pod_env, policies, snapshot, switching
+from walras.core import (
+    crd,
+    filters,
+    governance,
+    history,
+    model,
+    pod_env,
+    policies,
+    snapshot,
+    switching,
+)
 from walras.core.policies.eligibility import Capacity
 
 
@@ -277,7 +291,9 @@ def realise(
         unplaced: Sequence[int] = plan.unplaced
     else:
         placements, unplaced = {}, ()
-    placements, why = _enforce_filters(placements, sol, view, targets, unplaced)
+    placements, why = _enforce_filters(
+        placements, sol, view, targets, unplaced, _Maximums(sol, snap)
+    )
 
     creates: list[PodCreate] = []
     deletes: list[PodDelete] = []
@@ -427,14 +443,57 @@ class _NodeUse:
             filters.add_usage(self.usage(k), requests, n)
 
 
+class _Maximums:
+    """GPUs per (tenant, GPU type) accepted so far this round, against the tenants' maximums
+    (a tenant's maximum covers its descendants: ``walras.core.governance``)."""
+
+    def __init__(self, sol: policies.Solution, snap: snapshot.Snapshot) -> None:
+        self._sol = sol
+        self._tenants = snap.tenants
+        self._used: dict[tuple[str, str], float] = {}
+        self._chains: dict[int, list[str]] = {}
+
+    def _chain(self, r: int) -> list[str]:
+        if r not in self._chains:
+            t = self._sol.jobs[r].tenant
+            self._chains[r] = [t, *governance.ancestors(t, self._tenants)]
+        return self._chains[r]
+
+    def _gpus(self, r: int) -> float:
+        return float(self._sol.jobs[r].replicas * int(self._sol.gpus_per_pod[r]))
+
+    def full(self, r: int, gpu_type: str) -> str:
+        """Why job ``r``'s gang may not take ``gpu_type`` this round ("" if it may)."""
+        for t in self._chain(r):
+            q = governance.config(t, self._tenants).quotas.get(gpu_type)
+            if q is None or q.maximum is None:
+                continue
+            used = self._used.get((t, gpu_type), 0.0)
+            if used + self._gpus(r) > q.maximum:
+                return (
+                    f"tenant {t} holds {used:g} of its maximum of {q.maximum:g} {gpu_type} "
+                    f"GPUs this round; the gang needs {self._gpus(r):g}"
+                )
+        return ""
+
+    def take(self, r: int, gpu_type: str) -> None:
+        for t in self._chain(r):
+            self._used[(t, gpu_type)] = self._used.get((t, gpu_type), 0.0) + self._gpus(r)
+
+
 def _enforce_filters(
     placements: Mapping[int, rounds.JobPlacement],
     sol: policies.Solution,
     view: snapshot.ClusterView,
     targets: npt.NDArray[np.float64],
     unplaced: Sequence[int],
+    maximums: _Maximums,
 ) -> tuple[dict[int, rounds.JobPlacement], dict[int, str]]:
     """The placements that pass every filter, moved within their group where they must be.
+
+    A placement that would take its tenant (or an ancestor) over its maximum of the group's
+    GPU type is left out too (``_Maximums``): the rounds of free GPUs that time-sliced targets
+    leave do not let a tenant exceed what its admin set.
 
     Kept gangs go first and stay (their pods are on their nodes and hold what they use), then
     the others by job row. A placement is accepted as planned when each of its nodes passes the
@@ -452,6 +511,10 @@ def _enforce_filters(
     for r in sorted(placements, key=lambda r: (not placements[r].kept, r)):
         pl = placements[r]
         job = sol.jobs[r]
+        at_max = maximums.full(r, sol.group_type[pl.group])
+        if at_max:
+            why[r] = at_max
+            continue
         fit = use.capacity.type_fit(job, sol.group_type[pl.group])
         eligible = set(fit.nodes.tolist())
         # A kept gang's pods are on their nodes already (they hold what they use): only count it.
@@ -465,6 +528,7 @@ def _enforce_filters(
             )
             continue
         use.take(job, chosen)
+        maximums.take(r, sol.group_type[pl.group])
         nodes = tuple((int(k), int(n)) for k, n in chosen)
         accepted[r] = rounds.JobPlacement(
             job=r, group=pl.group, nodes=nodes, kept=pl.kept and nodes == pl.nodes
@@ -477,9 +541,12 @@ def _enforce_filters(
                     break
                 if r in placements and g == placements[r].group:
                     continue  # where it was just left out
+                if maximums.full(r, sol.group_type[g]):
+                    continue
                 chosen = use.pack(job, g, set())
                 if chosen is not None:
                     use.take(job, chosen)
+                    maximums.take(r, sol.group_type[g])
                     nodes = tuple((int(k), int(n)) for k, n in chosen)
                     accepted[r] = rounds.JobPlacement(job=r, group=g, nodes=nodes, kept=False)
                     why.pop(r, None)

@@ -13,14 +13,14 @@ simulated one).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from walras.core import crd, governance, model
+from walras.core import crd, governance, model, tenant_tree
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -59,6 +59,9 @@ class Snapshot:
     progress: Mapping[model.JobKey, JobProgress] = field(default_factory=dict)
     # Tenant objects by name (walras.core.governance); empty: every namespace a tenant of weight 1.
     tenants: Mapping[str, governance.TenantSpec] = field(default_factory=dict)
+    # Tenants that fell back to flat tenants without quotas, and why (``walras.core.tenant_tree``;
+    # a condition on the Tenant). ``tenants`` holds them already flattened.
+    tenant_problems: Mapping[str, tenant_tree.TenantProblem] = field(default_factory=dict)
 
     @property
     def active_jobs(self) -> tuple[model.JobSpec, ...]:
@@ -137,7 +140,10 @@ class Store:
             (j for j in self.jobs.values() if isinstance(j, model.JobDefect)), key=lambda j: j.key
         )
         # The tenant of a job is its namespace or the Tenant listing it, never its spec.tenant.
-        tenants = dict(sorted(self.tenants.items()))
+        pools = sorted(self.pools.values(), key=lambda p: p.name)
+        tenants, problems = tenant_tree.validate(
+            dict(sorted(self.tenants.items())), pool_gpus(self.nodes.values(), pools)
+        )
         defects = [
             dataclasses.replace(d, tenant=governance.tenant_of(d.namespace, tenants))
             for d in defects
@@ -151,7 +157,19 @@ class Store:
             pods=tuple(sorted(self.pods.values(), key=lambda p: p.key)),
             foreign_pods=tuple(sorted(self.foreign.values(), key=lambda p: p.key)),
             tenants=tenants,
+            tenant_problems=problems,
         )
+
+
+def pool_gpus(nodes: Iterable[model.NodeInfo], pools: Sequence[model.PoolSpec]) -> dict[str, float]:
+    """GPUs per GPU type over the pools' nodes (allocatable, ready or not): what guarantees are
+    checked against."""
+    out: dict[str, float] = {}
+    for node in nodes:
+        pool = node_pool(node, pools)
+        if pool is not None:
+            out[pool.gpu_type] = out.get(pool.gpu_type, 0.0) + node.resource(pool.resource_name)
+    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,8 +7,10 @@ agents converge to exactly the centrally computed allocation:
 - tenant ``n`` = the job's namespace, or the ``Tenant`` listing it (``walras.core.governance``;
   ``spec.tenant`` is ignored); resources ``M = [gpu, cpu cores, memory bytes]``;
 - ``d_n`` = elementwise max of the tenant's active jobs' per-pod requests;
-- ``φ_n`` = the tenant's weight ``W_n`` set by an admin (``Tenant.spec.weight``, default 1); what
-  users write in their jobs' ``utility.weight`` never changes it;
+- ``φ_n`` = the tenant's weight ``W_n`` set by an admin (``Tenant.spec.weight``, default 1),
+  through the hierarchy for tenants with a ``spec.parent``
+  (``governance.hierarchical_weights``); what users write in their jobs' ``utility.weight``
+  never changes it;
 - ``c_i`` = node ``i``'s allocatable ``[pool resourceName, cpu, memory]``;
 - ``δ_{n,i}`` = some job of ``n`` has throughput > 0 on ``i``'s GPU type and its template's
   ``nodeSelector`` matches ``i``;
@@ -50,8 +52,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from walras.core import governance, model
-from walras.core.snapshot import node_pool
+from walras.core import governance, model, tenant_tree
+from walras.core.snapshot import node_pool, pool_gpus
 
 if TYPE_CHECKING:
     from walras.allocator.fairness import FairnessProblem
@@ -128,6 +130,8 @@ def tenant_model(
     cap = np.zeros(n_t)
     eligible = np.zeros((n_t, n_k), dtype=bool)
     throughput = np.zeros((n_t, n_k))
+    # φ_n: the admin's weights, through the hierarchy (a flat tenant's W_n up to one factor).
+    shares = governance.hierarchical_weights(tenants, specs)
     for t, tenant in enumerate(tenants):
         tjobs = by_tenant[tenant]
         gpus = max(
@@ -135,7 +139,7 @@ def tenant_model(
             default=1,
         )
         demand[t] = [gpus, max(j.cpu for j in tjobs), max(j.memory for j in tjobs)]
-        weight[t] = governance.tenant_weight(tenant, specs)
+        weight[t] = shares[tenant]
         for k, (node, pool) in enumerate(placed):
             usable = [
                 norm[j.key].get(pool.gpu_type, 0.0)
@@ -189,10 +193,14 @@ def psdsf_problem(
     ``tenant_objs``: the cluster's ``Tenant`` objects (weights and namespace mapping).
     """
     parsed = [model.parse_job(j) for j in jobs]
-    tm = tenant_model(
-        [j for j in parsed if isinstance(j, model.JobSpec)],
-        [model.parse_node(n) for n in nodes],
-        [model.parse_pool(p) for p in pools],
+    node_infos = [model.parse_node(n) for n in nodes]
+    pool_specs = [model.parse_pool(p) for p in pools]
+    # Validated as the central snapshot validates them, so both build one model.
+    specs, _ = tenant_tree.validate(
         {t.name: t for t in (governance.parse_tenant(o) for o in tenant_objs)},
+        pool_gpus(node_infos, pool_specs),
+    )
+    tm = tenant_model(
+        [j for j in parsed if isinstance(j, model.JobSpec)], node_infos, pool_specs, specs
     )
     return fairness_problem(tm), list(tm.tenants), list(tm.node_names)

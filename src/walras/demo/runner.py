@@ -69,6 +69,10 @@ def operator_command(
         options.policy,
         "--round-seconds",
         f"{options.round_seconds:g}",
+        # The demo's rounds are seconds long: the default 60 s minimum run would be 20 rounds
+        # and no slice would rotate while a person watches.
+        "--min-run-seconds",
+        "0",
         "--kubeconfig",
         kubeconfig,
         "--metrics-port",

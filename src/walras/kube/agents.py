@@ -29,8 +29,6 @@ JOBS = "fungiblejobs"
 POOLS = "resourcepools"
 TENANTS = "tenants"
 NODES = "nodes"
-#: Server-side timeout of one WATCH request; the informer then re-watches from its version.
-WATCH_SECONDS = 300
 
 Obj = dict[str, Any]
 _METADATA_ONLY = "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io,application/json"
@@ -186,20 +184,26 @@ class Kube:
 # --------------------------------------------------------------------------------- informer
 
 
-class Informer:
-    """One resource kept current by LIST then WATCH from the list's resourceVersion, as
-    client-go's informers do (raw JSON, no model classes; a thread per informer).
+def collection_path(kind: str) -> str:
+    """The API path of ``kind``'s collection: ``"nodes"`` or a walras.dev plural."""
+    if kind == NODES:
+        return "/api/v1/nodes"
+    return f"/apis/{GROUP}/{VERSION}/{kind}"
 
-    After the LIST, changes arrive as ADDED/MODIFIED/DELETED events in resourceVersion order;
-    BOOKMARK events only advance the version. A WATCH ends after ``WATCH_SECONDS`` and resumes
-    from the last version; ``410 Gone`` (the version was compacted) or any error relists. Steady
-    state therefore costs one request per ``WATCH_SECONDS`` per informer, however often the
-    caller reads. ``version`` is the resourceVersion of the last LIST or event applied: every
-    write up to it is in :meth:`items`.
+
+class Informer:
+    """One resource's objects by name, kept current by Walras's one LIST+WATCH mechanism
+    (:class:`walras.kube.watch.CollectionWatch`, in a thread of its own; raw JSON).
+
+    A listing replaces the cache; ADDED/MODIFIED/DELETED events then apply in resourceVersion
+    order. Steady state costs one request per ``watch.WATCH_SECONDS`` per informer, however
+    often the caller reads. ``version`` is the resourceVersion of the last LIST or event
+    applied: every write up to it is in :meth:`items`.
 
     ``kind``: ``"nodes"`` or a walras.dev plural. ``optional``: a 403/404 on the LIST (CRD not
-    installed, no RBAC) gives an empty, synced cache retried every ``retry`` seconds.
-    ``on_change(name)`` runs on the informer's thread after each applied change.
+    installed, no RBAC) gives an empty, synced cache, listed again every ``retry`` seconds.
+    ``on_change(name)`` runs on the informer's thread after each applied change ("" after a
+    listing).
     """
 
     def __init__(
@@ -214,16 +218,28 @@ class Informer:
     ) -> None:
         self.kube = kube
         self.kind = kind
-        self.field_selector = field_selector
-        self.optional = optional
         self.on_change = on_change
-        self.retry = retry
         self._lock = threading.Condition()
         self._items: dict[str, Obj] = {}
         self.version: str | None = None
-        self.generation = 0  # +1 per applied change (and per relist)
+        self.generation = 0  # +1 per applied change (and per listing)
         self.synced = threading.Event()
-        self.forbidden: int | None = None  # HTTP status of an optional LIST that was refused
+        self.collection = watch.CollectionWatch(
+            kube.api_client,
+            collection_path(kind),
+            self._deliver,
+            # An agent resumes quickly: its steps wait on this cache, not on a round timer.
+            retry_seconds=0.5,
+            query={"fieldSelector": field_selector} if field_selector else None,
+            optional=optional,
+            refused_retry=retry,
+            on_request=lambda: kube._count(write=False),
+        )
+
+    @property
+    def forbidden(self) -> int | None:
+        """HTTP status of an optional LIST that was refused (None once one succeeds)."""
+        return self.collection.refused
 
     # ---------------------------------------------------------------- reading
 
@@ -247,48 +263,36 @@ class Informer:
             self._lock.wait_for(lambda: self.generation != generation, timeout=timeout)
             return self.generation
 
-    # ---------------------------------------------------------------- the loop
+    # ---------------------------------------------------------------- applying
 
-    def _call(self, **kwargs: Any) -> Any:
-        extra: dict[str, Any] = {"_preload_content": False}
-        if self.field_selector:
-            extra["field_selector"] = self.field_selector
-        if self.kind == NODES:
-            return self.kube.core.list_node(**kwargs, **extra)
-        return self.kube.custom.list_cluster_custom_object(
-            GROUP, VERSION, self.kind, **kwargs, **extra
-        )
+    def _deliver(self, events: list[Mapping[str, Any]], listing: bool) -> None:
+        if listing:
+            self._relisted(events)
+            return
+        for event in events:
+            self.apply(event)
 
-    def _relist(self) -> None:
-        self.kube._count(write=False)
-        try:
-            data = Kube._json(self._call())
-        except client.ApiException as exc:
-            if not (self.optional and _status(exc) in (403, 404)):
-                raise
-            if self.forbidden is None:
-                log.warning("cannot list %s (HTTP %s): treated as empty", self.kind, _status(exc))
-            self.forbidden = _status(exc)
-            data = {"items": [], "metadata": {}}
-        else:
-            self.forbidden = None
-        items = {str(i["metadata"]["name"]): i for i in data.get("items", [])}
-        rv = (data.get("metadata") or {}).get("resourceVersion")
+    def _relisted(self, events: list[Mapping[str, Any]]) -> None:
+        items = {}
+        for event in events:
+            obj = event.get("object")
+            if isinstance(obj, Mapping):
+                items[str((obj.get("metadata") or {}).get("name"))] = dict(obj)
         with self._lock:
             self._items = items
-            self.version = None if rv is None else str(rv)
+            self.version = self.collection.version
             self.generation += 1
             self._lock.notify_all()
         self.synced.set()
         if self.on_change is not None:
             self.on_change("")
 
-    def apply(self, event: Mapping[str, Any]) -> bool:
-        """Apply one watch event; False when the watch must restart with a relist."""
+    def apply(self, event: Mapping[str, Any]) -> None:
+        """Apply one ADDED/MODIFIED/DELETED watch event."""
         kind = event.get("type")
         obj = event.get("object")
-        if kind == "ERROR" or not isinstance(obj, Mapping):
-            return False
+        if not isinstance(obj, Mapping):
+            return
         meta = obj.get("metadata") or {}
         name = str(meta.get("name"))
         with self._lock:
@@ -298,53 +302,18 @@ class Informer:
                 self._items.pop(name, None)
             if meta.get("resourceVersion"):
                 self.version = str(meta["resourceVersion"])
-            if kind == "BOOKMARK":
-                return True
             self.generation += 1
             self._lock.notify_all()
         if self.on_change is not None:
             self.on_change(name)
-        return True
 
     def run(self, stop: threading.Event) -> None:
         """Keep the cache current until ``stop`` is set (a WATCH ends within WATCH_SECONDS)."""
-        relist = True
-        while not stop.is_set():
-            try:
-                if relist:
-                    self._relist()
-                    relist = False
-                    if self.forbidden is not None:
-                        stop.wait(self.retry)
-                        relist = True
-                        continue
-                self.kube._count(write=False)
-                response = self._call(
-                    watch=True,
-                    resource_version=self.version,
-                    allow_watch_bookmarks=True,
-                    timeout_seconds=WATCH_SECONDS,
-                )
-                try:
-                    chunks = response.stream(amt=None, decode_content=True)
-                    for line in (x for found in watch.lines(chunks) for x in found):
-                        if not self.apply(json.loads(line)):
-                            relist = True
-                            break
-                        if stop.is_set():
-                            break
-                finally:
-                    response.release_conn()
-            except Exception:  # 410 Gone, connection reset: start over from a fresh LIST
-                log.info("%s watch restarted", self.kind, exc_info=True)
-                relist = True
-                stop.wait(0.5)
+        self.collection.run(stop)
 
     def start(self, stop: threading.Event, *, wait: float = 30.0) -> Informer:
         """Run in a daemon thread; wait up to ``wait`` seconds for the first LIST."""
-        thread = threading.Thread(target=self.run, args=(stop,), name=f"informer-{self.kind}")
-        thread.daemon = True
-        thread.start()
+        self.collection.start(stop)
         started = time.monotonic()
         while not self.synced.wait(0.1) and time.monotonic() - started < wait:
             pass

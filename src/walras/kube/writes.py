@@ -266,6 +266,20 @@ class Api:
             return Result(Outcome.GONE, result.status, result.message, result.reason)
         return result
 
+    async def annotate_pod(
+        self, namespace: str, name: str, annotations: Mapping[str, str | None]
+    ) -> Result:
+        """Merge-patch a pod's annotations (``None`` removes one). A pod gone is
+        :attr:`Outcome.GONE` (it was deleted meanwhile: nothing left to say on it)."""
+        path = f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}"
+        return await self._run(
+            self._request,
+            "PATCH",
+            path,
+            {"metadata": {"annotations": dict(annotations)}},
+            content_type="application/merge-patch+json",
+        )
+
     # ------------------------------------------------------------------ status
 
     async def patch_status(

@@ -13,6 +13,11 @@ One owner for two kinds of facts:
   An assumed pod the watch never shows (deleted before its creation was delivered) is forgotten
   after ``ASSUME_TTL_S``.
 
+- **Restarts.** ``restarts`` (:class:`walras.core.restarts.Tracker`) measures each job's restart
+  cost and steps lost from its pods' creation times and progress readings. It is fed from the
+  pod watch as readings change (:meth:`ClusterCache.observe_restart`), so a cost is late by the
+  watch's delay, not by a round; forked jobs (whose copies count from zero) are not measured.
+
 The bind-time fit check lives here because it reads nothing else: a whole gang fits when each
 node exists and is not cordoned, and every resource each member requests fits next to every pod
 on the node (Walras's and foreign ones, those being deleted included) and every assumed one.
@@ -21,10 +26,11 @@ on the node (Walras's and foreign ones, those being deleted included) and every 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from walras.core import admission, crd, filters, model, snapshot
+from walras.core import admission, crd, filters, model, restarts, snapshot
+from walras.operator import metrics
 
 # How long an assumed pod the watch never delivered still counts on its node.
 ASSUME_TTL_S = 10.0
@@ -57,10 +63,39 @@ Fit = list[tuple[PendingBind, dict[str, float]]]
 class ClusterCache:
     """The watched objects, the facts beside them, and the pods assumed bound."""
 
-    def __init__(self, store: snapshot.Store | None = None) -> None:
+    def __init__(
+        self, store: snapshot.Store | None = None, clock: Callable[[], float] = time.time
+    ) -> None:
         self.store = store if store is not None else snapshot.Store()
         self.facts = admission.Facts()
         self.assumed: dict[model.JobKey, Assumed] = {}
+        self.restarts = restarts.Tracker()
+        # The rounds' clock (a simulated one in the same-code-path test): restart costs are
+        # differences of pod creation times and of this clock's readings.
+        self.clock = clock
+
+    def observe_restart(self, key: model.JobKey) -> None:
+        """Feed one pod's creation and progress reading to the restart tracker (watch event)."""
+        pod = self.store.pods.get(key)
+        if pod is None or not pod.job:
+            return
+        job = self.store.jobs.get(pod.job_key)
+        if not isinstance(job, model.JobSpec) or job.forkable or job.finished:
+            return
+        if self.facts.owner.get(key) != job.uid:
+            return  # not (or not yet known to be) Walras's pod of this job
+        self.observe_job(job, [pod], self.clock())
+
+    def observe_job(
+        self, job: model.JobSpec, pods: Iterable[model.PodInfo], now: float
+    ) -> list[restarts.Sample]:
+        """Feed a job's pods to the restart tracker; counts the samples it took in the metrics."""
+        samples = self.restarts.observe(job.uid, list(pods), now, status=job.status)
+        for sample in samples:
+            metrics.RESTART_SECONDS.labels(tenant=job.tenant).observe(sample.seconds)
+            if sample.steps_lost:
+                metrics.STEPS_LOST.labels(tenant=job.tenant).inc(sample.steps_lost)
+        return samples
 
     def owns(self, pod: model.PodInfo, job_uids: dict[model.JobKey, str]) -> bool:
         """Walras's pod: its controller is the live FungibleJob it is labelled with (same uid)."""

@@ -1,13 +1,12 @@
-"""kopf watch handlers: keep the in-memory indexes current and wake the round loop.
+"""Watch handlers: keep the in-memory indexes current and wake the round loop.
 
-``register`` attaches ``on.event`` handlers for ResourcePools, Nodes and Tenants to a kopf registry
-(``walras.operator.main`` creates it). Pods and FungibleJobs, nearly all the events (a job's own
-status patches come back as events too), come from lean LIST-then-WATCH threads (``watch_lean``,
-``walras.kube.watch``): kopf's per-object machinery (a deep copy, a diff and a handler dispatch
-per event) would run for every one of the events that make most of a large round's traffic. Both
-hand their events to the event loop, so they never race the round loop. They never call the API
-and never patch the object, so kopf writes no annotations or finalizers of its own: every write
-belongs to the round loop.
+Every kind the operator follows (FungibleJobs, Pods, ResourcePools, Nodes, Tenants) comes from
+Walras's one LIST-then-WATCH mechanism (``walras.kube.watch.CollectionWatch``), a thread per kind
+started by ``watch_all``: no kopf handler. kopf's per-object machinery (a deep copy, a diff and a
+handler dispatch per event) would run for every event, and pods and jobs (a job's own status
+patches come back as events too) make most of a large round's traffic. The batches run on the
+event loop, so they never race the round loop. The handlers never call the API and never patch
+the object: every write belongs to the round loop.
 
 They write into the cluster cache (:class:`walras.operator.cache.ClusterCache`): the store, and
 beside it the facts a parsed view drops: each pod's controller FungibleJob uid (ownership),
@@ -31,8 +30,6 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
-import kopf
-
 from walras.core import crd, governance, snapshot
 from walras.kube import watch
 from walras.operator import cache
@@ -47,10 +44,11 @@ class Readiness:
 
     An object deleted between the start-up LIST and the watch's own listing is never seen, so a
     stall also ends the wait: no listed object arrived for ``stall`` seconds. A fixed deadline
-    would not do: on a large cluster kopf needs minutes to deliver the initial listing, and
-    planning against half of it is exactly what this guard prevents.
+    would not do: on a large cluster the initial listings take a while to apply, and planning
+    against half of them is exactly what this guard prevents.
 
-    Why not kopf's own facilities (as of kopf 1.45, read in its source):
+    Why not kopf's own facilities, from when kopf watched some kinds (kopf 1.45, read in its
+    source); they would still apply if a kind moved back under kopf:
 
     - ``@kopf.index``: with an index on a kind, kopf holds every other handler back until the
       initial listings of all indexed kinds went through the index handlers (an internal
@@ -169,20 +167,30 @@ class Watcher:
         return self.cluster.store
 
     def apply_listed(self, kind: str, events: list[Mapping[str, Any]], listing: bool) -> None:
-        """A batch of events of one ``LEAN_KINDS`` kind from ``watch_lean``; a listing (every
+        """A batch of events of one ``WATCHED`` kind from ``watch_all``; a listing (every
         object that exists) first drops those it lacks: deleted while no watch was open."""
         if listing:
             listed = {_key(e.get("object") or {}) for e in events}
-            known = (
-                self.store.pods.keys() | self.store.foreign.keys()
-                if kind == "pod"
-                else set(self.store.jobs)
-            )
+            known = self._known(kind)
             for key in sorted(known - listed):
                 gone = {"metadata": {"namespace": key[0], "name": key[1]}}
                 self.apply(kind, {"type": "DELETED", "object": gone})
         for event in events:
             self.apply(kind, event)
+
+    def _known(self, kind: str) -> set[tuple[str, str]]:
+        """The keys of ``kind`` the store holds (cluster-scoped kinds: namespace "")."""
+        store = self.store
+        if kind == "pod":
+            return set(store.pods.keys() | store.foreign.keys())
+        if kind == "job":
+            return set(store.jobs)
+        names: dict[str, set[str]] = {
+            "pool": set(store.pools),
+            "node": set(store.nodes),
+            "tenant": set(store.tenants),
+        }
+        return {("", name) for name in names[kind]}
 
     def apply(self, kind: str, event: Mapping[str, Any]) -> None:
         obj = event.get("object") or {}
@@ -246,46 +254,36 @@ class Watcher:
             pod = self.store.pods.get(key)
             if pod is None:
                 return
+            if prev_pod is None or prev_pod.steps_done != pod.steps_done:
+                # A new start or a new reading: restart costs are timed as the watch sees them.
+                self.cluster.observe_restart(key)
             if pod.terminating and (prev_pod is None or not prev_pod.terminating):
                 self.rounds.poke_binds()
             if pod.finished and (prev_pod is None or not prev_pod.finished):
                 self.rounds.poke()
 
 
-def register(registry: kopf.OperatorRegistry, watcher: Watcher) -> None:
-    """Attach the kopf watch handlers to ``registry`` (pods and jobs: ``watch_lean``)."""
-
-    @kopf.on.event(crd.GROUP, crd.VERSION, crd.POOL_PLURAL, registry=registry)
-    async def pool_event(event: Mapping[str, Any], **_: Any) -> None:
-        watcher.apply("pool", event)
-
-    @kopf.on.event("", "v1", "nodes", registry=registry)
-    async def node_event(event: Mapping[str, Any], **_: Any) -> None:
-        watcher.apply("node", event)
-
-    @kopf.on.event(crd.GROUP, crd.VERSION, governance.TENANT_PLURAL, registry=registry)
-    async def tenant_event(event: Mapping[str, Any], **_: Any) -> None:
-        watcher.apply("tenant", event)
-
-    _ = (pool_event, node_event, tenant_event)
-
-
-# The kinds watched outside kopf (module docstring), by their collection path.
-LEAN_KINDS = {
-    "pod": "/api/v1/pods",
+# Every kind the operator follows, by its collection path: one CollectionWatch each. A new kind
+# is one line here, its case in ``Watcher.apply`` (and ``Store``), and its start-up listing in
+# ``kinds_paths``.
+WATCHED = {
     "job": f"/apis/{crd.GROUP}/{crd.VERSION}/{crd.JOB_PLURAL}",
+    "pool": f"/apis/{crd.GROUP}/{crd.VERSION}/{crd.POOL_PLURAL}",
+    "node": "/api/v1/nodes",
+    "pod": "/api/v1/pods",
+    "tenant": f"/apis/{crd.GROUP}/{crd.VERSION}/{governance.TENANT_PLURAL}",
 }
 
 
-def watch_lean(
+def watch_all(
     api_client: Any, watcher: Watcher, stop: threading.Event
 ) -> list[watch.CollectionWatch]:
-    """Start a LIST-then-WATCH thread per ``LEAN_KINDS`` kind; their batches run on the calling
+    """Start a LIST-then-WATCH thread per ``WATCHED`` kind; their batches run on the calling
     event loop (``Watcher.apply_listed``) until ``stop`` is set. ``api_client``: one of their own
     (a WATCH holds a connection for minutes)."""
     event_loop = asyncio.get_running_loop()
     started = []
-    for kind, path in LEAN_KINDS.items():
+    for kind, path in WATCHED.items():
 
         def deliver(events: list[Mapping[str, Any]], listing: bool, kind: str = kind) -> None:
             if stop.is_set():
@@ -302,11 +300,7 @@ def watch_lean(
 
 
 def kinds_paths() -> dict[str, tuple[str, str]]:
-    """Collection path and label selector of each watched kind (for the start-up LIST)."""
-    return {
-        "job": (f"/apis/{crd.GROUP}/{crd.VERSION}/{crd.JOB_PLURAL}", ""),
-        "pool": (f"/apis/{crd.GROUP}/{crd.VERSION}/{crd.POOL_PLURAL}", ""),
-        "node": ("/api/v1/nodes", ""),
-        "pod": ("/api/v1/pods", crd.LABEL_JOB),
-        "tenant": (f"/apis/{crd.GROUP}/{crd.VERSION}/{governance.TENANT_PLURAL}", ""),
-    }
+    """Collection path and label selector of each watched kind (for the start-up LIST: only
+    Walras's own pods need to arrive before the first round)."""
+    selectors = {"pod": crd.LABEL_JOB}
+    return {kind: (path, selectors.get(kind, "")) for kind, path in WATCHED.items()}

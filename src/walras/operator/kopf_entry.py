@@ -1,7 +1,9 @@
 """``kopf run -m walras.operator.kopf_entry``: the operator under kopf's own command line.
 
-Same watchers, round loop and writes as ``walras operator`` (``walras.operator.main``); kopf's
-CLI owns the event loop, logging, signals and its liveness endpoint (``--liveness``). Settings
+Same watches, round loop and writes as ``walras operator`` (``walras.operator.main``): kopf
+watches nothing here either (``walras.operator.handlers.watch_all`` does), its CLI owns the event
+loop, logging, signals and its liveness endpoint (``--liveness``), and its startup and cleanup
+handlers start and stop Walras's parts. Settings
 come from the ``WALRAS_*`` environment variables of the ``walras operator`` flags (e.g.
 ``WALRAS_POLICY``, ``WALRAS_ROUND_SECONDS``, ``WALRAS_KUBECONFIG``, ``WALRAS_LEADER_ELECT``); the
 health/metrics HTTP server of ``walras operator`` is not started here. Run it with
@@ -18,8 +20,7 @@ from typing import Any
 
 import kopf
 
-from walras.core import snapshot
-from walras.operator import cache, handlers, kopf_storage, loop, main
+from walras.operator import handlers, main
 
 
 def options_from_env() -> main.Options:
@@ -47,27 +48,8 @@ def options_from_env() -> main.Options:
     return main.Options(**values)  # type: ignore[arg-type]  # each value has its field's type
 
 
-class _Deferred:
-    """Stands in for the round loop until the startup handler has built it."""
-
-    def __init__(self) -> None:
-        self.target: loop.RoundLoop | None = None
-
-    def poke(self) -> None:
-        if self.target is not None:
-            self.target.poke()
-
-    def poke_binds(self) -> None:
-        if self.target is not None:
-            self.target.poke_binds()
-
-
-STORE = snapshot.Store()
-_ROUNDS = _Deferred()
-_WATCHER = handlers.Watcher(cache.ClusterCache(STORE), _ROUNDS)
-handlers.register(kopf.get_default_registry(), _WATCHER)
 _STOP = asyncio.Event()
-_LEAN_STOP = threading.Event()
+_WATCH_STOP = threading.Event()
 _TASKS: list[asyncio.Task[Any]] = []
 _CLIENT: list[Any] = []
 
@@ -80,23 +62,18 @@ def login(**_: Any) -> Any:
 
 @kopf.on.startup()
 async def start_rounds(settings: kopf.OperatorSettings, **_: Any) -> None:
-    """Build the round loop (and leader election) before kopf starts watching."""
+    """Build the round loop (and leader election) and start the watches."""
+    # kopf posts no Events (the operator posts its own) and scans nothing: it watches no kind.
     settings.posting.enabled = False
     settings.scanning.disabled = True
-    kopf_storage.configure(settings)
     op = main.build(options_from_env())
     _CLIENT.append(op.client)
     if op.elector is not None:
         _TASKS.append(asyncio.create_task(op.elector.run(_STOP)))
     rounds = op.rounds
-    # The handlers fill the cache the round loop plans on (kopf starts watching after startup);
-    # the facts they recorded before the round loop existed carry over.
-    rounds.cache.facts = _WATCHER.cluster.facts
-    _WATCHER.cluster = rounds.cache
     readiness = await op.readiness()
-    _WATCHER.readiness = readiness
-    _ROUNDS.target = rounds
-    handlers.watch_lean(main.watch_client(op.options.kubeconfig), _WATCHER, _LEAN_STOP)
+    watcher = handlers.Watcher(rounds.cache, rounds, readiness)
+    handlers.watch_all(main.watch_client(op.options.kubeconfig), watcher, _WATCH_STOP)
 
     async def run() -> None:
         await asyncio.to_thread(rounds.policy.warm_up)
@@ -109,7 +86,7 @@ async def start_rounds(settings: kopf.OperatorSettings, **_: Any) -> None:
 @kopf.on.cleanup()
 async def stop_rounds(**_: Any) -> None:
     _STOP.set()
-    _LEAN_STOP.set()
+    _WATCH_STOP.set()
     for task in _TASKS:
         try:
             await asyncio.wait_for(task, timeout=10)

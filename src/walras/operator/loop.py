@@ -10,7 +10,9 @@ when queued binds retry between rounds. One round is these steps (:meth:`RoundLo
    (``walras.operator.throughputs``) and the capacity statements of work reserve
    (``walras.operator.sow``). The result is the one immutable snapshot the core sees.
 2. **Plan.** ``walras.core.cycle.plan`` in a worker thread: solve, realise, account.
-3. **Act.** The gang binder (``walras.operator.binder``) deletes, creates and binds whole gangs.
+3. **Act.** The gang binder (``walras.operator.binder``) deletes, creates and binds whole gangs;
+   then the advance notice (``walras.operator.notices``): the pods of gangs the forecast of the
+   next full round (``walras.core.notice``) stops carry ``walras.dev/stop-at``.
 4. **Statuses.** The status writer (``walras.operator.status_writer``) patches what changed and
    posts new Events.
 5. **Histories.** Persist the schedule histories whose running state changed
@@ -33,7 +35,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from walras.core import admission, cycle, policies, snapshot
+from walras.core import admission, cycle, model, notice, policies, snapshot
 from walras.kube import writes as kubeapi
 from walras.operator import (
     binder,
@@ -41,6 +43,7 @@ from walras.operator import (
     gang_repair,
     health,
     history_sync,
+    notices,
     round_report,
     sow,
     status_writer,
@@ -106,14 +109,17 @@ class RoundLoop:
         self.config = config
         self.is_leader = is_leader
         self.policy = build_policy(config, distributed_reader)
-        self.cache = cache.ClusterCache(store)
+        self.cache = cache.ClusterCache(store, clock=config.clock)
         self.store = self.cache.store
         self.rules = admission.Admission(config.clock)
-        self.throughputs = throughputs.Throughputs.configured(config.progress, config.round_seconds)
+        self.throughputs = throughputs.Throughputs.configured(
+            config.progress, config.round_seconds, restarts=self.cache.restarts
+        )
         self.binder = binder.GangBinder(
             api, self.cache, self.rules, is_leader, bind_at_create=config.bind_at_create
         )
         self.statuses = status_writer.StatusWriter(api, self.cache, self.rules, self.throughputs)
+        self.notices = notices.NoticeWriter(api, self.cache)
         self.histories = history_sync.HistorySync(api, config.history_namespace, is_leader)
         self.triggers = triggers.Triggers(config.round_seconds, config.debounce)
         self.sow = sow.SowRunner(api, config.round_seconds, self.poke)
@@ -209,6 +215,7 @@ class RoundLoop:
         report = scratch.report
         # 1. Snapshot: the one the core sees, immutable from here on.
         snap = await self._snapshot(scratch)
+        costs = self._restart_costs(snap, scratch.now)
         # 2. Plan: solve, realise and account, off the event loop.
         planned = await asyncio.to_thread(
             cycle.plan,
@@ -219,11 +226,14 @@ class RoundLoop:
             round_no=scratch.round_no,
             incremental=scratch.incremental,
             options=self.config.cycle_options,
+            restart_costs=costs,
         )
         self._report_plan(planned, report, t0)
         # 3. Act: deletes, whole-gang creates and binds.
         t3 = time.perf_counter()
         await self.binder.act(planned.realisation, scratch)
+        # 3b. The advance notice on the pods of gangs the next full round stops.
+        await self._notify(planned, scratch, costs)
         # 4. Statuses and Events (a refresh round rewrites them all, once).
         t4 = time.perf_counter()
         self._refresh_all = False
@@ -244,6 +254,42 @@ class RoundLoop:
         snap = self.throughputs.prepare(admitted.snapshot, now)
         self.throughputs.observe_metrics()
         return await self.sow.round(snap, now, refresh=scratch.refresh)
+
+    async def _notify(
+        self, planned: cycle.CyclePlan, scratch: RoundScratch, costs: dict[model.JobKey, float]
+    ) -> None:
+        """Forecast the next full round (``walras.core.notice``) and annotate what it stops."""
+        # The next full round: a period after a full round; what is left of it after an
+        # incremental one (which never stops a running gang).
+        until = self.triggers.seconds_to_full() if scratch.incremental else None
+        round_s = self.config.round_seconds if until is None else until
+        if not round_s > 0:
+            return  # the full round is due now: it decides, no time to announce anything
+        t0 = time.perf_counter()
+        stops = await asyncio.to_thread(
+            notice.next_stops,
+            planned,
+            round_s=round_s,
+            options=self.config.cycle_options,
+            restart_costs=costs,
+        )
+        scratch.report.notices = await self.notices.write(planned, stops, scratch)
+        scratch.report.notice_s = time.perf_counter() - t0
+
+    def _restart_costs(self, snap: snapshot.Snapshot, now: float) -> dict[model.JobKey, float]:
+        """Each job's measured restart cost (``walras.core.restarts``), for the realiser.
+
+        The pod watch feeds the tracker as readings change; this pass at the round's clock also
+        takes the pods it could not attribute then (delivered before their job) and drops the
+        jobs that are gone. Forked jobs are not measured: their copies count from zero.
+        """
+        tracker = self.cache.restarts
+        tracker.forget(j.uid for j in snap.jobs)
+        pods = snap.pods_by_job()
+        measured = [j for j in snap.active_jobs if not j.forkable]
+        for job in measured:
+            self.cache.observe_job(job, pods.get(job.key, ()), now)
+        return tracker.costs(measured)
 
     def _report_plan(self, planned: cycle.CyclePlan, report: RoundReport, t0: float) -> None:
         sol = planned.solution

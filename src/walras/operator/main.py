@@ -1,14 +1,13 @@
-"""Start the operator: kopf watchers, the pod watch, the round loop, leader election, health and
-metrics.
+"""Start the operator: the watches, the round loop, leader election, health and metrics.
 
-Called by ``walras operator`` (``walras.cli.operator_cmd``). kopf runs programmatically and
-standalone (no peering: one active controller is chosen by the Lease of
+Called by ``walras operator`` (``walras.cli.operator_cmd``). Every kind is watched by one
+LIST-then-WATCH thread (``walras.operator.handlers.watch_all``); kopf runs nothing here (it
+configures the log format, and runs the operator under its own CLI in
+``walras.operator.kopf_entry``). One active controller is chosen by the Lease of
 ``walras.operator.leader.LeaderElector``, and the round loop writes only while it leads; with
-``leader_elect=False`` it always writes). kopf's own posting of events and resource scanning are
-off: the operator posts its own deduplicated Events, and the CRDs are installed before it starts.
-Pods and FungibleJobs are watched outside kopf (``walras.operator.handlers.watch_lean``).
+``leader_elect=False`` it always writes. The operator posts its own deduplicated Events.
 
-Shutdown: SIGTERM/SIGINT stop kopf, which stops the round loop and releases the Lease.
+Shutdown: SIGTERM/SIGINT stop the round loop and the watches, and release the Lease.
 """
 
 from __future__ import annotations
@@ -17,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import signal
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +27,7 @@ from walras.core import cycle, policies, snapshot
 from walras.kube import client as kubeclient
 from walras.kube import nodeallocations
 from walras.kube import writes as kubeapi
-from walras.operator import handlers, kopf_storage, loop, throughputs
+from walras.operator import handlers, loop, throughputs
 
 logger = logging.getLogger("walras.operator")
 
@@ -56,6 +56,9 @@ class Options:
     stale_after: float = 30.0
     debounce: float = 0.3
     restart_seconds: float = 10.0  # the CLI default: the realiser prices a restart (core.switching)
+    # A gang placed afresh runs at least this long before it is stopped or moved (the CLI
+    # default: with 10 s restarts a restart costs at most a sixth of a gang's shortest run).
+    min_run_seconds: float = 60.0
     # One-pod gangs that fit their node now are created with spec.nodeName (no pods/binding).
     bind_at_create: bool = True
     hold_seconds: float = 0.0
@@ -100,9 +103,9 @@ def api_client(kubeconfig: str | None) -> Any:
 
 
 def watch_client(kubeconfig: str | None) -> Any:
-    """A client for the lean watches (``handlers.watch_lean``): a WATCH holds its connection for
+    """A client for the watches (``handlers.watch_all``): a WATCH holds its connection for
     minutes, kept out of the writes' pool."""
-    return kubeclient.api_client(kubeconfig, pool_size=len(handlers.LEAN_KINDS) + 1)
+    return kubeclient.api_client(kubeconfig, pool_size=len(handlers.WATCHED) + 1)
 
 
 def connection_info(api_client: Any) -> kopf.ConnectionInfo:
@@ -132,14 +135,12 @@ def connection_info(api_client: Any) -> kopf.ConnectionInfo:
     )
 
 
-def kopf_settings() -> kopf.OperatorSettings:
-    settings = kopf.OperatorSettings()
-    settings.posting.enabled = False
-    settings.scanning.disabled = True
-    settings.watching.server_timeout = 300
-    settings.watching.client_timeout = 330
-    kopf_storage.configure(settings)
-    return settings
+def stop_on_signals(flag: asyncio.Event) -> None:
+    """SIGTERM and SIGINT set ``flag`` (only the main thread may handle signals)."""
+    event_loop = asyncio.get_running_loop()
+    for number in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            event_loop.add_signal_handler(number, flag.set)
 
 
 async def _serve(options: Options, ready: Any) -> list[Any]:
@@ -226,6 +227,7 @@ def build(options: Options) -> Operator:
                 hold_s=options.hold_seconds,
                 history_half_life_s=options.history_half_life,
                 backfill=options.backfill,
+                min_run_s=options.min_run_seconds,
             ),
             history_namespace=options.history_namespace,
             bind_at_create=options.bind_at_create,
@@ -245,7 +247,7 @@ def build(options: Options) -> Operator:
 
 
 async def run(options: Options) -> None:
-    """Run until SIGTERM/SIGINT (or kopf stops)."""
+    """Run until SIGTERM/SIGINT (or the round loop stops)."""
     op = build(options)
     client, api, store, rounds, elector = op.client, op.api, op.store, op.rounds, op.elector
     is_leader = op.is_leader
@@ -262,30 +264,16 @@ async def run(options: Options) -> None:
         warm.cancel()
         api.close()
         raise SystemExit(1) from None
-    registry = kopf.OperatorRegistry()
     watcher = handlers.Watcher(rounds.cache, rounds, readiness)
-    handlers.register(registry, watcher)
-    lean_stop = threading.Event()
-    handlers.watch_lean(watch_client(options.kubeconfig), watcher, lean_stop)
-
-    @kopf.on.login(registry=registry)
-    def login(**_: Any) -> Any:
-        return connection_info(client)
+    watch_stop = threading.Event()
+    handlers.watch_all(watch_client(options.kubeconfig), watcher, watch_stop)
 
     stop = asyncio.Event()
     servers = await _serve(options, lambda: readiness.ready() and is_leader())
-    kopf_stop: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-    kopf_task = asyncio.create_task(
-        kopf.operator(
-            registry=registry,
-            settings=kopf_settings(),
-            standalone=True,
-            clusterwide=True,
-            stop_flag=kopf_stop,
-        ),
-        name="kopf",
-    )
-    tasks = [kopf_task]
+    signalled = asyncio.Event()
+    stop_on_signals(signalled)
+    signal_task = asyncio.create_task(signalled.wait(), name="signals")
+    tasks: list[asyncio.Task[Any]] = [signal_task]
     if elector is not None:
         tasks.append(asyncio.create_task(elector.run(stop), name="leader"))
 
@@ -306,15 +294,14 @@ async def run(options: Options) -> None:
     round_task = asyncio.create_task(rounds_when_ready(), name="rounds")
     tasks.append(round_task)
     try:
-        done, _ = await asyncio.wait({kopf_task, round_task}, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait({signal_task, round_task}, return_when=asyncio.FIRST_COMPLETED)
         for task in done:
             if task.exception() is not None:
                 logger.error("%s stopped: %r", task.get_name(), task.exception())
     finally:
         stop.set()
-        lean_stop.set()
-        if not kopf_stop.done():
-            kopf_stop.set_result(None)
+        watch_stop.set()
+        signalled.set()
         for task in tasks:
             with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
                 await asyncio.wait_for(task, timeout=10)

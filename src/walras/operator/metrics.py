@@ -77,3 +77,17 @@ JOB_THROUGHPUT = Gauge(
     ["namespace", "job", "gpu_type", "source"],
     registry=REGISTRY,
 )
+RESTART_SECONDS = Histogram(
+    "walras_restart_seconds",
+    "Measured restart cost of a gang start, per tenant: from its pods' creation to the first "
+    "progress report above the step count it restored (walras.core.restarts).",
+    ["tenant"],
+    registry=REGISTRY,
+    buckets=(1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0),
+)
+STEPS_LOST = Counter(
+    "walras_steps_lost",
+    "Reported steps a restore fell back from (work since the last checkpoint), per tenant.",
+    ["tenant"],
+    registry=REGISTRY,
+)

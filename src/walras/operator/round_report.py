@@ -28,11 +28,14 @@ class RoundReport:
     creates_s: float = 0.0
     binds_s: float = 0.0
     status_s: float = 0.0
+    notice_s: float = 0.0  # the advance notice: the forecast (a second realise) and its patches
     creates: int = 0
     binds: int = 0
     bound_at_create: int = 0  # created with spec.nodeName: their gang fitted at creation
     deletes: int = 0
-    status_patches: int = 0
+    status_patches: int = 0  # job and pool statuses
+    job_status_patches: int = 0  # of which FungibleJob statuses (at most one per job per round)
+    notices: int = 0  # pods whose advance notice (walras.dev/stop-at) was set or removed
     history_writes: int = 0  # ConfigMap shards of the schedule history (history_store)
     events: int = 0
     errors: int = 0

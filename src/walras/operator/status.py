@@ -12,6 +12,7 @@ from typing import Any
 
 from walras.core import conditions as cond
 from walras.core import crd, model, policies, realise, snapshot
+from walras.operator import visible
 
 CORE_KEYS = (
     "phase",
@@ -55,11 +56,13 @@ def solved_job_status(
     allocation = [
         {
             "gpuType": t,
-            "fraction": round(s, 3),
+            # Shares to two decimals, as every message shows them ("share of v100 is 0.52"):
+            # a move in the third would rewrite statuses for nothing a user reads.
+            "fraction": round(s, 2),
             "nodes": sorted(set(jr.nodes)) if jr.gpu_type == t else [],
         }
         for t, s in sorted(share.items())
-        if s > 1e-3 or jr.gpu_type == t
+        if round(s, 2) > 0 or jr.gpu_type == t
     ]
     gpp = int(sol.gpus_per_pod[row])
     resource = view.node_pool[0].resource_name if view.nodes else crd.DEFAULT_RESOURCE_NAME
@@ -161,8 +164,9 @@ def solved_job_status(
         "allocation": allocation,
         "expectedThroughput": cond.num(float(sol.expected_throughput[row])),
         "price": cond.num(sol.prices.get(jr.gpu_type or main_type, 0.0)),
-        "cost": cond.num(cost),
-        "fairShare": round(fair, 3),
+        # Two significant digits: the shares it is made of are shown to two decimals.
+        "cost": float(f"{cost:.2g}"),
+        "fairShare": round(fair, 2),
         "conditions": conds,
         "runningGroup": jr.group,
     }
@@ -212,12 +216,25 @@ def finished_status(job: model.JobSpec, phase: str, reason: str, message: str) -
 
 
 def changed(core: Mapping[str, Any], old: Mapping[str, Any]) -> bool:
-    """Whether patching ``core`` over ``old`` would change anything a user sees."""
+    """Whether patching ``core`` over ``old`` would change anything a user sees, at the
+    precision each value is shown (``walras.operator.visible``: a move within one unit of a
+    value's last shown digit is not a change; conditions' transition times are derived)."""
+
+    def bare(conditions: Any) -> list[dict[str, Any]]:
+        return [
+            {k: v for k, v in c.items() if k != "lastTransitionTime"}
+            for c in conditions or []
+            if isinstance(c, Mapping)
+        ]
+
     for key, value in core.items():
+        prev = old.get(key)
         if key == "conditions":
-            if not cond.same_conditions(value, old.get("conditions") or []):
+            if not visible.same(bare(value), bare(prev)):
                 return True
-        elif old.get(key) != value and not (old.get(key) in (None, "") and value in ("", None)):
+        elif prev in (None, "") and value in ("", None):
+            continue
+        elif not visible.same(value, prev, key):
             return True
     return False
 

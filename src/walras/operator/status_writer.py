@@ -2,12 +2,14 @@
 
 Rules:
 
-- **Patch only what a user sees change.** A job's status is merge-patched when its phase,
-  conditions or other user-facing fields changed (``walras.operator.status.changed``), when its
-  failure count changed, when it finished, or in a refresh round (the first after start-up or
-  Lease take-over), which rewrites every status once so each carries the new leader's round
-  number. The schedule history rides along only on a patch made anyway: its own store is the
-  ConfigMaps (``walras.operator.history_sync``).
+- **Patch only what a user sees change, at most once per round.** A job's status is
+  merge-patched when its phase, conditions or other user-facing fields changed at the precision
+  they are shown (``walras.operator.status.changed``, ``walras.operator.visible``: a price or
+  share moving within its last shown digit is not a change), when its failure count changed,
+  when it finished, or in a refresh round (the first after start-up or Lease take-over), which
+  rewrites every status once so each carries the new leader's round number. The schedule
+  history rides along only on a patch made anyway: its own store is the ConfigMaps
+  (``walras.operator.history_sync``).
 - **What each job is told.** A job held out this round (its gang could not be created or bound)
   gets ``Admitted=False`` with the API server's message; a solved job its allocation; a job the
   policy rejected, or a defect of its spec, the field and reason; a finished job its final phase
@@ -16,6 +18,8 @@ Rules:
   the last one this process posted for it, so a condition that persists over rounds is said once.
 - Pool statuses (allocation and utilisation per ``ResourcePool``) follow the same change rule,
   and ``walras_pending_jobs{reason}`` counts the pending jobs by reason.
+- Each Tenant's ``QuotasValid`` condition says whether its parent and guarantees were accepted
+  (``walras.core.tenant_tree``), naming the refused field; written when it changes.
 """
 
 from __future__ import annotations
@@ -24,13 +28,24 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from walras.core import admission, crd, cycle, field_notices, history, lost_nodes, model
+from walras.core import (
+    admission,
+    crd,
+    cycle,
+    field_notices,
+    governance,
+    history,
+    lost_nodes,
+    model,
+)
 from walras.core import conditions as cond
 from walras.kube import writes as kubeapi
 from walras.operator import cache, metrics, status, throughputs
 from walras.operator.round_scratch import RoundScratch
 
 Job = model.JobSpec | model.JobDefect
+
+TENANT_QUOTAS_VALID = "QuotasValid"
 
 
 @dataclass(slots=True)
@@ -42,6 +57,7 @@ class _Batch:
     histories: Mapping[model.JobKey, history.History]
     patches: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
     pools: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    tenants: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     events: list[tuple[Job, str, str, str, str]] = field(default_factory=list)
     pending: dict[str, int] = field(default_factory=dict)
 
@@ -67,12 +83,14 @@ class StatusWriter:
         self.rules = rules
         self.progress = progress
         self.events_posted: dict[str, tuple[str, str]] = {}
+        self.tenants_told: dict[str, tuple[str, str, str]] = {}  # Tenant -> its condition
         self.lost_nodes = lost_nodes.LostNodes()  # jobs whose pods ran on a node that is gone
 
     async def write(self, planned: cycle.CyclePlan, scratch: RoundScratch) -> None:
         batch = _Batch(model.format_time(planned.now), scratch, planned.histories)
         self._jobs(planned, batch)
         self._pools(planned, batch)
+        self._tenants(planned, batch)
         await self._send(batch)
 
     def _add(self, batch: _Batch, job: Job, core: dict[str, Any], force: bool) -> None:
@@ -191,6 +209,35 @@ class StatusWriter:
                 batch.pools.append((pool.name, full))
             metrics.ALLOCATED_SHARE.labels(pool=pool.name).set(core["utilisation"])
 
+    def _tenants(self, planned: cycle.CyclePlan, batch: _Batch) -> None:
+        """Each Tenant's ``QuotasValid`` condition: False naming the field when its parent or
+        guarantees are refused (it runs as a flat tenant without quotas), else True. Written when it
+        changes (this process remembers what it wrote) and in a refresh round."""
+        problems = planned.snapshot.tenant_problems
+        for name in planned.snapshot.tenants:
+            problem = problems.get(name)
+            if problem is None:
+                condition = {
+                    "type": TENANT_QUOTAS_VALID,
+                    "status": "True",
+                    "reason": "Valid",
+                    "message": "parent and quotas accepted",
+                }
+            else:
+                condition = {
+                    "type": TENANT_QUOTAS_VALID,
+                    "status": "False",
+                    "reason": problem.reason,
+                    "message": f"{problem.field}: {problem.message}; runs as a flat tenant "
+                    "without quotas",
+                }
+            said = (condition["status"], condition["reason"], condition["message"])
+            if not batch.scratch.refresh and self.tenants_told.get(name) == said:
+                continue
+            self.tenants_told[name] = said
+            stamp = {**condition, "lastTransitionTime": batch.stamp}
+            batch.tenants.append((name, {"conditions": [stamp]}))
+
     async def _send(self, batch: _Batch) -> None:
         new_events = []
         for obj, uid, etype, reason, message in batch.events:
@@ -199,10 +246,22 @@ class StatusWriter:
                 continue
             self.events_posted[ref] = (reason, message)
             new_events.append((obj, uid, etype, reason, message))
+        # At most one patch per job per round: what a job was told later in the round (its
+        # issue, its completion) goes on top of what it was told before.
+        patches: dict[tuple[str, str], dict[str, Any]] = {}
+        for ns, name, body in batch.patches:
+            patches[(ns, name)] = {**patches.get((ns, name), {}), **body}
         results = await kubeapi.gather_limited(
             [
-                *(self.api.patch_job_status(ns, name, body) for ns, name, body in batch.patches),
+                *(
+                    self.api.patch_job_status(ns, name, body)
+                    for (ns, name), body in patches.items()
+                ),
                 *(self.api.patch_pool_status(name, body) for name, body in batch.pools),
+                *(
+                    self.api.patch_status(governance.TENANT_PLURAL, name, body)
+                    for name, body in batch.tenants
+                ),
                 *(
                     self.api.post_event(
                         obj,
@@ -217,7 +276,8 @@ class StatusWriter:
             ]
         )
         report = batch.scratch.report
-        report.status_patches = len(batch.patches) + len(batch.pools)
+        report.status_patches = len(patches) + len(batch.pools)
+        report.job_status_patches = len(patches)
         report.events = len(new_events)
         report.errors += sum(r.outcome == kubeapi.Outcome.ERROR for r in results)
         metrics.PENDING_JOBS.clear()

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from walras.core import conditions as cond
-from walras.core import crd, estimation, model, profiling, progress, snapshot
+from walras.core import crd, estimation, model, profiling, progress, restarts, snapshot
 from walras.operator import metrics, status
 
 MISMATCH: str = "ThroughputMismatch"
@@ -79,8 +79,12 @@ class Throughputs:
         factor: float = progress.ABSURD_FACTOR,
         mismatch_factor: float = progress.MISMATCH_FACTOR,
         profiler: profiling.Profiler | None = None,
+        restarts: restarts.Tracker | None = None,
     ) -> None:
         self.tracker = progress.Tracker(factor)
+        # Measured restart costs and steps lost (owned by the cluster cache, which the pod watch
+        # feeds): shown in ``status.progress`` beside the steps.
+        self.restarts = restarts
         # Off unless configured (walras operator configures it: Throughputs.configured).
         self.profiler = profiler if profiler is not None else profiling.Profiler(-1.0)
         self.profiles: dict[model.JobKey, tuple[profiling.Plan, bool]] = {}
@@ -96,10 +100,17 @@ class Throughputs:
         self.written: dict[model.JobKey, dict[str, Any]] = {}
 
     @classmethod
-    def configured(cls, settings: Settings, round_seconds: float) -> Throughputs:
+    def configured(
+        cls,
+        settings: Settings,
+        round_seconds: float,
+        *,
+        restarts: restarts.Tracker | None = None,
+    ) -> Throughputs:
         """From the operator's flags (``round_seconds``: the length of a round)."""
         seconds = settings.profiling_seconds
         return cls(
+            restarts=restarts,
             min_samples=settings.min_samples,
             factor=settings.absurd_factor,
             mismatch_factor=settings.mismatch_factor,
@@ -251,6 +262,8 @@ class Throughputs:
         expected = core.get("expectedThroughput")
         out: dict[str, Any] = {}
         fields = self.tracker.status_fields(job.uid)
+        if self.restarts is not None:
+            fields = {**fields, **self.restarts.status_fields(job.uid)}
         if fields:
             old = self.original.get(job.key, job.status).get("progress")
             old_copies = old.get("copies") if isinstance(old, Mapping) else None

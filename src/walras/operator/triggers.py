@@ -86,6 +86,12 @@ class Triggers:
         self._poked = False
         return Round.FULL if full else Round.INCREMENTAL
 
+    def seconds_to_full(self) -> float | None:
+        """Seconds until the next full round is due (None before :meth:`start`)."""
+        if not self._next_full:
+            return None
+        return self._next_full - asyncio.get_running_loop().time()
+
     def ran(self, kind: Round) -> None:
         """A round of ``kind`` finished: a full one schedules the next."""
         if kind is Round.FULL:

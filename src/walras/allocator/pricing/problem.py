@@ -93,6 +93,7 @@ class PricingProblem:
     weight: Any = None
     target: Any = None
     alpha: Any = 2.0
+    gang_capacity: Any = None
     kind_codes: Any = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -135,6 +136,15 @@ class PricingProblem:
                     f"demand must have shape ({n},) or ({n}, {m}), got {d.shape}", field="demand"
                 )
         object.__setattr__(self, "demand", d)
+        if self.gang_capacity is None:
+            gang = R
+        else:
+            gang = _readonly(self.gang_capacity)
+            if gang.shape != (m,):
+                raise InvalidProblem(
+                    f"gang_capacity must have shape ({m},), got {gang.shape}", field="gang_capacity"
+                )
+        object.__setattr__(self, "gang_capacity", gang)
 
         codes = _kind_codes(self.kind, n)
         codes.setflags(write=False)
@@ -203,6 +213,7 @@ class PricingProblem:
             weight=self.weight[idx],
             target=self.target[idx],
             alpha=self.alpha[idx],
+            gang_capacity=self.gang_capacity if capacity is None else None,
         )
 
 
@@ -238,15 +249,17 @@ def fits_everywhere(problem: PricingProblem) -> bool:
     """Every job's demand fits every type's capacity (the common case: no masking needed)."""
     D = np.asarray(problem.demand)
     dmax = D.max(axis=0) if D.ndim == 2 else np.full(problem.m, D.max())
-    return bool((dmax <= np.asarray(problem.capacity)).all())
+    return bool((dmax <= np.asarray(problem.gang_capacity)).all())
 
 
 def usable(problem: PricingProblem, *, strict: bool) -> npt.NDArray[np.bool_]:
-    """(n, m) mask of types each job may use: throughput > 0 and (unless strict) d_ij ≤ R_j."""
+    """(n, m) mask of types each job may use: throughput > 0 and (unless strict) d_ij ≤ R_j
+    (``gang_capacity`` where given: the GPUs a gang may span when a column is a share of a
+    larger pool, ``walras.allocator.quotas``)."""
     A = np.asarray(problem.throughput)
     ok = A > 0
     if not strict:
-        ok &= problem.demand_matrix() <= np.asarray(problem.capacity)[None, :]
+        ok &= problem.demand_matrix() <= np.asarray(problem.gang_capacity)[None, :]
     return ok
 
 
@@ -277,7 +290,7 @@ def screen_jobs(problem: PricingProblem) -> tuple[JobIssue, ...]:
     usable type (its utility would be −∞).
     """
     A = np.asarray(problem.throughput)
-    R = np.asarray(problem.capacity)
+    R = np.asarray(problem.gang_capacity)
     D = np.asarray(problem.demand)
     D2 = D[:, None] if D.ndim == 1 else D
     n = problem.n
@@ -382,12 +395,12 @@ def check_jobs(problem: PricingProblem, *, strict: bool) -> None:
         )
     if strict and not fits_everywhere(problem):
         A = np.asarray(problem.throughput)
-        over = (problem.demand_matrix() > np.asarray(problem.capacity)[None, :]) & (A > 0)
+        over = (problem.demand_matrix() > np.asarray(problem.gang_capacity)[None, :]) & (A > 0)
         if over.any():
             i, j = (int(v) for v in np.argwhere(over)[0])
             raise InvalidProblem(
                 f"job {i}: demand {problem.demand_matrix()[i, j]:g} exceeds the capacity "
-                f"{problem.capacity[j]:g} of type {j} (pass strict=False to mask that type)",
+                f"{problem.gang_capacity[j]:g} of type {j} (pass strict=False to mask that type)",
                 field="demand",
                 index=i,
             )

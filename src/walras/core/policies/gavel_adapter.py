@@ -17,20 +17,32 @@ Inputs with Gavel's meaning, from the snapshot:
 - ``num_steps_remaining[j]`` = ``totalWork − work done`` (``snapshot.remaining_work``); policies
   that need it give jobs without ``totalWork`` a ``TotalWorkRequired`` issue;
 - ``times_since_start[j]`` = snapshot time − the job's arrival.
+
+Tenant quotas: when a tenant present has one, the policy runs over
+``walras.allocator.quotas``' columns (a carve-out per guarantee, a private column per binding
+maximum; the columns are named ``TYPE@TENANT-INDEX``), each pass on a copy of the policy's
+state. Gavel's objectives are not utility maximisation, so this is a heuristic for them: every
+maximum holds, and every guarantee its tenant's demand allows (``quotas.fill_private``), but the
+allocation is not proven the optimum of Gavel's objective with the quota rows.
 """
 
 from __future__ import annotations
 
+import copy
 import time
 from typing import Any
 
 import numpy as np
 
+from walras.allocator import quotas
 from walras.allocator.errors import InvalidProblem
-from walras.core import model, snapshot
+from walras.allocator.gavel.inputs import REFERENCE_TYPE
+from walras.core import governance, model, snapshot
 from walras.core.policies.args import PolicyArgs
 from walras.core.policies.base import (
+    FloatArray,
     Handle,
+    IntArray,
     JobIssue,
     PolicyUnavailableError,
     Solution,
@@ -85,6 +97,53 @@ class GavelBaseline:
         self._memo.put(key, sol)
         return sol
 
+    def _with_quotas(
+        self,
+        gavel: Any,
+        quota: quotas.Quotas,
+        thr: FloatArray,
+        fields: dict[str, Any],
+        view: snapshot.ClusterView,
+    ) -> FloatArray:
+        """Gavel's policy over :mod:`walras.allocator.quotas`' columns (module docstring).
+
+        Each pass runs on a copy of the policy object as it was before the round, so state kept
+        across rounds (FIFO's remembered types, finish-time fairness's isolated time) advances
+        once per round, by the pass whose allocation is kept.
+        """
+        types = view.gpu_types
+        before = self._gavel_policy()
+        last: list[Any] = []
+        demand = np.repeat(
+            np.asarray(fields["scale_factors"], dtype=np.float64)[:, None], len(types), 1
+        )
+
+        def over_columns(cols: quotas.Columns, live: IntArray) -> FloatArray:
+            names = tuple(
+                types[b] if t == quotas.SHARED else f"{types[b]}@{t}"
+                for b, t in zip(cols.base.tolist(), cols.tenant.tolist(), strict=True)
+            )
+            # The agnostic policies read the reference type's column for every type: its shared
+            # column (listed first), else a private one; none: the policy says so, as without.
+            reference = next(
+                (n for n in names if n.split("@")[0] == REFERENCE_TYPE), REFERENCE_TYPE
+            )
+            inputs = gavel.GavelInputs(
+                throughputs=cols.expand(thr)[live],
+                capacity=cols.capacity,
+                type_names=names,
+                reference_type=reference,
+                **{name: np.asarray(value)[live] for name, value in fields.items()},
+            )
+            policy = copy.deepcopy(before)
+            last.append(policy)
+            return np.asarray(policy.allocate(inputs), dtype=np.float64)
+
+        out = quotas.enforce(over_columns, quota, thr, demand, view.type_capacity.copy())
+        if last:
+            self._policy = last[-1]
+        return out.allocation
+
     def _job_id(self, job: model.JobSpec) -> int:
         if job.uid not in self._ids:
             self._ids[job.uid] = len(self._ids)
@@ -126,18 +185,22 @@ class GavelBaseline:
             return empty_solution(self.name, view, rows, issues, gpp)
         thr = usable_throughput(rows, masks, types)
         since = [snapshot.seconds_since_arrival(j, snap) for j in rows]
+        fields: dict[str, Any] = {
+            "scale_factors": np.array([j.replicas for j in rows], dtype=np.int64) * gpp,
+            "job_ids": np.array([self._job_id(j) for j in rows], dtype=np.int64),
+            "priority_weights": np.array([j.utility.weight for j in rows], dtype=np.float64),
+            "num_steps_remaining": np.array(remaining, dtype=np.float64),
+            "times_since_start": np.array(since, dtype=np.float64),
+        }
         try:
-            inputs = gavel.GavelInputs(
-                throughputs=thr,
-                scale_factors=np.array([j.replicas for j in rows], dtype=np.int64) * gpp,
-                capacity=view.type_capacity.copy(),
-                job_ids=np.array([self._job_id(j) for j in rows], dtype=np.int64),
-                priority_weights=np.array([j.utility.weight for j in rows], dtype=np.float64),
-                num_steps_remaining=np.array(remaining, dtype=np.float64),
-                times_since_start=np.array(since, dtype=np.float64),
-                type_names=types,
-            )
-            X = np.asarray(self._gavel_policy().allocate(inputs), dtype=np.float64)
+            quota = governance.quota_arrays(rows, types, snap.tenants)
+            if quota is None:
+                inputs = gavel.GavelInputs(
+                    throughputs=thr, capacity=view.type_capacity.copy(), type_names=types, **fields
+                )
+                X = np.asarray(self._gavel_policy().allocate(inputs), dtype=np.float64)
+            else:
+                X = self._with_quotas(gavel, quota, thr, fields, view)
         except InvalidProblem as exc:
             raise PolicyUnavailableError(f"policy {self.name}: {exc}") from exc
         # Time on a type where the job makes no progress is worth nothing to it; an LP may still

@@ -9,6 +9,20 @@ Weights are governed (``walras.core.governance.normalised_weights``): each job's
 ``utility.weight`` is clamped to its tenant's allowed range and normalised inside the tenant, so a
 tenant's jobs together weigh what the admin set, however many there are.
 
+**Quotas** (``Tenant.spec.quotas``, per GPU type: ``guaranteed`` ``G_tg``, ``maximum``
+``M_tg``) add, with ``h_tg = Σ_{i ∈ t} d_ig x_ig`` the GPUs tenant ``t`` holds,
+
+    h_tg ≤ M_tg,      Σ_t max(h_tg − c_tg, 0) ≤ R_g − Σ_t c_tg,      c_tg = min(G_tg, f_tg)
+
+(``f_tg``: what t's jobs able to use ``g`` ask for; an unused guarantee is lent). The solver
+runs unchanged over ``walras.allocator.quotas``' columns: a carve-out ``g@t`` of ``c_tg`` GPUs
+only t may buy, the shared ``g`` with the rest, and a private column of ``M_tg`` for a tenant
+whose maximum binds. Once guarantees bind, t pays its own price ``p_{g@t} ≤ p_g`` for its
+carve-out (a per-tenant discount, the multiplier of its guarantee row), and a tenant at its
+maximum pays ``p_{g@t} ≥ p_g`` (a per-tenant surcharge, the multiplier of its maximum). The
+prices shown are the market's (shared columns). Without any quota the problem is solved as
+before, in one solve.
+
 Jobs the allocator would reject are dropped with a :class:`JobIssue` (``pricing.screen_jobs``, or
 the solver's own ``InvalidProblem`` naming a row), and the rest are solved.
 """
@@ -21,7 +35,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 
+from walras.allocator import quotas
 from walras.allocator.errors import InvalidProblem
 from walras.core import governance, model, snapshot, weighting
 from walras.core.policies.args import PolicyArgs
@@ -191,13 +207,8 @@ class PriceDiscovery:
             warm = self._warm[1]
         while True:
             try:
-                result = pricing.solve(
-                    make(A, D, keep),
-                    eps=self.eps,
-                    max_iter=self.max_iter,
-                    backend=self.backend,
-                    warm_prices=warm,
-                    strict=False,
+                result, X, prices, iterations = self._priced(
+                    pricing, make, A, D, keep, rows, snap, view, warm
                 )
                 break
             except InvalidProblem as exc:
@@ -213,9 +224,8 @@ class PriceDiscovery:
             [max(j.gpus_per_pod(r) for r in resource_of_type) if m else 1 for j in solved],
             dtype=np.int64,
         )
-        prices = np.asarray(result.prices, dtype=np.float64)
         self._warm = (types, prices.copy())
-        X = np.clip(np.asarray(result.allocation, dtype=np.float64), 0.0, 1.0)
+        X = np.clip(X, 0.0, 1.0)
         sums = X.sum(axis=1)
         X = np.where(sums[:, None] > 1.0, X / np.maximum(sums, 1e-300)[:, None], X)
         Ak = A[keep]
@@ -235,11 +245,87 @@ class PriceDiscovery:
             tenant_tasks={},
             alternatives=alternatives,
             issues=tuple(issues),
-            iterations=int(result.iterations),
+            iterations=iterations,
             gap=float(result.gap),
             converged=bool(result.converged),
             timings=dict(result.timings),
         )
+
+    def _priced(
+        self,
+        pricing: Any,
+        make: Callable[[FloatArray, FloatArray, Sequence[int]], Any],
+        A: FloatArray,
+        D: FloatArray,
+        keep: Sequence[int],
+        rows: Sequence[model.JobSpec],
+        snap: snapshot.Snapshot,
+        view: snapshot.ClusterView,
+        warm: FloatArray | None,
+    ) -> tuple[Any, FloatArray, FloatArray, int]:
+        """One solve of the kept rows: ``(last result, X (n, m), prices per type, iterations)``.
+
+        With quotas, the solver runs over :mod:`walras.allocator.quotas`' columns (carve-outs
+        and barred pairs, module docstring there) until no pair changes; a type's market price
+        is its shared column's (the highest private one where all of it is private).
+        """
+        from walras.allocator.pricing.problem import usable
+
+        problem = make(A, D, keep)
+        types = view.gpu_types
+        quota = governance.quota_arrays([rows[i] for i in keep], types, snap.tenants)
+        options: dict[str, Any] = {
+            "eps": self.eps,
+            "max_iter": self.max_iter,
+            "backend": self.backend,
+            "strict": False,
+        }
+        if quota is None:
+            result = pricing.solve(problem, warm_prices=warm, **options)
+            X = np.asarray(result.allocation, dtype=np.float64)
+            return result, X, np.asarray(result.prices, dtype=np.float64), int(result.iterations)
+        last: list[Any] = []
+
+        n = len(keep)
+        job_kinds = problem.kinds()
+        per_job = {
+            name: np.broadcast_to(np.asarray(getattr(problem, name), dtype=np.float64), (n,))
+            for name in ("weight", "target", "alpha")
+        }
+
+        def over_columns(cols: quotas.Columns, live: npt.NDArray[np.int64]) -> FloatArray:
+            column_problem = pricing.PricingProblem(
+                throughput=cols.expand(np.asarray(problem.throughput))[live],
+                capacity=cols.capacity,
+                gang_capacity=cols.gang,
+                demand=cols.spread(problem.demand_matrix())[live],
+                kind=[job_kinds[i] for i in live],
+                **{name: values[live] for name, values in per_job.items()},
+            )
+            start = None if warm is None else warm[cols.base]
+            try:
+                last.append(pricing.solve(column_problem, warm_prices=start, **options))
+            except InvalidProblem as exc:
+                # Name the row of the kept jobs, as a solve without quotas would.
+                index = None if exc.index is None else int(live[exc.index])
+                raise InvalidProblem(str(exc), field=exc.field, index=index) from exc
+            return np.asarray(last[-1].allocation, dtype=np.float64)
+
+        out = quotas.enforce(
+            over_columns,
+            quota,
+            np.where(usable(problem, strict=False), problem.throughput, 0.0),
+            problem.demand_matrix(),
+            np.asarray(problem.capacity, dtype=np.float64),
+        )
+        column_prices = np.asarray(last[-1].prices, dtype=np.float64)
+        prices = np.zeros(len(types))
+        for g in range(len(types)):
+            on_g = out.columns.base == g
+            shared = on_g & (out.columns.tenant == quotas.SHARED)
+            pick = shared if shared.any() else on_g
+            prices[g] = float(column_prices[pick].max()) if pick.any() else 0.0
+        return last[-1], out.allocation, prices, sum(int(r.iterations) for r in last)
 
     @staticmethod
     def _alternatives(

@@ -11,6 +11,9 @@ the registry's builder wraps the policy in :class:`Sharded`). Each round:
   type has a GPU for every shard with jobs (:func:`at_least_one`);
 - each shard is an ordinary snapshot (its jobs only) and view (its capacity) solved by its own
   instance of the inner policy (its own warm start);
+- each tenant's quotas are split over the shards in proportion to its GPU demand in each
+  (``governance.split_quotas``): the shards' maximums add up to the tenant's, so it never holds
+  more in total, and its guarantee is met shard by shard where its demand is;
 - a round in which some job's gang fits the cluster but not its shard's share of any type it
   runs on is solved exactly (one more instance; ``timings["pop_exact_fallback"] = 1``): POP
   assumes jobs much smaller than a shard (POP's "granular" problems), which a few 8-GPU
@@ -33,7 +36,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from walras.core import model, snapshot
+from walras.core import governance, model, snapshot
 from walras.core.policies.base import (
     Policy,
     PolicyUnavailableError,
@@ -109,9 +112,10 @@ class Sharded:
                 time.perf_counter() - start,
             )
         results: list[Solution] = []
+        shard_tenants = governance.split_quotas(shard_jobs, view.gpu_types, snap.tenants)
         for s, inner in enumerate(self._shards):
             jobs = shard_jobs[s]
-            sub_snap = dataclasses.replace(snap, jobs=jobs)
+            sub_snap = dataclasses.replace(snap, jobs=jobs, tenants=shard_tenants[s])
             sub_view = dataclasses.replace(view, type_capacity=np.asarray(parts[s], np.float64))
             results.append(inner.solve(sub_snap, sub_view))
         if any(r.placements is not None for r in results) or any(

@@ -8,12 +8,17 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, ConfigDict, Field, StringConstraints, model_validator
 
 from walras.core.schema.definition import AGE, Column, CrdDescriptor
-from walras.core.schema.kubetypes import Model, ObjectMeta, unique
+from walras.core.schema.kubetypes import Conditions, Model, ObjectMeta, unique
 
 MAX_TENANT_WEIGHT = 1e6
 Weight = Annotated[float, Field(gt=0, le=MAX_TENANT_WEIGHT)]
 Count = Annotated[int, Field(ge=0, le=1_000_000)]
 NamespaceName = Annotated[str, StringConstraints(min_length=1, max_length=63)]
+# A Tenant's name: a DNS subdomain, as every cluster-scoped object's.
+TenantName = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"),
+]
 
 
 def _cel(rule: str, message: str) -> dict[str, Any]:
@@ -100,11 +105,28 @@ class TenantSpec(Model):
     quotas: Annotated[dict[str, Quota], Field(max_length=64)] | None = Field(
         None,
         description=(
-            "Per GPU type (the ResourcePools' gpuType), in GPUs: guaranteed is what the tenant "
-            "may always claim (Kueue's nominal quota), maximum what it may hold at most (nominal "
-            "quota plus borrowing limit)."
+            "Per GPU type (the ResourcePools' gpuType), in GPUs, for the tenant and its "
+            "descendants together: guaranteed is what they may always claim (Kueue's nominal "
+            "quota; lent to others while unused), maximum what they may hold at most (nominal "
+            "quota plus borrowing limit). A child's guarantee comes out of its parent's."
         ),
     )
+    parent: TenantName | None = Field(
+        None,
+        description=(
+            "The Tenant this one belongs to (organisation, team, ...). Its weight shares its "
+            "parent's share among its siblings, and its guarantees come out of its parent's. A "
+            "missing parent, a cycle, or guarantees beyond the parent's (or, for tenants without "
+            "a parent, beyond the pools' GPUs) make the tenant a flat tenant without quotas, "
+            "with a condition naming the field."
+        ),
+    )
+
+
+class TenantStatus(Model):
+    """``status`` of a Tenant (written by the operator)."""
+
+    conditions: Conditions | None = None
 
 
 class Tenant(Model):
@@ -114,6 +136,7 @@ class Tenant(Model):
     kind: str | None = None
     metadata: ObjectMeta | None = None
     spec: TenantSpec | None = None
+    status: TenantStatus | None = None
 
 
 DESCRIPTOR = CrdDescriptor(
@@ -133,9 +156,10 @@ DESCRIPTOR = CrdDescriptor(
     ),
     columns=(
         Column("Weight", "number", ".spec.weight"),
+        Column("Parent", "string", ".spec.parent"),
         Column("Namespaces", "string", ".spec.namespaces"),
         AGE,
     ),
     categories=("walras",),
-    status_subresource=False,
+    status_subresource=True,
 )
