@@ -27,7 +27,8 @@ Prints one JSON line per case:
 
 Resolution: every time is the observer's clock when a sample was taken, so each figure is known
 to within ``INTERVAL_S`` (0.5 s) plus one API round trip. The operator runs with
-``--restart-seconds 0`` so that it rotates every round whatever it would assume; the figures are
+``--restart-seconds 0`` and ``--min-run-seconds 0`` so that it rotates every round whatever it
+would assume; the figures are
 what a restart costs, to compare with the 10 s it would otherwise assume.
 
 Without root, Linux, containerd or a built kubelet it prints one ``skipped`` line naming what is
@@ -89,6 +90,8 @@ def start_operator(cp: devcluster.ControlPlane, log: Path) -> subprocess.Popen[b
         "--round-seconds",
         str(ROUND_S),
         "--restart-seconds",
+        "0",
+        "--min-run-seconds",
         "0",
         "--kubeconfig",
         cp.admin_kubeconfig,
