@@ -137,10 +137,13 @@ def test_three_jobs_time_share_two_real_nodes_and_resume_where_they_stopped(
             assert before.stopped_at is not None and before.stopped_at in before.checkpoints
             # ... and the next start resumes from exactly that step: no step lost.
             assert after.start_step == before.stopped_at, (pod.name, before, after)
-        # Replica 1 of each start resumes from the checkpoint replica 0 left.
+        # Replica 1 of each start resumes from a checkpoint replica 0 wrote: the one this start
+        # resumed from, or one written since (replica 0 checkpoints ahead at once when the
+        # advance notice of its stop is already there, and may do so before replica 1 reads).
         for replica_1 in observer.starts(job, replica=1):
-            peer = next(p for p in starts if p.round == replica_1.round)
-            assert observer.log(replica_1.name).start_step == observer.log(peer.name).start_step
+            peer = observer.log(next(p.name for p in starts if p.round == replica_1.round))
+            written = {peer.start_step, *peer.checkpoints}
+            assert observer.log(replica_1.name).start_step in written, (replica_1.name, peer)
         preempted_jobs += len(starts) > 1
     assert preempted_jobs >= 2, "the jobs were not time-shared"
 
