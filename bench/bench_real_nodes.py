@@ -32,7 +32,7 @@ would assume; the figures are
 what a restart costs, to compare with the 10 s it would otherwise assume.
 
 Without root, Linux, containerd or a built kubelet it prints one ``skipped`` line naming what is
-missing and exits 0. Runs in about 6 minutes on 2 cores.
+missing and exits 0. Runs in about 4 to 6 minutes on 2 cores.
 """
 
 from __future__ import annotations
