@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -45,6 +46,12 @@ def _parser() -> argparse.ArgumentParser:
         help="checkpoints (default $WALRAS_CHECKPOINT_DIR: the volume the template mounts)",
     )
     p.add_argument("--out", default="", help="write the final weights here (.npz)")
+    p.add_argument(
+        "--pace",
+        type=float,
+        default=0.0,
+        help="seconds a step takes at least (sleeps the rest): a known rate on a shared machine",
+    )
     return p
 
 
@@ -81,6 +88,8 @@ def sgd_step(state: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray, lr: flo
 def main(argv: list[str] | None = None) -> int:
     p = _parser()
     args = p.parse_args(argv)
+    if args.pace < 0:
+        p.error("--pace must be >= 0")
     for name in ("steps", "batch", "features", "hidden"):
         if getattr(args, name) < (0 if name == "steps" else 1):
             p.error(f"--{name} must be {'>= 0' if name == 'steps' else 'positive'}")
@@ -97,8 +106,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     with run:
         for step in run:
+            began = time.monotonic()
             x, y = batch(step, args.batch, teacher, args.seed)
             loss = sgd_step(state, x, y, args.lr)
+            if args.pace > 0:
+                time.sleep(max(0.0, args.pace - (time.monotonic() - began)))
             if args.log_every and step % args.log_every == 0:
                 print(f"step {step} loss {loss:.5f}", flush=True)
     print(f"finished {run.step} steps (resumed at {run.start_step}); last loss {loss:.5f}")

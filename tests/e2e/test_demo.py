@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from walras.testing import devcluster
+from walras.testing import devcluster, realnodes
 
 REPO = Path(__file__).resolve().parents[2]
 ROUNDS = 3
@@ -87,3 +87,40 @@ def test_teardown_stopped_the_control_plane(
     with socket.socket() as s:
         s.settimeout(1.0)
         assert s.connect_ex(("127.0.0.1", int(match.group(1)))) != 0
+
+
+@pytest.mark.slow
+def test_real_nodes_run_real_training_or_the_demo_says_why_not(
+    demo: tuple[subprocess.CompletedProcess[str], Path],
+) -> None:
+    result, out = demo
+    text = result.stdout
+    missing = realnodes.missing_capability()
+    if missing is not None:
+        # One line saying why, and the demo ran as it does without them.
+        assert f"real nodes: not used ({missing}); every node is kwok" in text
+        assert not (out / "real-steps.png").exists()
+        return
+    if "hold 10.96.0.1" in text:
+        # Another control plane with real nodes holds the Service address on this machine (one
+        # at a time can): the demo names it in its one line and runs on kwok nodes.
+        assert re.search(
+            r"real nodes: not used \(.*hold 10\.96\.0\.1.*\); every node is kwok", text
+        )
+        return
+    assert re.search(
+        r"2 real nodes \(kubelet \+ containerd, real processes.*\): real-0, real-1", text
+    )
+    # kubectl's node list marks the real ones (label walras.dev/real-node).
+    rows = {line.split()[0]: line.split() for line in text.splitlines() if line.startswith("real-")}
+    assert rows["real-0"][-2:] == ["true", "real-gpu"] and rows["real-1"][-2:] == [
+        "true",
+        "real-gpu",
+    ]
+    # Every real job reached its totalWork, as the operator's status says.
+    finals = re.findall(r"mlp-a \S+ (\d+)/(\d+), mlp-b \S+ (\d+)/\d+, mlp-c \S+ (\d+)/\d+", text)
+    assert finals, text[-3000:]
+    last = finals[-1]
+    assert last[0] == last[2] == last[3] == last[1]
+    png = (out / "real-steps.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000

@@ -1,4 +1,5 @@
-"""``python -m walras.demo [--rounds 10] [--round-seconds 3] [--jobs 30] [--waves 3] [--out DIR]``.
+"""``python -m walras.demo [--rounds 10] [--round-seconds 3] [--jobs 30] [--waves 3] [--out DIR]
+[--no-real-nodes]``.
 
 Options are documented in docs/demo.md.
 """
@@ -27,6 +28,13 @@ def main(
     waves: Annotated[
         int, typer.Option(min=1, help="Submit the jobs in this many waves, spread over rounds.")
     ] = 3,
+    real_nodes: Annotated[
+        bool,
+        typer.Option(
+            help="Also run real training processes on two real nodes when this machine can "
+            "(root on Linux, `make tools`); --no-real-nodes: kwok nodes only."
+        ),
+    ] = True,
 ) -> None:
     """Run the full Walras demo on a throw-away local control plane."""
     console = Console()
@@ -40,6 +48,7 @@ def main(
         out=out,
         policy=policy,
         waves=waves,
+        real_nodes=None if real_nodes else False,
     )
     try:
         runner.run(options, console)

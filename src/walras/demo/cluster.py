@@ -77,7 +77,9 @@ def kubectl_get(control_plane: Any) -> str:
 
     kubectl = devcluster.tool("kubectl")
     out = []
-    for args in (["get", "rpool"], ["get", "fjob", "-A"]):
+    # The nodes with the label that marks the real ones (the others are kwok).
+    nodes = ["get", "nodes", "-L", "walras.dev/real-node,walras.dev/gpu-type"]
+    for args in (nodes, ["get", "rpool"], ["get", "fjob", "-A"]):
         result = subprocess.run(
             [kubectl, *args],
             env=control_plane.env(),

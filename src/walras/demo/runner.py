@@ -27,7 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 
 from walras.cli import inspect_cmd
-from walras.demo import cluster, report, workload
+from walras.demo import cluster, real, report, workload
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
@@ -40,6 +40,10 @@ class Options:
     out: Path = Path("out")
     policy: str = "price-discovery"
     waves: int = 3
+    #: None: real nodes when this machine can run them; False: kwok only.
+    real_nodes: bool | None = None
+    #: How long to wait, after the rounds, for the real jobs to finish.
+    real_timeout_s: float = 300.0
 
 
 class DemoError(RuntimeError):
@@ -182,14 +186,24 @@ def run(options: Options, console: Console | None = None) -> Path:
     options.out.mkdir(parents=True, exist_ok=True)
     operator_log = options.out / "operator.log"
     control_plane = None
+    real_part: real.RealPart | None = None
     operator: subprocess.Popen[bytes] | None = None
     log_handle: IO[bytes] | None = None
     try:
         with sigterm_as_interrupt():
             console.rule("[bold]1. local control plane")
             cluster.ensure_binaries(console, REPO_ROOT)
-            control_plane = devcluster.start()
+            why_not = "--no-real-nodes" if options.real_nodes is False else real.unavailable()
+            if why_not is None:
+                try:
+                    control_plane = devcluster.start(real_nodes=True)
+                except devcluster.ControlPlaneError as exc:
+                    why_not = str(exc).strip().splitlines()[-1]
+            if control_plane is None:
+                control_plane = devcluster.start()
             console.print(f"kube-apiserver at {control_plane.server}")
+            if why_not is not None:
+                console.print(f"real nodes: not used ({why_not}); every node is kwok")
             api = control_plane.admin_client()
 
             console.rule("[bold]2. CRDs")
@@ -204,6 +218,18 @@ def run(options: Options, console: Console | None = None) -> Path:
             console.print(
                 f"{len(load.nodes)} kwok nodes: " + ", ".join(n for n, _, _ in load.nodes)
             )
+            if why_not is None:
+                try:
+                    real_part = real.add_nodes(control_plane, api)
+                except devcluster.ControlPlaneError as exc:
+                    why_not = str(exc).strip().splitlines()[-1]
+                    console.print(f"real nodes: not used ({why_not}); every node is kwok")
+                else:
+                    console.print(
+                        f"{len(real_part.nodes)} real nodes (kubelet + containerd, real "
+                        f"processes, {real.GPUS} fake GPUs each, pool {real.GPU_TYPE}): "
+                        + ", ".join(n.name for n in real_part.nodes)
+                    )
 
             console.rule("[bold]4. FungibleJobs")
             console.print(f"throughputs: [green]{load.source}[/green]")
@@ -217,6 +243,14 @@ def run(options: Options, console: Console | None = None) -> Path:
                     for after, jobs in arrivals
                 )
             )
+
+            if real_part is not None:
+                real.submit(control_plane, api, real_part)
+                console.print(
+                    f"{len(real.JOBS)} real training jobs in {real.NAMESPACE} "
+                    f"(examples/workloads/train.py, {real.STEPS} steps each, gangs of 2 pods "
+                    "of 2 GPUs): " + ", ".join(real.JOBS)
+                )
 
             console.rule("[bold]5. walras operator")
             metrics_port = free_port()
@@ -234,18 +268,39 @@ def run(options: Options, console: Console | None = None) -> Path:
                 console, api, options, operator, operator_log, metrics_port, arrivals[1:]
             )
 
-            console.rule("[bold]kubectl get rpool,fjob -A")
+            if real_part is not None:
+                console.rule("[bold]6b. real training jobs")
+
+                def operator_alive() -> None:
+                    if operator is not None and operator.poll() is not None:
+                        raise DemoError(f"the operator exited:\n{log_tail(operator_log)}")
+
+                done = real.wait_finished(
+                    api,
+                    options.real_timeout_s,
+                    lambda line: console.print(line, markup=False, highlight=False),
+                    operator_alive,
+                )
+                if not done:
+                    console.print(f"[yellow]not all finished in {options.real_timeout_s:.0f} s")
+
+            console.rule("[bold]kubectl get nodes,rpool,fjob -A")
             console.print(cluster.kubectl_get(control_plane), markup=False, highlight=False)
 
             console.rule("[bold]7. plot")
             png = report.plot(history, options.out / "demo.png")
             console.print(f"wrote {png}")
+            if real_part is not None:
+                steps_png = real.plot(real_part, options.out / "real-steps.png")
+                console.print(f"wrote {steps_png} (real jobs' steps over time)")
             return png
     finally:
         console.rule("[bold]8. tear down")
         stop_process(operator)
         if log_handle is not None:
             log_handle.close()
+        if real_part is not None:
+            real_part.stop()
         if control_plane is not None:
             devcluster.stop(control_plane)
         console.print(f"done in {time.monotonic() - started:.0f} s")

@@ -127,6 +127,57 @@ class RealNode:
         return tasks
 
 
+@dataclass(frozen=True)
+class RunningContainer:
+    """A running container of a real node's runtime, as the runtime itself describes it."""
+
+    id: str
+    pid: int
+    namespace: str
+    pod: str
+    container: str
+    #: The GPUs the kubelet's device manager gave it (``NVIDIA_VISIBLE_DEVICES`` in its spec).
+    devices: tuple[str, ...]
+
+
+def running_containers(
+    node: RealNode, cache: dict[str, dict[str, Any]] | None = None
+) -> list[RunningContainer]:
+    """Every RUNNING application container of ``node`` (pause sandboxes left out), from the
+    runtime's task list and each container's own spec. ``cache`` keeps each container's spec
+    between calls (a container's spec never changes), so that sampling costs one ``ctr`` call
+    per node once the containers are known. A container that went away between the two
+    questions is left out."""
+    known = {} if cache is None else cache
+    out: list[RunningContainer] = []
+    for cid, pid in node.running_tasks().items():
+        if cid not in known:
+            try:
+                known[cid] = json.loads(node._ctr("containers", "info", cid))
+            except RealNodeError:
+                continue
+        info = known[cid]
+        labels = info.get("Labels") or {}
+        if labels.get("io.cri-containerd.kind") == "sandbox":
+            continue
+        env = ((info.get("Spec") or {}).get("process") or {}).get("env") or []
+        visible = next((e.partition("=")[2] for e in env if e.startswith(_VISIBLE + "=")), "")
+        out.append(
+            RunningContainer(
+                id=cid,
+                pid=pid,
+                namespace=labels.get("io.kubernetes.pod.namespace", ""),
+                pod=labels.get("io.kubernetes.pod.name", ""),
+                container=labels.get("io.kubernetes.container.name", ""),
+                devices=tuple(d for d in visible.split(",") if d),
+            )
+        )
+    return out
+
+
+_VISIBLE = "NVIDIA_VISIBLE_DEVICES"
+
+
 def _read_env(path: Path) -> dict[str, str]:
     return dict(line.partition("=")[::2] for line in path.read_text().splitlines() if "=" in line)
 
