@@ -228,11 +228,15 @@ def test_upgrade_from_the_previous_chart_keeps_the_job_running(
             "uid"
         ) == uid
 
+        # The previous chart's ClusterRole may lack what this operator reads (a 403 said once
+        # before the upgrade); only what the operator logs under the upgraded one counts.
+        before_upgrade = len(op.log_text())
         helm_install(control_plane, release, CHART, verb="upgrade")
         assert deployed_chart(control_plane, release) == f"walras-{chart_version(CHART)}"
-        # The running operator, now under the upgraded ClusterRole, goes on without a 403.
         after_rounds(op, 3)
-        assert "forbidden" not in op.log_text().lower(), op.log_text()[-4000:]
+        # Rounds after the upgrade: a write refused under the new ClusterRole is logged in them.
+        after = op.log_text()[before_upgrade:].lower()
+        assert "forbidden" not in after and "http 403" not in after, after[-4000:]
     finally:
         op.terminate()
     pod = running_pod(kube, jobs_namespace, "steady")
