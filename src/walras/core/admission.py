@@ -18,6 +18,13 @@ calls the API or logs, so any shell holding those facts can run them before ``cy
   of the solve, reported as a defect of ``spec.template``, until its retry time: a back-off that
   doubles from ``RETRY_FIRST_S`` to ``RETRY_MAX_S`` with each failed attempt. A new
   ``generation`` of the job retries at once.
+- **Pods that never start.** A pod whose container waits for a reason the kubelet cannot resolve
+  by itself (``model.STUCK_REASONS``: a missing image, a template the runtime refuses) holds its
+  GPUs for nothing. Its job's pods are all deleted and hidden (the gang's GPUs go to others) and
+  the job is held with reason ``PodsNotStarting``, the message naming the container, the
+  kubelet's reason and message, and one Warning Event (as any held job). Such a hold starts at ``STUCK_FIRST_S``
+  rather than ``RETRY_FIRST_S``: only a person (or a registry coming back) fixes it, and each
+  retry takes GPUs from jobs that can use them. It still retries, so a fixed image is picked up.
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ from walras.core import crd, model, snapshot
 
 RETRY_FIRST_S = 5.0
 RETRY_MAX_S = 300.0
+STUCK_FIRST_S = RETRY_MAX_S
+STUCK_REASON = "PodsNotStarting"
 
 
 @dataclass(slots=True)
@@ -110,6 +119,7 @@ class Admission:
                 foreign.append(pod)  # someone else's pod: it uses the node, we never touch it
         out = Admitted(snap)
         hidden = self._retries(snap, owned, facts, out)
+        hidden |= self._stuck(snap, owned, now, out)
         jobs, defects = self._holds(snap, now)
         out.snapshot = dataclasses.replace(
             snap,
@@ -175,6 +185,31 @@ class Admission:
             self.failures_base.pop(uid, None)
         return hidden
 
+    def _stuck(
+        self, snap: snapshot.Snapshot, owned: list[model.PodInfo], now: float, out: Admitted
+    ) -> set[model.JobKey]:
+        """Hold each job with a pod that never starts; returns its pods to hide and delete."""
+        stuck: dict[model.JobKey, model.PodInfo] = {}
+        for pod in sorted(owned, key=lambda p: p.key):
+            if pod.stuck and not pod.terminating and not pod.finished:
+                stuck.setdefault(pod.job_key, pod)
+        hidden: set[model.JobKey] = set()
+        for job in snap.jobs:
+            first = stuck.get(job.key)
+            if first is None or job.finished:
+                continue
+            held = self.blocked.get(job.uid)
+            if held is None or held.generation != job.generation or now >= held.retry_at:
+                # A fresh finding (not the same pods seen again before their delete lands). The
+                # hold makes the job a defect this same round: its condition and its one Warning.
+                message = f"pod {first.name} never starts: {first.stuck}"
+                self.hold(job, STUCK_REASON, message, first_s=STUCK_FIRST_S)
+            for pod in owned:
+                if pod.job_key == job.key and not pod.terminating:
+                    hidden.add(pod.key)
+                    out.retry_deletes.append(pod)
+        return hidden
+
     def _holds(
         self, snap: snapshot.Snapshot, now: float
     ) -> tuple[list[model.JobSpec], list[model.JobDefect]]:
@@ -199,11 +234,14 @@ class Admission:
         """Pod failures counted for a job (its persisted count plus those seen since)."""
         return self.failures_base.get(job_uid, 0) + len(self.failed_pods.get(job_uid, ()))
 
-    def hold(self, job: model.JobSpec, reason: str, message: str) -> Blocked:
-        """Hold a job out of the solve after a create or bind failure (doubling back-off)."""
+    def hold(
+        self, job: model.JobSpec, reason: str, message: str, first_s: float = RETRY_FIRST_S
+    ) -> Blocked:
+        """Hold a job out of the solve after a create or bind failure (doubling back-off from
+        ``first_s``, at most ``max(first_s, RETRY_MAX_S)``)."""
         prev = self.blocked.get(job.uid)
         attempts = prev.attempts + 1 if prev is not None else 1
-        delay = min(RETRY_FIRST_S * 2 ** (attempts - 1), RETRY_MAX_S)
+        delay = min(first_s * 2 ** (attempts - 1), max(first_s, RETRY_MAX_S))
         held = Blocked(job.generation, reason, message, self.clock() + delay, attempts)
         self.blocked[job.uid] = held
         return held

@@ -279,6 +279,10 @@ class PodInfo:
     # The advance notice the operator wrote on the pod (walras.dev/stop-at, RFC 3339; "" = none):
     # what it compares with its forecast so that it writes only a change (walras.operator.notices).
     stop_at: str = ""
+    # Why a container of the pod cannot start ("" = none): "container NAME: REASON: MESSAGE" from
+    # the kubelet's waiting state, only for the reasons in STUCK_REASONS (walras.core.admission
+    # holds the job and frees its GPUs).
+    stuck: str = ""
 
     @property
     def key(self) -> JobKey:
@@ -647,6 +651,49 @@ def parse_node(obj: Mapping[str, Any]) -> NodeInfo:
     )
 
 
+# Kubelet waiting reasons that do not resolve by themselves, so a pod in one holds its node's GPUs
+# for nothing until a person changes the image, the node or the template:
+# - ErrImageNeverPull: the image is not on the node and imagePullPolicy is Never; nothing will
+#   put it there.
+# - ErrImagePull / ImagePullBackOff: the pull failed (no such image or tag, no credentials, no
+#   registry); the kubelet retries with its own back-off, which can last forever.
+# - InvalidImageName: the image reference cannot be parsed; no retry can fix it.
+# - CreateContainerConfigError: the container's configuration refers to something missing (a
+#   Secret or ConfigMap key, a user that cannot be resolved).
+# - CreateContainerError: the runtime refused to create the container from the template.
+# ContainerCreating and PodInitializing are the normal way to running and are not here.
+STUCK_REASONS = frozenset(
+    {
+        "ErrImageNeverPull",
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+    }
+)
+
+
+def stuck_reason(status: Mapping[str, Any]) -> str:
+    """Why a container of a pod cannot start (``container NAME: REASON: MESSAGE``), or "".
+
+    Init containers first: while one is stuck the others never start either.
+    """
+    for key in ("initContainerStatuses", "containerStatuses"):
+        statuses = status.get(key)
+        if not isinstance(statuses, list):
+            continue
+        for item in statuses:
+            c = _mapping(item)
+            waiting = _mapping(_mapping(c.get("state")).get("waiting"))
+            reason = str(waiting.get("reason") or "")
+            if reason in STUCK_REASONS:
+                message = str(waiting.get("message") or "").strip()
+                text = f"container {c.get('name', '?')}: {reason}"
+                return f"{text}: {message}" if message else text
+    return ""
+
+
 def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
     """Parse a Pod dict (Walras's own when it carries the ``walras.dev/job`` label)."""
     meta = _mapping(obj.get("metadata"))
@@ -685,4 +732,5 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
         steps_done=annotations.get(ANN_STEPS_DONE, ""),
         created=parse_time(meta.get("creationTimestamp")) or 0.0,
         stop_at=annotations.get(ANN_STOP_AT, ""),
+        stuck=stuck_reason(_mapping(obj.get("status"))),
     )
