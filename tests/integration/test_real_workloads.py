@@ -409,11 +409,6 @@ def test_kubelet_and_runtime_killed_under_a_gang_moves_it_whole_and_it_resumes(
     assert _steps_done(api, ns, "survivor") == steps
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the operator does not yet read why a pod's containers never start (kubelet "
-    "waiting reasons such as ErrImageNeverPull) into a condition; strict: passes once it does",
-)
 def test_pods_that_never_start_are_named_within_two_rounds_and_hold_no_gpus(
     api: Any,
     ns: str,

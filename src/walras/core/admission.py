@@ -22,10 +22,10 @@ calls the API or logs, so any shell holding those facts can run them before ``cy
   by itself (``model.STUCK_REASONS``: a missing image, a template the runtime refuses) holds its
   GPUs for nothing. Its job's pods are all deleted and hidden (the gang's GPUs go to others) and
   the job is held with reason ``PodsNotStarting``, the message naming the container, the
-  kubelet's reason and message, and one Warning Event (as any held job). Such a hold starts at
-  ``STUCK_FIRST_S`` rather than ``RETRY_FIRST_S``: only a person (or a registry coming back)
-  fixes it, and each retry takes GPUs from jobs that can use them. It still retries, so a fixed
-  image is picked up.
+  kubelet's reason and message, and one Warning Event (as any held job). Such a hold lasts
+  ``STUCK_FIRST_S`` (the longest back-off) rather than starting at ``RETRY_FIRST_S``: only a
+  person (or a registry coming back) fixes it, and each retry takes GPUs from jobs that can use
+  them. It still retries, so a fixed image is picked up.
 """
 
 from __future__ import annotations
