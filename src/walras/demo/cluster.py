@@ -20,13 +20,19 @@ GROUP, VERSION = "walras.dev", "v1alpha1"
 
 
 def ensure_binaries(console: Console, repo_root: Path) -> None:
-    """Build kube-apiserver/etcd/kwok and fetch kubectl/helm once (cached) if they are missing."""
+    """Build kube-apiserver/etcd/kwok/kubelet, fetch kubectl/helm and the real nodes' packages, and
+    build the pause and workload images once (cached) if they are missing, as `make tools` does
+    (the images only as root on Linux; elsewhere the demo runs on kwok nodes alone)."""
     from walras.testing import devcluster
 
     if devcluster.binaries_available():
         return
     console.print("[yellow]control-plane binaries missing: building them once (cached)[/yellow]")
-    for script in (["bash", "hack/control-plane.sh", "build"], ["bash", "hack/install-tools.sh"]):
+    for script in (
+        ["bash", "hack/control-plane.sh", "build"],
+        ["bash", "hack/install-tools.sh"],
+        ["bash", "hack/real-node.sh", "build-tools"],
+    ):
         subprocess.run(script, cwd=repo_root, check=True)
 
 
