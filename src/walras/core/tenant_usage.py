@@ -37,12 +37,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from walras.core import governance, model, snapshot
+from walras.core import conditions, governance, model, snapshot
 from walras.core.policies import Solution
 from walras.core.realise import Realisation
 
-QUOTA_EXCEEDED = "QuotaExceeded"
-RECLAIMED = "Reclaimed"
+QUOTA_EXCEEDED = conditions.QUOTA_EXCEEDED
+RECLAIMED = conditions.RECLAIMED
 
 Held = Mapping[tuple[str, str], float]
 """GPUs per (tenant, GPU type) held by the tenant's own jobs (not its descendants')."""
@@ -115,7 +115,9 @@ class QuotaRound:
 EMPTY = QuotaRound()
 
 
-def subtree(held: Held, tenants: Mapping[str, governance.TenantSpec]) -> dict[tuple[str, str], float]:
+def subtree(
+    held: Held, tenants: Mapping[str, governance.TenantSpec]
+) -> dict[tuple[str, str], float]:
     """``h``: each (tenant, type)'s GPUs together with every descendant's."""
     out: dict[tuple[str, str], float] = {}
     for (t, g), gpus in held.items():
@@ -237,8 +239,8 @@ def _pod_gpus(
             continue
         pool = view.node_pool[k]
         gpus = float(pod.requests.get(pool.resource_name, 0.0))
-        if gpus > 0:
-            per = out.setdefault(pod.key, {})
+        if gpus > 0 and pod.job:
+            per = out.setdefault(pod.job_key, {})
             per[pool.gpu_type] = per.get(pool.gpu_type, 0.0) + gpus
     return out
 
