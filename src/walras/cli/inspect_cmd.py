@@ -418,8 +418,9 @@ def list_jobs(api: Any) -> list[Obj]:
     return [items[k] for k in sorted(range(len(items)), key=key.__getitem__)]
 
 
-def list_tenants(api: Any) -> list[Obj]:
-    """Every Tenant; none when the Tenant CRD is not installed (an older chart)."""
+def list_tenants(api: Any) -> list[Obj] | None:
+    """Every Tenant; ``[]`` when the Tenant CRD is not installed (an older chart), ``None`` when
+    this kubeconfig may not list them (Tenants are cluster-scoped and admin-only)."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
@@ -430,6 +431,8 @@ def list_tenants(api: Any) -> list[Obj]:
     except ApiException as exc:
         if exc.status == 404:
             return []
+        if exc.status == 403:
+            return None
         raise
     return list(answer["items"])
 
@@ -483,9 +486,11 @@ def status_command(kubeconfig: KubeconfigOption = None) -> None:
     console = Console()
     jobs = list_jobs(api)
     console.print(pools_table(pool_views(list_pools(api))))
-    tenants = tenant_rows(list_tenants(api))
-    if tenants:
-        console.print(tenants_table(tenants))
+    listed = list_tenants(api)
+    if listed is None:
+        console.print("Tenants: this kubeconfig may not list them (cluster-scoped, admin-only)")
+    elif listed:
+        console.print(tenants_table(tenant_rows(listed)))
     phases = collections.Counter((j.get("status") or {}).get("phase", "Pending") for j in jobs)
     summary = ", ".join(f"{phase} {count}" for phase, count in sorted(phases.items()))
     console.print(f"FungibleJobs: {len(jobs)} ({summary or 'none'})")
