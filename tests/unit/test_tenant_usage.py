@@ -114,8 +114,8 @@ def test_reclaimed_names_the_owner_and_the_borrower() -> None:
     )
     big_g = tenant_usage.guarantees(tenants, {"v100": 8})
     before = {("b", "v100"): 8.0}
-    after = {("b", "v100"): 4.0, ("a", "v100"): 4.0}
-    why = tenant_usage.reclaimed(job("j", "b"), ["v100"], tenants, big_g, before, after)
+    claims = {("a", "v100")}  # a's job, new on v100, is placed there or has a target there
+    why = tenant_usage.reclaimed(job("j", "b"), ["v100"], tenants, big_g, before, claims)
     assert why is not None and why.reason == "Reclaimed"
     assert (why.owner, why.borrower, why.gpu_type, why.held, why.guaranteed) == (
         "a",
@@ -127,6 +127,11 @@ def test_reclaimed_names_the_owner_and_the_borrower() -> None:
     assert "tenant a took back v100 GPUs of its guarantee of 4" in why.message()
     # B within its guarantee before: its job's slice ended, nothing was reclaimed.
     inside = {("b", "v100"): 4.0}
-    assert tenant_usage.reclaimed(job("j", "b"), ["v100"], tenants, big_g, inside, after) is None
-    # A did not gain GPUs: not a reclaim either.
-    assert tenant_usage.reclaimed(job("j", "b"), ["v100"], tenants, big_g, before, {}) is None
+    assert tenant_usage.reclaimed(job("j", "b"), ["v100"], tenants, big_g, inside, claims) is None
+    # Nobody claims v100: not a reclaim either.
+    assert tenant_usage.reclaimed(job("j", "b"), ["v100"], tenants, big_g, before, set()) is None
+    # On 12 GPUs, a held its whole guarantee before (b borrowing 4 of the 4 unguaranteed): a
+    # has nothing to take back.
+    g12 = tenant_usage.guarantees(tenants, {"v100": 12})
+    full = {("b", "v100"): 8.0, ("a", "v100"): 4.0}
+    assert tenant_usage.reclaimed(job("j", "b"), ["v100"], tenants, g12, full, claims) is None

@@ -27,14 +27,17 @@ Why a job waits or stopped (:class:`QuotaReason`), from the same numbers:
 - ``Reclaimed``: a job that held GPUs of ``g`` before the round (its pods in the snapshot) holds
   none now, a tenant ``b`` on its chain was borrowing ``g`` before the round
   (``h⁻_bg > G_bg``), and a tenant ``o`` outside ``b``'s subtree that was below its guarantee
-  (``h⁻_og < G_og``) holds more of ``g`` now: the owner of a guarantee took its GPUs back.
+  (``h⁻_og < G_og``) *claims* ``g``: a job of its subtree that held no GPUs of ``g`` before
+  the round is placed on ``g`` now or has a target there. The owner of a guarantee took its
+  GPUs back. (A target counts, not only a placement: the owner's gang may be created a round
+  after the borrower's pods are deleted, once their GPUs are free.)
 
 Pure: the round's snapshot, view, solution and realisation in, values out.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from walras.core import conditions, governance, model, snapshot
@@ -200,10 +203,11 @@ def reclaimed(
     tenants: Mapping[str, governance.TenantSpec],
     big_g: Mapping[tuple[str, str], float],
     before: Mapping[tuple[str, str], float],
-    after: Mapping[tuple[str, str], float],
+    claims: Collection[tuple[str, str]],
 ) -> QuotaReason | None:
     """``Reclaimed`` when a tenant on the job's chain borrowed a type it lost and an owner of a
-    guarantee outside it, short of that guarantee before, holds more of it now."""
+    guarantee outside it, short of that guarantee before, claims that type (``claims``: the
+    (tenant, type) pairs whose subtree has a job new on the type, module docstring)."""
     chain = (job.tenant, *governance.ancestors(job.tenant, tenants))
     for g in lost:
         for b in chain:
@@ -214,7 +218,7 @@ def reclaimed(
                 g_o = big_g.get((o, g), 0.0)
                 if governance.in_subtree(o, b, tenants) or before.get((o, g), 0.0) >= g_o:
                     continue
-                if after.get((o, g), 0.0) > before.get((o, g), 0.0):
+                if (o, g) in claims:
                     return QuotaReason(
                         RECLAIMED,
                         gpu_type=g,
@@ -260,13 +264,19 @@ def quota_round(
     after_own: dict[tuple[str, str], float] = {}
     before_own: dict[tuple[str, str], float] = {}
     gangs: dict[model.JobKey, float] = {}
+    claims: set[tuple[str, str]] = set()
     for r, job in enumerate(sol.jobs):
         gang = float(job.replicas * int(sol.gpus_per_pod[r]))
         gangs[job.key] = gang
         jr = real.jobs.get(job.key)
+        wanted = {g for g, x in zip(sol.group_type, sol.targets[r].tolist(), strict=True) if x > 0}
         if jr is not None and jr.group:
             key = (job.tenant, jr.gpu_type)
             after_own[key] = after_own.get(key, 0.0) + gang
+            wanted.add(jr.gpu_type)
+        had = pods.get(job.key, {})
+        for g in wanted - set(had):
+            claims.update((u, g) for u in (job.tenant, *governance.ancestors(job.tenant, tenants)))
     for job in snap.active_jobs:
         for g, gpus in pods.get(job.key, {}).items():
             before_own[(job.tenant, g)] = before_own.get((job.tenant, g), 0.0) + gpus
@@ -282,7 +292,7 @@ def quota_round(
             continue
         lost = sorted(pods.get(job.key, {}))
         found = (
-            reclaimed(job, lost, tenants, big_g, h_before, h_after) if lost else None
+            reclaimed(job, lost, tenants, big_g, h_before, claims) if lost else None
         ) or quota_exceeded(job, gangs[job.key], view.gpu_types, tenants, h_after)
         if found is not None:
             reasons[job.key] = found
