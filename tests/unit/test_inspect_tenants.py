@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from rich.console import Console
 from tests.unit.test_inspect_logic import POOLS, job
 
@@ -85,3 +86,31 @@ def test_explain_says_a_job_was_reclaimed_and_names_the_quota_it_waits_on() -> N
     console = Console(record=True, width=300)
     inspect_cmd.render_explanation(console, e)
     assert f"Waiting: QuotaExceeded: {waiting}" in console.export_text()
+
+
+def test_list_tenants_answers_none_when_forbidden_and_empty_without_the_crd(
+    monkeypatch: Any,
+) -> None:
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    answers: list[Any] = []
+
+    class Custom:
+        def __init__(self, api: Any) -> None:
+            pass
+
+        def list_cluster_custom_object(self, *args: Any) -> Any:
+            answer = answers.pop(0)
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
+
+    monkeypatch.setattr(client, "CustomObjectsApi", Custom)
+    answers[:] = [ApiException(status=403), ApiException(status=404), {"items": [{"a": 1}]}]
+    assert inspect_cmd.list_tenants(None) is None  # a user's kubeconfig: Tenants are admin-only
+    assert inspect_cmd.list_tenants(None) == []  # an older chart without the Tenant CRD
+    assert inspect_cmd.list_tenants(None) == [{"a": 1}]
+    answers[:] = [ApiException(status=500)]
+    with pytest.raises(ApiException):  # a server error is not taken for "no Tenants"
+        inspect_cmd.list_tenants(None)
