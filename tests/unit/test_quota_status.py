@@ -12,6 +12,7 @@ under: ``Reclaimed``, naming a and b.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 from tests.unit.operator_fakes import GPU, FakeApi
@@ -38,11 +39,15 @@ def job(ns: str, name: str, replicas: int = 4) -> dict[str, Any]:
     }
 
 
-def cluster(api: FakeApi, gpus: int, *objs: tuple[str, dict[str, Any]]) -> loop.RoundLoop:
+def cluster(
+    api: FakeApi, gpus: int, *objs: tuple[str, dict[str, Any]], clock: list[float] | None = None
+) -> loop.RoundLoop:
     config = loop.LoopConfig(
         policy=policies.PolicyConfig(args={"price-discovery": {"backend": "numpy"}}),
         bind_at_create=True,
     )
+    if clock is not None:
+        config = dataclasses.replace(config, clock=lambda: clock[0])
     rounds = loop.RoundLoop(loop.snapshot.Store(), api, config)  # type: ignore[arg-type]
     store = rounds.store
     store.upsert(
@@ -150,3 +155,17 @@ def test_a_job_at_its_tenants_maximum_waits_with_quota_exceeded() -> None:
         "lent": 0,
         "maximum": 8,
     }
+
+
+def test_a_gpu_count_moving_keeps_the_quotas_valid_transition_time() -> None:
+    api = FakeApi()
+    clock = [1000.0]
+    rounds = cluster(api, 8, ("tenant", tenant("a", guaranteed=4)), clock=clock)
+    run(rounds, api)
+    first = api.statuses["tenants/a"]["conditions"][0]["lastTransitionTime"]
+    clock[0] += 3600.0
+    rounds.store.upsert("job", job("a", "a1"))
+    run(rounds, api)
+    told = api.statuses["tenants/a"]
+    assert told["summary"] == "v100 4/4"  # written again: its GPUs moved
+    assert told["conditions"][0]["lastTransitionTime"] == first  # QuotasValid did not flip

@@ -88,8 +88,8 @@ class StatusWriter:
         self.rules = rules
         self.progress = progress
         self.events_posted: dict[str, tuple[str, str]] = {}
-        # Tenant -> its condition and GPUs, as last written.
-        self.tenants_told: dict[str, tuple[tuple[str, str, str], dict[str, Any]]] = {}
+        # Tenant -> its condition, GPUs and the condition's lastTransitionTime, as last written.
+        self.tenants_told: dict[str, tuple[tuple[str, str, str], dict[str, Any], str]] = {}
         self.lost_nodes = lost_nodes.LostNodes()  # jobs whose pods ran on a node that is gone
 
     async def write(self, planned: cycle.CyclePlan, scratch: RoundScratch) -> None:
@@ -258,8 +258,11 @@ class StatusWriter:
                 and visible.same(gpus, told[1])
             ):
                 continue
-            self.tenants_told[name] = (said, gpus)
-            stamp = {**condition, "lastTransitionTime": batch.stamp}
+            # lastTransitionTime moves only when the condition's status flips, not when a GPU
+            # count does (Kubernetes convention, as ``conditions.merge_times`` for jobs).
+            since = told[2] if told is not None and told[0][0] == said[0] else batch.stamp
+            self.tenants_told[name] = (said, gpus, since)
+            stamp = {**condition, "lastTransitionTime": since}
             # A merge patch keeps map keys it does not name: a type no longer shown is nulled.
             gone = {t: None for t in (told[1] if told else {}) if t not in gpus}
             body = {
