@@ -144,9 +144,7 @@ def simulate_command(
     ] = None,
     on_cluster: Annotated[
         bool,
-        typer.Option(
-            "--on-cluster", help="Sweep only: run the cells as a Kubernetes Indexed Job."
-        ),
+        typer.Option("--on-cluster", help="Sweep only: run the cells as a Kubernetes Indexed Job."),
     ] = False,
     image: Annotated[
         str | None,

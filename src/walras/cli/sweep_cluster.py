@@ -286,7 +286,7 @@ def run_on_cluster(
         done = len(parse_indexes(status.get("completedIndexes")))
         failed = parse_indexes(status.get("failedIndexes"))
         progress(done, len(failed), cells)
-        if _finished(job) or done + len(failed) >= cells and not status.get("active"):
+        if _finished(job) or (done + len(failed) >= cells and not status.get("active")):
             break
         if timeout_s is not None and time.monotonic() - started > timeout_s:
             raise ClusterSweepError(
@@ -305,8 +305,10 @@ class KubeSweepApi:
     def __init__(self, api_client: Any) -> None:
         from kubernetes import client
 
-        self.core = client.CoreV1Api(api_client)
-        self.batch = client.BatchV1Api(api_client)
+        # Plain dicts in (the client serialises them as they are), raw JSON out: Any, not the
+        # client's model types.
+        self.core: Any = client.CoreV1Api(api_client)
+        self.batch: Any = client.BatchV1Api(api_client)
 
     @staticmethod
     def _json(response: Any) -> dict[str, Any]:

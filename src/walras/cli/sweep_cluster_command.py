@@ -1,6 +1,6 @@
-"""The command side of ``walras simulate sweep SPEC.yaml --on-cluster``: options checked, the Job run
-(:mod:`walras.cli.sweep_cluster`) with a progress bar of completed indexes, then the local sweep's
-own table, JSON lines, ``sweep.csv`` and ``sweep.png`` from the collected rows.
+"""The command side of ``walras simulate sweep SPEC.yaml --on-cluster``: options checked, the
+Job run (:mod:`walras.cli.sweep_cluster`) with a progress bar of completed indexes, then the local
+sweep's own table, JSON lines, ``sweep.csv`` and ``sweep.png`` from the collected rows.
 
 Exit status: 2 for a bad spec or option (before anything is created), 1 for a cluster that cannot
 be used (the console script's one line, :mod:`walras.cli.errors`) or for failed cells, each named
@@ -31,15 +31,22 @@ def _error(message: str, code: int) -> typer.Exit:
 
 
 class _Bar:
-    """A rich bar of completed indexes on stderr (a terminal only)."""
+    """A line once the Job exists, then a rich bar of completed indexes (stderr; the bar on a
+    terminal only)."""
 
-    def __init__(self, name: str, enabled: bool) -> None:
+    def __init__(self, name: str, header: str, enabled: bool) -> None:
         self.name = name
+        self.header = header
         self.enabled = enabled
         self.bar: Any = None
         self.task: Any = None
 
     def update(self, done: int, failed: int, total: int) -> None:
+        if self.header:
+            from rich.console import Console
+
+            Console(stderr=True).print(self.header, highlight=False)
+            self.header = ""
         if not self.enabled:
             return
         if self.bar is None:
@@ -101,10 +108,12 @@ def sweep_on_cluster(
     )
     api = sweep_cluster.KubeSweepApi(api_client(kubeconfig))
     err = Console(stderr=True)
-    err.print(f"job {namespace}/{name}: {cells} cells in {options.image}", highlight=False)
-    bar = _Bar(name, enabled=sys.stderr.isatty())
+    header = f"job {namespace}/{name}: {cells} cells in {options.image}"
+    bar = _Bar(name, header, enabled=sys.stderr.isatty())
     try:
-        rows, failures = sweep_cluster.run_on_cluster(api, options, data, cells, progress=bar.update)
+        rows, failures = sweep_cluster.run_on_cluster(
+            api, options, data, cells, progress=bar.update
+        )
     finally:
         bar.stop()
     if out is not None and rows:
@@ -115,8 +124,6 @@ def sweep_on_cluster(
     elif rows:
         sweep.print_table(rows, Console())
     for failure in failures:
-        err.print(
-            f"[red]cell {failure.index} failed:[/] {escape(failure.reason)}", highlight=False
-        )
+        err.print(f"[red]cell {failure.index} failed:[/] {escape(failure.reason)}", highlight=False)
     if failures:
         raise typer.Exit(code=1)
