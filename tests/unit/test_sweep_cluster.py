@@ -267,6 +267,50 @@ def test_collect_prefers_a_succeeded_pod_and_names_missing_indexes() -> None:
     ]
 
 
+class ImagelessCluster(FakeCluster):
+    """Nodes that lack the image: index 0's pod waits with ErrImageNeverPull, nothing finishes."""
+
+    def read_job(self, namespace: str, name: str) -> dict[str, Any]:
+        self.calls.append("read_job")
+        assert self.job is not None
+        self.pods = [
+            {
+                "metadata": {
+                    "name": "walras-sweep-test-0-abc",
+                    "annotations": {"batch.kubernetes.io/job-completion-index": "0"},
+                },
+                "status": {
+                    "phase": "Pending",
+                    "containerStatuses": [
+                        {
+                            "state": {
+                                "waiting": {
+                                    "reason": "ErrImageNeverPull",
+                                    "message": 'Container image "localhost/walras:test" is not '
+                                    "present with pull policy of Never",
+                                }
+                            }
+                        }
+                    ],
+                },
+            }
+        ]
+        self.job["status"] = {"active": 1}
+        return copy.deepcopy(self.job)
+
+
+def test_a_pod_that_cannot_start_stops_the_wait_with_its_reason(tmp_path: pathlib.Path) -> None:
+    # Such a pod never fails, so the Job would never finish: the command must not wait forever.
+    _, data = sweep_cluster.bundle(write_spec(tmp_path))
+    fake = ImagelessCluster(tmp_path)
+    with pytest.raises(sweep_cluster.ClusterSweepError) as err:
+        sweep_cluster.run_on_cluster(fake, options(), data, 8, sleep=lambda s: None)
+    text = str(err.value)
+    assert "pod walras-sweep-test-0-abc (cell 0) cannot start: ErrImageNeverPull" in text
+    assert "localhost/walras:test" in text
+    assert fake.calls.count("read_job") == 1
+
+
 def test_shipped_spec_round_trips(tmp_path: pathlib.Path) -> None:
     spec_path = write_spec(tmp_path, "window: '2:9'\nround_seconds: 120\n")
     spec, data = sweep_cluster.bundle(spec_path)

@@ -43,6 +43,18 @@ THROUGHPUTS_KEY = "throughputs.json"
 SWEEP_LABEL = "walras.dev/sweep"
 #: A ConfigMap holds at most 1 MiB (the API server's limit on an object in etcd), less metadata.
 CONFIGMAP_BYTES = 1_000_000
+#: Waiting reasons of a container that will not start without a change by the user (the Job would
+#: wait for it forever: ``backoffLimitPerIndex`` counts failures, and such a pod never fails).
+STUCK_REASONS = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "ErrImageNeverPull",
+        "InvalidImageName",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+    }
+)
 #: Characters of a cell's error text kept in its termination message (the kubelet keeps 4096 bytes).
 ERROR_CHARS = 2000
 
@@ -246,6 +258,20 @@ def collect(
     return rows, [CellFailure(i, failures[i]) for i in sorted(failures)]
 
 
+def stuck(pods: list[dict[str, Any]]) -> str | None:
+    """The first pod whose container cannot start (:data:`STUCK_REASONS`), described, or None."""
+    for pod in pods:
+        for status in pod.get("status", {}).get("containerStatuses") or []:
+            waiting = (status.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason") in STUCK_REASONS:
+                name = pod["metadata"].get("name", "?")
+                message = " ".join(str(waiting.get("message") or "").split())[:300]
+                return f"pod {name} (cell {_index(pod)}) cannot start: {waiting['reason']}" + (
+                    f": {message}" if message else ""
+                )
+    return None
+
+
 def _finished(job: Mapping[str, Any]) -> bool:
     for cond in job.get("status", {}).get("conditions") or []:
         if cond.get("type") in ("Complete", "Failed") and cond.get("status") == "True":
@@ -288,6 +314,13 @@ def run_on_cluster(
         progress(done, len(failed), cells)
         if _finished(job) or (done + len(failed) >= cells and not status.get("active")):
             break
+        selector = f"{SWEEP_LABEL}={options.name}"
+        blocked = stuck(api.list_pods(options.namespace, selector))
+        if blocked is not None:
+            raise ClusterSweepError(
+                f"job {options.namespace}/{options.name}: {blocked} (the Job is left running: "
+                f"kubectl delete job -n {options.namespace} {options.name})"
+            )
         if timeout_s is not None and time.monotonic() - started > timeout_s:
             raise ClusterSweepError(
                 f"job {options.namespace}/{options.name}: {done} of {cells} cells done after "

@@ -3,8 +3,9 @@ Job run (:mod:`walras.cli.sweep_cluster`) with a progress bar of completed index
 sweep's own table, JSON lines, ``sweep.csv`` and ``sweep.png`` from the collected rows.
 
 Exit status: 2 for a bad spec or option (before anything is created), 1 for a cluster that cannot
-be used (the console script's one line, :mod:`walras.cli.errors`) or for failed cells, each named
-by its index and the reason its pod gave; 0 when every cell returned its row.
+be used (the console script's one line, :mod:`walras.cli.errors`), for a cell whose pod cannot
+start (a wrong image, say), or for failed cells, each named by its index and the reason its pod
+gave; 0 when every cell returned its row.
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ class _Bar:
     def stop(self) -> None:
         if self.bar is not None:
             self.bar.stop()
+            self.bar = None
 
 
 def sweep_on_cluster(
@@ -114,6 +116,9 @@ def sweep_on_cluster(
         rows, failures = sweep_cluster.run_on_cluster(
             api, options, data, cells, progress=bar.update
         )
+    except sweep_cluster.ClusterSweepError as exc:
+        bar.stop()
+        raise _error(str(exc), 1) from exc
     finally:
         bar.stop()
     if out is not None and rows:
