@@ -34,8 +34,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes.client.exceptions import ApiException
 
+from walras.cli import sweep_cluster
 from walras.sim import sweep
 from walras.testing import devcluster, realnodes
 
@@ -74,6 +76,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     _require(missing is None, str(missing))
     _require(shutil.which("buildah") is not None, "buildah not installed: run `make tools`")
     archive = tmp_path_factory.mktemp("image") / "walras.tar"
+    started = time.monotonic()
     proc = subprocess.run(
         ["bash", str(ROOT / "hack" / "build-image.sh"), "--tag", IMAGE, "--archive", str(archive)],
         capture_output=True,
@@ -84,6 +87,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     )
     assert proc.returncode == 0, proc.stderr[-6000:]
     report = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
+    report["image_step_s"] = f"{time.monotonic() - started:.1f}"  # build (or reuse) + archive
     cp = devcluster.start(real_nodes=True)
     try:
         node = realnodes.add_real_node(
@@ -199,9 +203,12 @@ def test_sweep_on_cluster_equals_the_local_sweep(setup: Setup, tmp_path: Path) -
         json.dumps(
             {
                 "image_build_s": float(setup.image_report.get("build_s", "nan")),
+                "image_build_and_archive_s": float(setup.image_report["image_step_s"]),
                 "image_bytes": int(setup.image_report.get("size_bytes", 0)),
                 "node_start_log": [
-                    line for line in setup.node.start_log.splitlines() if "imported" in line
+                    line
+                    for line in setup.node.start_log.splitlines()
+                    if "imported" in line or "containerd up" in line
                 ],
                 "command_wall_s": round(run_s, 1),
                 "command_cpu_s": round(
@@ -213,3 +220,42 @@ def test_sweep_on_cluster_equals_the_local_sweep(setup: Setup, tmp_path: Path) -
         )
     )
     api.close()
+
+
+def test_a_cell_that_fails_in_its_pod_is_reported_by_its_index(
+    setup: Setup, tmp_path: Path
+) -> None:
+    # The command checks the spec before it creates anything, so a cell that fails in its pod is
+    # made here: the shipped spec is edited after the check to name an unknown policy for cell 1.
+    # What comes back is the real kubelet's record of a failed container (its exit code, and the
+    # tail of its output as the message: FallbackToLogsOnError).
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        f"trace: {TRACE}\ncluster: '4:4:4'\npolicies: [fifo_perf, max_min_fairness_perf]\n"
+    )
+    _, data = sweep_cluster.bundle(spec)
+    shipped = yaml.safe_load(data[sweep_cluster.SPEC_KEY])
+    shipped["policies"] = ["fifo_perf", "nosuch"]
+    data[sweep_cluster.SPEC_KEY] = yaml.safe_dump(shipped)
+    api = setup.cp.admin_client()
+    namespace = devcluster.unique_name("sweep-fail")
+    devcluster.create_namespace(api, namespace)
+    binder = Binder(api, namespace, setup.node.name)
+    binder.start()
+    options = sweep_cluster.Options(
+        name="walras-sweep-fail", namespace=namespace, image=IMAGE, parallelism=2, cpu="100m"
+    )
+    try:
+        rows, failures = sweep_cluster.run_on_cluster(
+            sweep_cluster.KubeSweepApi(api), options, data, 2, poll_s=1.0, timeout_s=900
+        )
+    finally:
+        binder.stopping.set()
+        binder.join()
+        api.close()
+    local = sweep.run_sweep(sweep.load_spec(spec), workers=1)
+    assert [untimed(r) for r in rows] == [untimed(local[0])]
+    (failure,) = failures
+    assert failure.index == 1
+    assert failure.reason.startswith("exit 2: error: ")
+    assert "unknown policy 'nosuch'" in failure.reason

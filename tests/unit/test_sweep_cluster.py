@@ -335,15 +335,29 @@ def walras(args: list[str], env: Mapping[str, str]) -> subprocess.CompletedProce
     )
 
 
-def test_bad_spec_exits_2_before_any_request(tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize(
+    ("spec_text", "needle"),
+    [
+        ("trace: {trace}\npolicies: [fifo]\nseedz: [1]\n", "unknown key(s) seedz"),
+        ("trace: {trace}\npolicies: [fifo, nosuch]\n", "policies: unknown policy 'nosuch'"),
+        ("trace: {bad}\npolicies: [fifo]\n", "bad.trace:1"),
+        ("trace: {trace}\ncluster: '4:4:4'\ngpus_per_node: '3'\npolicies: [fifo]\n", "per node"),
+    ],
+)
+def test_bad_spec_exits_2_before_any_request(
+    tmp_path: pathlib.Path, spec_text: str, needle: str
+) -> None:
+    # What every cell would find wrong is found here, once, not in every pod.
+    bad = tmp_path / "bad.trace"
+    bad.write_text("not a trace\n")
     spec = tmp_path / "spec.yaml"
-    spec.write_text(f"trace: {TRACES['D1']}\npolicies: [fifo]\nseedz: [1]\n")
+    spec.write_text(spec_text.format(trace=TRACES["D1"], bad=bad))
     # A kubeconfig that does not exist: reaching for it would be exit 1, not 2.
     res = walras(
         ["simulate", "sweep", str(spec), "--on-cluster", "--kubeconfig", "/nonexistent"], {}
     )
     assert res.returncode == 2, res.stderr
-    assert "unknown key(s) seedz" in res.stderr
+    assert needle in res.stderr
     assert "Traceback" not in res.stderr
 
 

@@ -85,6 +85,7 @@ def bundle(spec_path: pathlib.Path) -> tuple[sweep.SweepSpec, dict[str, str]]:
     spec = sweep.load_spec(spec_path)
     if not sweep.runs(spec):
         raise SimInputError("the sweep has no runs (empty policies, seeds or rates)")
+    sweep.check(spec)
     data: dict[str, str] = {}
     files = [("trace", spec.trace, TRACE_KEY)]
     if spec.throughputs is not None:

@@ -158,6 +158,26 @@ def run_one(spec: SweepSpec, combo: tuple[str, int, float | None, float]) -> dic
     return row | result.summary()
 
 
+def check(spec: SweepSpec) -> None:
+    """What every run would find wrong, found once here: the trace, cluster, node sizes and
+    throughputs (the scenario loads), and each policy's name. For a sweep on a cluster, where a
+    cell's error would otherwise come back from every pod."""
+    from walras.sim.policies import GAVEL_POLICIES
+    from walras.sim.scenario import load_scenario
+
+    load_scenario(
+        spec.trace,
+        cluster=spec.cluster,
+        gpus_per_node=spec.gpus_per_node,
+        throughputs=spec.throughputs,
+    )
+    for policy in spec.policies:
+        if policy not in GAVEL_POLICIES:
+            raise SimInputError(
+                f"policies: unknown policy {policy!r} (Gavel's: {', '.join(GAVEL_POLICIES)})"
+            )
+
+
 def run_cell(spec: SweepSpec, index: int) -> dict[str, Any]:
     """Cell ``index`` of the sweep (its position in :func:`runs`), run in this process."""
     combos = runs(spec)
