@@ -16,6 +16,8 @@ log endpoint nor a write permission for the pods: they run with no ServiceAccoun
 A cell that fails (a non-zero exit; ``backoffLimitPerIndex: 0``, so an index is tried once) is
 reported by its index with the reason the kubelet recorded: with ``FallbackToLogsOnError`` that
 is the tail of the container's output, i.e. the command's one-line error.
+A pod that cannot start at all (its image missing, say: :data:`STUCK_REASONS`) never fails, so
+the Job would never finish; the wait ends there with the pod's reason instead.
 
 The Job is created suspended, then the ConfigMap owned by it (``ownerReferences``), then the Job
 resumed: no pod starts before its volume exists, and deleting the Job deletes both. The Job and its
