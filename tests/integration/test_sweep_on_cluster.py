@@ -259,3 +259,51 @@ def test_a_cell_that_fails_in_its_pod_is_reported_by_its_index(
     assert failure.index == 1
     assert failure.reason.startswith("exit 2: error: ")
     assert "unknown policy 'nosuch'" in failure.reason
+
+
+def test_an_image_the_node_cannot_get_ends_the_wait_with_exit_1(
+    setup: Setup, tmp_path: Path
+) -> None:
+    # The node has no such image and no registry to pull it from: the kubelet leaves the pod
+    # waiting (ErrImagePull, then ImagePullBackOff) and the Job would wait for ever.
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"trace: {TRACE}\ncluster: '4:4:4'\npolicies: [fifo_perf]\n")
+    api = setup.cp.admin_client()
+    namespace = devcluster.unique_name("sweep-noimage")
+    devcluster.create_namespace(api, namespace)
+    binder = Binder(api, namespace, setup.node.name)
+    binder.start()
+    try:
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "from walras.console import main; main()",
+                "simulate",
+                "sweep",
+                str(spec),
+                "--on-cluster",
+                "--image",
+                "localhost/walras:absent",
+                "--namespace",
+                namespace,
+                "--kubeconfig",
+                setup.cp.admin_kubeconfig,
+                "--cell-cpu",
+                "100m",
+            ],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+            timeout=600,
+            check=False,
+        )
+    finally:
+        binder.stopping.set()
+        binder.join()
+        api.close()
+    assert proc.returncode == 1, proc.stderr[-4000:]
+    assert "Traceback" not in proc.stderr
+    assert "(cell 0) cannot start: ErrImagePull" in proc.stderr or (
+        "(cell 0) cannot start: ImagePullBackOff" in proc.stderr
+    ), proc.stderr
