@@ -59,9 +59,9 @@ def job_notices(
     (``classes``: the PriorityClasses by name; None: the job's class is not checked)."""
     out: list[Notice] = []
     if classes is not None and priorities.class_name(job):
-        used = priorities.effective(job, classes, tenants)
-        if used.reason:
-            out.append(Notice(priorities.FIELD, used.reason, used.message))
+        scheduled_as = priorities.effective(job, classes, tenants)
+        if scheduled_as.reason:
+            out.append(Notice(priorities.FIELD, scheduled_as.reason, scheduled_as.message))
     known = [t for t in job.throughput if t in gpu_types]
     if known:
         for gpu_type in sorted(t for t in job.throughput if t not in gpu_types):

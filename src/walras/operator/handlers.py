@@ -13,9 +13,10 @@ They write into the cluster cache (:class:`walras.operator.cache.ClusterCache`):
 beside it the facts a parsed view drops: each pod's controller FungibleJob uid (ownership),
 whether it carries a ``DisruptionTarget`` condition, and each job's ``spec.backoffLimit``.
 
-Wake-ups: a job created, deleted or edited (generation), a pool, Tenant or PriorityClass changed, a node added,
-removed or changing readiness, and a Walras pod finishing run an incremental round; a pod going
-away lets queued bindings proceed. Status-only updates (our own patches) wake nothing.
+Wake-ups: a job created, deleted or edited (generation), a pool, Tenant or PriorityClass
+changed, a node added, removed or changing readiness, and a Walras pod finishing run an
+incremental round; a pod going away lets queued bindings proceed. Status-only updates (our own
+patches) wake nothing.
 
 ``Readiness`` holds the round loop back until the watches have delivered every object that existed
 at start-up, so a restarted operator never mistakes "not listed yet" for "missing" and plans
