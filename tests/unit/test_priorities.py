@@ -11,10 +11,13 @@ from __future__ import annotations
 from typing import Any
 
 import hypothesis.strategies as st
+import pydantic
+import pytest
 from hypothesis import given
 from tests.unit.operator_fakes import gang_job
 
 from walras.core import field_notices, governance, model, priorities
+from walras.core.schema import tenant as tenant_schema
 
 
 def job(class_name: str | None, namespace: str = "ns") -> model.JobSpec:
@@ -155,3 +158,14 @@ def test_run_to_completion_fits_inside_the_guarantee_at_every_level() -> None:
     assert "tenant org" in g.room(2, "v100", 1)
     # No guarantee of a type: nothing starts there.
     assert "of its 0 guaranteed k80" in g.room(0, "k80", 1)
+
+
+def test_the_tenant_schema_takes_a_set_of_class_names() -> None:
+    ok = tenant_schema.TenantSpec.model_validate({"priorityClasses": ["high", "exclusive"]})
+    assert ok.priority_classes == ["high", "exclusive"]
+    with pytest.raises(pydantic.ValidationError, match="priorityClasses"):
+        tenant_schema.TenantSpec.model_validate({"priorityClasses": ["high", "high"]})
+    with pytest.raises(pydantic.ValidationError, match="priorityClasses"):
+        tenant_schema.TenantSpec.model_validate({"priorityClasses": ["Not A Name"]})
+    # A list the schema would refuse still parses: it only limits what the users may use.
+    assert governance.parse_tenant({"spec": {"priorityClasses": "high"}}).priority_classes == set()
