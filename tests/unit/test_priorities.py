@@ -169,3 +169,19 @@ def test_the_tenant_schema_takes_a_set_of_class_names() -> None:
         tenant_schema.TenantSpec.model_validate({"priorityClasses": ["Not A Name"]})
     # A list the schema would refuse still parses: it only limits what the users may use.
     assert governance.parse_tenant({"spec": {"priorityClasses": "high"}}).priority_classes == set()
+
+
+@given(
+    st.lists(st.tuples(st.sampled_from(["ns", "other"]), st.one_of(st.none(), names)), max_size=8),
+    class_objs,
+    st.frozensets(names),
+)
+def test_resolving_many_jobs_at_once_is_resolving_each(
+    rows: list[tuple[str, str | None]],
+    objs: list[tuple[str, int, bool, bool]],
+    listed: frozenset[str],
+) -> None:
+    cs = classes(*(pc(n, v, default=d, sharing="false" if not s else None) for n, v, d, s in objs))
+    ts = tenant(*sorted(listed))
+    jobs = [job(k, ns) for ns, k in rows]
+    assert priorities.resolve(jobs, cs, ts) == [priorities.effective(j, cs, ts) for j in jobs]

@@ -128,8 +128,16 @@ def effective(
     tenants: Mapping[str, governance.TenantSpec],
 ) -> Effective:
     """The class the job is scheduled with (module docstring)."""
-    default = default_class(classes)
-    name = class_name(job)
+    return _effective(job.namespace, class_name(job), classes, tenants, default_class(classes))
+
+
+def _effective(
+    namespace: str,
+    name: str,
+    classes: Mapping[str, PriorityClass],
+    tenants: Mapping[str, governance.TenantSpec],
+    default: Effective,
+) -> Effective:
     if not name:
         return default
     pc = classes.get(name)
@@ -142,7 +150,7 @@ def effective(
             NOT_FOUND,
             f"no PriorityClass named {name!r}; {fallback}",
         )
-    tenant = governance.config(governance.tenant_of(job.namespace, tenants), tenants)
+    tenant = governance.config(governance.tenant_of(namespace, tenants), tenants)
     if not allowed(pc, tenant, default):
         return Effective(
             default.name,
@@ -167,11 +175,21 @@ def resolve(
     classes: Mapping[str, PriorityClass],
     tenants: Mapping[str, governance.TenantSpec],
 ) -> list[Effective]:
-    """:func:`effective` of every job, in order (all the default, at once, when no class exists
-    and no job names one: the common case costs nothing per job)."""
-    if not classes and not any(class_name(j) for j in jobs):
+    """:func:`effective` of every job, in order: decided once per (namespace, class name), as a
+    large queue has few of those."""
+    names = [class_name(j) for j in jobs]
+    if not classes and not any(names):
         return [DEFAULT] * len(jobs)
-    return [effective(j, classes, tenants) for j in jobs]
+    default = default_class(classes)
+    seen: dict[tuple[str, str], Effective] = {}
+    out: list[Effective] = []
+    for job, name in zip(jobs, names, strict=True):
+        key = (job.namespace, name)
+        got = seen.get(key)
+        if got is None:
+            got = seen[key] = _effective(job.namespace, name, classes, tenants, default)
+        out.append(got)
+    return out
 
 
 class Guarantees:
