@@ -289,6 +289,10 @@ WATCHED = {
     "tenant": f"/apis/{crd.GROUP}/{crd.VERSION}/{governance.TENANT_PLURAL}",
     "priorityclass": priorities.PRIORITY_CLASS_PATH,
 }
+# Kinds whose LIST may be refused (403: a ClusterRole from before the kind was read, during an
+# upgrade) without stopping the operator: an empty collection, said once, listed again later.
+# Without PriorityClasses every job is scheduled as the default class.
+OPTIONAL = frozenset({"priorityclass"})
 
 
 def watch_all(
@@ -309,7 +313,7 @@ def watch_all(
             except RuntimeError:  # the event loop closed at shutdown
                 stop.set()
 
-        collection = watch.CollectionWatch(api_client, path, deliver)
+        collection = watch.CollectionWatch(api_client, path, deliver, optional=kind in OPTIONAL)
         collection.start(stop)
         started.append(collection)
     return started
