@@ -211,3 +211,20 @@ def test_a_class_missing_from_the_file_is_simulated_as_the_default_with_a_warnin
     [warning] = wl.warnings
     assert "document 1 (team/a): spec.template.spec.priorityClassName" in warning
     assert "no PriorityClass named 'gold'" in warning
+
+
+def test_the_cli_prints_the_missing_class_warning_and_runs(tmp_path: pathlib.Path) -> None:
+    import subprocess
+    import sys
+
+    path = write(tmp_path, [_with_class("a", "gold")])
+    walras = str(pathlib.Path(sys.executable).parent / "walras")
+    opts = ["--cluster", "v100=1", "--gpus-per-node", "1", "--json"]
+    out = subprocess.run(
+        [walras, "simulate", str(path), "--semantics", "walras", *opts],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "warning:" in out.stderr and "priorityClassName" in out.stderr
+    assert "Traceback" not in out.stderr
