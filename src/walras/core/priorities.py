@@ -100,10 +100,9 @@ def parse_priority_class(obj: Mapping[str, Any]) -> PriorityClass:
 
 
 def class_name(job: model.JobSpec) -> str:
-    """``spec.template.spec.priorityClassName`` of the job ("" when unset)."""
-    spec = job.template.get("spec")
-    name = spec.get("priorityClassName") if isinstance(spec, Mapping) else None
-    return name if isinstance(name, str) else ""
+    """``spec.template.spec.priorityClassName`` of the job ("" when unset; read once, by
+    ``walras.core.model.parse_job``)."""
+    return job.priority_class
 
 
 def default_class(classes: Mapping[str, PriorityClass]) -> Effective:
