@@ -18,7 +18,9 @@ which:
   tenant's guarantee of that GPU type, next to the tenant's other run-to-completion jobs (and so
   at every ancestor with a guarantee), so a reclaim never needs its GPUs: they are the tenant's
   own. Without a guarantee of the type it waits, with the reason. This is KAI-Scheduler's
-  non-preemptible workload (only within the queue's deserved quota), in Walras's terms.
+  non-preemptible workload (only within the queue's deserved quota), in Walras's terms. The
+  meaning sits on the class (admin-owned, like the class itself) rather than in each Tenant, so
+  a class means the same everywhere; the Tenant only says who may use it.
 - **Who may use a class**: a tenant's users may always *lower* their precedence: the default
   class, and any time-shared class whose value is at most the default's. Any other class must be
   listed in the job's Tenant, ``spec.priorityClasses``. A job naming a class it may not use, or a
