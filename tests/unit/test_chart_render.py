@@ -177,6 +177,8 @@ CONTROLLER_GRANTS: dict[tuple[str, str], set[str]] = {
     # Tenants are admin-owned: the controller reads them and patches only their status.
     ("walras.dev", "tenants"): {"get", "list", "watch"},
     ("walras.dev", "tenants/status"): {"patch"},
+    # PriorityClasses are the admin's: read-only (walras.core.priorities).
+    ("scheduling.k8s.io", "priorityclasses"): {"get", "list", "watch"},
     # Statements of work: listed each round, status patched.
     ("walras.dev", "statementsofwork"): {"get", "list"},
     ("walras.dev", "statementsofwork/status"): {"patch"},

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from walras.core import adapters, crd, model
+from walras.core import adapters, crd, model, priorities
 from walras.core.adapters import base, batch_job, jobset, mirror
 from walras.core.schema import fungiblejob
 
@@ -336,3 +336,20 @@ def test_a_rounds_pods_become_one_start() -> None:
     assert start.labels == {crd.LABEL_JOB: "train", base.LABEL_MIRROR_UID: "m-uid"}
     # The per-pod node is not a template annotation: the replicas' nodes are in ANN_NODES.
     assert start.annotations == {crd.ANN_ROUND: "4", base.ANN_WORKLOAD_KIND: "Job"}
+
+
+def test_an_adopted_workloads_priority_class_is_its_mirrors() -> None:
+    """The pod template's priorityClassName travels into the mirror (``walras.core.priorities``
+    reads it there), for a batch Job and for a JobSet."""
+    obj = job(annotations={base.ANN_THROUGHPUT: "v100=1"})
+    obj["spec"]["template"]["spec"]["priorityClassName"] = "research-high"
+    sets = a_jobset([(2, 1, "1")])
+    for rj in sets["spec"]["replicatedJobs"]:
+        rj["template"]["spec"]["template"]["spec"]["priorityClassName"] = "research-high"
+    sets["metadata"]["annotations"] = {base.ANN_THROUGHPUT: "v100=1"}
+    for adapter, workload in ((batch_job.BatchJob(), obj), (jobset.JobSet(), sets)):
+        spec = mirror.spec_of(adapter.gang(workload), workload["metadata"]["annotations"])
+        body = mirror.manifest(adapter, workload, spec)
+        parsed = model.parse_job({**body, "metadata": {**body["metadata"], "uid": "m-uid"}})
+        assert isinstance(parsed, model.JobSpec), parsed
+        assert priorities.class_name(parsed) == "research-high"

@@ -298,6 +298,13 @@ def _run(trace: pathlib.Path, *, progress: bool, **kw: Any) -> Any:
         types_ = [g for g, c in counts.items() if c > 0]
         built = build_cluster(counts, parse_gpus_per_node(kw["gpus_per_node"], types_))
         workload = manifests.load_manifests(trace, built)
+        if workload.warnings:
+            from rich.console import Console
+
+            for warning in workload.warnings:
+                Console(stderr=True).print(
+                    f"[bold yellow]warning:[/] {warning}", highlight=False, soft_wrap=True
+                )
     else:
         scenario = load_scenario(
             trace,

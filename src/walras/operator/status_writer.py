@@ -146,7 +146,7 @@ class StatusWriter:
         store = self.cluster.store
         lost = self.lost_nodes.observe(store.nodes, store.pods.values())
         # Accepted fields that do nothing, or not what was asked (walras.core.field_notices).
-        notices = field_notices.notices(snap.jobs, snap.pools, snap.tenants)
+        notices = field_notices.notices(snap.jobs, snap.pools, snap.tenants, snap.priority_classes)
         for r, job in enumerate(sol.jobs):
             held = batch.scratch.held.get(job.key)
             if held is not None:

@@ -111,6 +111,25 @@ class TenantSpec(Model):
             "quota plus borrowing limit). A child's guarantee comes out of its parent's."
         ),
     )
+    priority_classes: (
+        Annotated[
+            list[TenantName],
+            AfterValidator(unique),
+            Field(max_length=256, json_schema_extra={"x-kubernetes-list-type": "set"}),
+        ]
+        | None
+    ) = Field(
+        None,
+        description=(
+            "PriorityClasses (scheduling.k8s.io/v1) this tenant's jobs may name in their pod "
+            "template's priorityClassName beyond the default class and the time-shared classes "
+            "of no higher value, which every tenant may use. Within a tenant, a higher class "
+            "value gets GPUs first and loses them last; a class annotated "
+            'walras.dev/time-sharing: "false" runs its jobs to completion inside the tenant\'s '
+            "guarantee. A job naming a class it may not use is scheduled as the default, with a "
+            "SpecWarnings condition."
+        ),
+    )
     parent: TenantName | None = Field(
         None,
         description=(
