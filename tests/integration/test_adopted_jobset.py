@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes.client.exceptions import ApiException
 from operator_helpers import (
+    apply_policies,
     condition,
     create_nodes,
     create_pool,
@@ -39,9 +39,6 @@ from walras.testing import devcluster
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[2]
-POLICIES = REPO / "charts" / "walras" / "files" / "suspend-managed-workloads.yaml"
-ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 JOBSETS = "/apis/jobset.x-k8s.io/v1alpha2"
 MANAGED = {"walras.dev/managed": "true"}
 JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
@@ -85,28 +82,6 @@ def batch_job(name: str, labels: dict[str, str]) -> dict[str, Any]:
         "metadata": {"name": name, "labels": labels},
         "spec": job_spec(2, 1),
     }
-
-
-def apply_policies(kube: Any) -> list[str]:
-    paths = []
-    for doc in yaml.safe_load_all(POLICIES.read_text()):
-        plural = {
-            "MutatingAdmissionPolicy": "mutatingadmissionpolicies",
-            "MutatingAdmissionPolicyBinding": "mutatingadmissionpolicybindings",
-        }[doc["kind"]]
-        path = f"{ADMISSION}/{plural}/{doc['metadata']['name']}"
-        try:
-            devcluster.request(kube, "POST", f"{ADMISSION}/{plural}", body=doc)
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-            # Left by a chart release in this control plane: replaced by the file's own.
-            current = devcluster.request(kube, "GET", path)
-            version = current["metadata"]["resourceVersion"]
-            body = {**doc, "metadata": {**doc["metadata"], "resourceVersion": version}}
-            devcluster.request(kube, "PUT", path, body=body)
-        paths.append(path)
-    return paths
 
 
 def test_labelled_workloads_are_created_suspended_and_a_jobset_runs_as_one_gang(
