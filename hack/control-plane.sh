@@ -201,7 +201,7 @@ build_jobset() {
 	(cd "$src" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -p "$GO_PARALLEL" -trimpath \
 		-ldflags "-s -w -X sigs.k8s.io/jobset/pkg/version.GitVersion=$JOBSET_VERSION" \
 		-o "$root/bin/jobset-controller.tmp" sigs.k8s.io/jobset)
-	cp "$crd" "$JOBSET_CRD.tmp"
+	install -m 0644 "$crd" "$JOBSET_CRD.tmp"  # the module cache is read-only
 	mv "$JOBSET_CRD.tmp" "$JOBSET_CRD"
 	mv "$root/bin/jobset-controller.tmp" "$JOBSET_BIN"
 	log "jobset built in $((SECONDS - start)) s"
