@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Local Kubernetes control plane for tests and the demo, without Docker.
 #
-#   hack/control-plane.sh build          build etcd, kube-apiserver, kube-controller-manager and kwok into the
-#                                        cache (once per version)
+#   hack/control-plane.sh build          build etcd, kwok, the JobSet controller, kube-apiserver,
+#                                        kube-controller-manager and the kubelet into the cache (once
+#                                        per version)
 #   hack/control-plane.sh build-kubelet  build only the kubelet (real nodes: hack/real-node.sh)
 #   hack/control-plane.sh paths          print the cached binary paths (KEY=PATH lines)
 #   hack/control-plane.sh start DIR      certs + tokens, etcd, kube-apiserver, kube-controller-manager (garbage
