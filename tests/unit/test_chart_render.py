@@ -166,11 +166,13 @@ CONTROLLER_GRANTS: dict[tuple[str, str], set[str]] = {
     ("", "pods/binding"): {"create"},
     ("", "nodes"): {"get", "list", "watch"},
     ("", "events"): {"create"},
-    # Mirrors of adopted workloads are created; the adopted Jobs and JobSets suspended/started.
+    # Mirrors of adopted workloads are created; the adopted Jobs, JobSets and TrainJobs
+    # suspended/started.
     ("walras.dev", "fungiblejobs"): {"get", "list", "watch", "create"},
     ("walras.dev", "fungiblejobs/status"): {"patch"},
     ("batch", "jobs"): {"get", "list", "watch", "patch"},
     ("jobset.x-k8s.io", "jobsets"): {"get", "list", "watch", "patch"},
+    ("trainer.kubeflow.org", "trainjobs"): {"get", "list", "watch", "patch"},
     ("walras.dev", "resourcepools"): {"get", "list", "watch"},
     ("walras.dev", "resourcepools/status"): {"patch"},
     ("walras.dev", "nodeallocations"): {"get", "list", "watch"},

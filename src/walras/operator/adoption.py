@@ -70,6 +70,9 @@ def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
 def _started_by_walras(adapter: base.Adapter, obj: Mapping[str, Any]) -> bool:
     """Its template carries a mirror's uid: Walras started it (it does not suspend it again)."""
     spec = base.mapping(obj.get("spec"))
+    # A TrainJob has no pod template: a start writes Walras's labels into its spec.labels.
+    if base.LABEL_MIRROR_UID in base.mapping(spec.get("labels")):
+        return True
     templates = [base.mapping(spec.get("template"))]
     for rjob in spec.get("replicatedJobs") or []:
         rspec = base.mapping(base.mapping(base.mapping(rjob).get("template")).get("spec"))
