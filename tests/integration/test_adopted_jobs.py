@@ -352,7 +352,12 @@ def test_a_rejected_job_fixed_in_place_is_admitted_and_runs(
     op = start_operator(control_plane, tmp_path, round_seconds=2.0)
     try:
         rejected = wait_for(
-            lambda: condition(get_job(kube, namespace, "uneven"), "Admitted"), 60, "rejection"
+            lambda: next(
+                (condition(j, "Admitted") for j in list_jobs(kube, namespace)),
+                None,
+            ),
+            60,
+            "rejection",
         )
         assert rejected["status"] == "False" and rejected["reason"] == "WorkloadRejected"
         # Fixed in place (parallelism may change on a Job): a gang of 3 pods of 1 GPU.

@@ -195,8 +195,8 @@ class Adoption:
             if d.pod.job_key in adopted and d.reason == _FINISHED
         }
         for d in plan.deletes:
-            if d.pod.job_key not in adopted or d.reason in _DONE:
-                continue
+            if d.pod.job_key not in adopted or d.reason in _DONE or d.pod.finished:
+                continue  # a pod that ended is its controller's (a completed index): no slice end
             if d.reason == _FINISHED and d.pod.job_key not in self._finishing:
                 continue  # its first round finished: its pods may still exit on their own
             stops.add(d.pod.job_key)
