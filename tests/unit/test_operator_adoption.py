@@ -249,11 +249,16 @@ def test_the_jobs_outcome_reaches_its_mirror_once() -> None:
     # A watch delivers a new object each time.
     done = {**done, "status": {"conditions": [{"type": "Complete", "status": "True"}]}}
     assert adopt.seen(JOB, {"type": "MODIFIED", "object": done})
-    asyncio.run(adopt.act(realise.Realisation((), (), {}), scratch()))
+    round_scratch = scratch()
+    asyncio.run(adopt.act(realise.Realisation((), (), {}), round_scratch))
     assert api.statuses["done"]["phase"] == "Succeeded"
+    # The round's status writer leaves it alone (its plan, made before, has it running), this
+    # round and every round until the watch brings the mirror's new phase.
+    assert round_scratch.ended == {("ns", "done")}
     api.statuses.clear()
-    asyncio.run(adopt.act(realise.Realisation((), (), {}), scratch()))
-    assert api.statuses == {}
+    round_scratch = scratch()
+    asyncio.run(adopt.act(realise.Realisation((), (), {}), round_scratch))
+    assert api.statuses == {} and round_scratch.ended == {("ns", "done")}
 
 
 def test_unlabelled_and_deleted_workloads_are_forgotten() -> None:

@@ -263,6 +263,7 @@ class Adoption:
             elif outcome is None:
                 accepted.add(key)
             if outcome is not None:
+                scratch.ended.add(key)
                 await self._finish(key, outcome, (uid, outcome.phase, generation))
             elif (
                 not adapter.suspended(obj)
