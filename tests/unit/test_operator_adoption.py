@@ -130,6 +130,10 @@ def scratch() -> RoundScratch:
     return RoundScratch(3, 0.0, False, False, RoundReport(round=3, incremental=False))
 
 
+def at(now: float) -> RoundScratch:
+    return RoundScratch(3, now, False, False, RoundReport(round=3, incremental=False))
+
+
 def setup(*objs: dict[str, Any]) -> tuple[adoption.Adoption, AdoptionApi, cache.ClusterCache]:
     api = AdoptionApi()
     cluster = cache.ClusterCache()
@@ -367,10 +371,17 @@ def test_a_finished_mirror_leaves_its_pods_one_round_to_exit_then_suspends() -> 
         deletes=tuple(realise.PodDelete(pod(mirror_a, r), "JobFinished") for r in (0, 1)),
         jobs={},
     )
-    left = asyncio.run(adopt.act(plan, scratch()))
+    job_a["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 20
+    mirror_in_store(cluster, job_a)  # the mirror's template says 20 s
+    left = asyncio.run(adopt.act(plan, at(100.0)))
     assert left.deletes == () and api.patches == []  # neither deleted nor suspended
-    # Still running a round later (a workload that does not exit at its total work): suspended.
-    asyncio.run(adopt.act(plan, scratch()))
+    # Rounds within the pods' grace period (a round may follow the last at once) leave them.
+    asyncio.run(adopt.act(plan, at(100.5)))
+    asyncio.run(adopt.act(plan, at(119.9)))
+    assert api.patches == []
+    # Still running past it (a workload that does not exit at its total work): suspended, as a
+    # slice end would have stopped it by then.
+    asyncio.run(adopt.act(plan, at(120.0)))
     assert api.patches == [("/apis/batch/v1/namespaces/ns/jobs/a", {"spec": {"suspend": True}})]
 
 

@@ -23,8 +23,9 @@ and before the gang binder (:meth:`Adoption.act`, leader only):
    moves) has its workload suspended, and the workload's controller deletes its pods with their
    grace period. A workload that must move is suspended this round and started by a later one,
    once suspended (Kubernetes accepts template changes only then). A mirror that finished (its
-   reported work reached its total) leaves its workload's pods one round to exit on their own,
-   so that its controller counts them (``_FINISHED``), and is suspended the round after. Its
+   reported work reached its total) leaves its workload's pods their termination grace period
+   to exit on their own, so that its controller counts them (``_FINISHED``), and is suspended
+   after it. Its
    pods, made by its controller, carry the mirror's labels: the round loop binds them as whole
    gangs like its own.
 """
@@ -59,10 +60,12 @@ _DONE = ("JobGone",)
 # The mirror finished (its reported work reached its total): the workload's pods are expected to
 # exit 0 on their own, and its controller to count them. Suspending it at once would race them:
 # the Job controller deletes a suspended Job's pods uncounted, so a Job suspended between its
-# workload's last report and its exit would never be Complete. Its pods get one round to exit;
-# those still running the round after are suspended (a workload that does not exit at its total
-# work does not hold its GPUs for ever).
+# workload's last report and its exit would never be Complete. Its pods get as long to exit as a
+# suspension would give them after SIGTERM (the template's terminationGracePeriodSeconds,
+# Kubernetes's default 30 s): those still running then are suspended (a workload that does not
+# exit at its total work does not hold its GPUs for ever).
 _FINISHED = "JobFinished"
+_DEFAULT_GRACE_S = 30.0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -119,8 +122,9 @@ class Adoption:
         # binder must not bind them (a bind would find them gone and hold the job).
         self.going: frozenset[model.JobKey] = frozenset()
         self._suspended_now: set[model.JobKey] = set()
-        # Mirrors whose pods the last round's plan deleted as finished (``_FINISHED``).
-        self._finishing: set[model.JobKey] = set()
+        # Mirrors whose pods the plan deletes as finished (``_FINISHED``): since when (round
+        # clock), for as long as every round's plan does.
+        self._finishing: dict[model.JobKey, float] = {}
         # (namespace, name) -> (adapter, latest object), from the watch.
         self.workloads: dict[model.JobKey, tuple[base.Adapter, Mapping[str, Any]]] = {}
         # Writes done once per workload uid and generation (Events, rejections, outcomes).
@@ -189,18 +193,18 @@ class Adoption:
         for c in plan.creates:
             if c.job.key in adopted:
                 starts.setdefault(c.job.key, []).append(c)
-        finishing = {
-            d.pod.job_key
+        self._finishing = {
+            d.pod.job_key: self._finishing.get(d.pod.job_key, scratch.now)
             for d in plan.deletes
             if d.pod.job_key in adopted and d.reason == _FINISHED
         }
         for d in plan.deletes:
             if d.pod.job_key not in adopted or d.reason in _DONE or d.pod.finished:
                 continue  # a pod that ended is its controller's (a completed index): no slice end
-            if d.reason == _FINISHED and d.pod.job_key not in self._finishing:
-                continue  # its first round finished: its pods may still exit on their own
-            stops.add(d.pod.job_key)
-        self._finishing = finishing
+            key = d.pod.job_key
+            if d.reason == _FINISHED and scratch.now - self._finishing[key] < self._grace(key):
+                continue  # finished: its pods may still exit on their own
+            stops.add(key)
         scratch.retry_deletes = [p for p in scratch.retry_deletes if p.job_key not in adopted]
         suspended = {key for key, (a, obj) in self.workloads.items() if a.suspended(obj)}
         suspended |= self._suspended_now
@@ -226,6 +230,14 @@ class Adoption:
             creates=tuple(c for c in plan.creates if c.job.key not in adopted),
             deletes=tuple(d for d in plan.deletes if d.pod.job_key not in adopted),
         )
+
+    def _grace(self, key: model.JobKey) -> float:
+        """The termination grace period of the mirror's pods (seconds; ``_FINISHED``)."""
+        job = self.cluster.store.jobs.get(key)
+        spec = base.mapping(job.template.get("spec")) if isinstance(job, model.JobSpec) else {}
+        grace = spec.get("terminationGracePeriodSeconds")
+        ok = isinstance(grace, int | float) and not isinstance(grace, bool) and grace >= 0
+        return float(grace) if ok else _DEFAULT_GRACE_S
 
     def _mirror_of(self, key: model.JobKey, obj: Mapping[str, Any]) -> model.JobSpec | None:
         """The mirror FungibleJob of the workload ``obj`` (None while it has none)."""
