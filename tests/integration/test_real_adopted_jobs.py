@@ -91,6 +91,11 @@ def test_two_adopted_jobs_time_share_one_real_node_resume_and_complete(
             )
         for job in jobs:
             wait_for(lambda job=job: phase(api, ns, job) == "Succeeded", 60, f"mirror {job}")
+            # backoffLimit 0, and no failure counted: a slice end's pods (deleted by the Job
+            # controller on suspension) count neither as failures nor as successes.
+            status = _batch_job(api, ns, job)["status"]
+            assert not status.get("failed"), status
+            assert status.get("succeeded") == 2, status
 
         # Deleting a Job deletes its mirror (garbage collector, through the ownerReference).
         devcluster.request(
