@@ -25,9 +25,8 @@ and before the gang binder (:meth:`Adoption.act`, leader only):
    once suspended (Kubernetes accepts template changes only then). A mirror that finished (its
    reported work reached its total) leaves its workload's pods their termination grace period
    to exit on their own, so that its controller counts them (``_FINISHED``), and is suspended
-   after it. Its
-   pods, made by its controller, carry the mirror's labels: the round loop binds them as whole
-   gangs like its own.
+   after it. Its pods, made by its controller, carry the mirror's labels: the round loop binds
+   them as whole gangs like its own.
 """
 
 from __future__ import annotations
@@ -321,7 +320,11 @@ class Adoption:
         if isinstance(existing, model.JobSpec) and existing.workload_uid != uid:
             return  # a FungibleJob of its own, or the mirror of a workload since re-created
         rejected = _rejected(existing.status)
-        resized = isinstance(existing, model.JobSpec) and existing.replicas != spec["replicas"]
+        resized = (
+            isinstance(existing, model.JobSpec)
+            and not existing.finished  # a finished mirror's gang runs no more
+            and existing.replicas != spec["replicas"]
+        )
         if not (rejected or resized):
             return
         body = mirror.manifest(adapter, obj, spec)["spec"]
