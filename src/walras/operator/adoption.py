@@ -235,8 +235,9 @@ class Adoption:
         job = self.cluster.store.jobs.get(key)
         spec = base.mapping(job.template.get("spec")) if isinstance(job, model.JobSpec) else {}
         grace = spec.get("terminationGracePeriodSeconds")
-        ok = isinstance(grace, int | float) and not isinstance(grace, bool) and grace >= 0
-        return float(grace) if ok else _DEFAULT_GRACE_S
+        if isinstance(grace, int | float) and not isinstance(grace, bool) and grace >= 0:
+            return float(grace)
+        return _DEFAULT_GRACE_S
 
     def _mirror_of(self, key: model.JobKey, obj: Mapping[str, Any]) -> model.JobSpec | None:
         """The mirror FungibleJob of the workload ``obj`` (None while it has none)."""
