@@ -166,9 +166,9 @@ CONTROLLER_GRANTS: dict[tuple[str, str], set[str]] = {
     ("", "pods/binding"): {"create"},
     ("", "nodes"): {"get", "list", "watch"},
     ("", "events"): {"create"},
-    # Mirrors of adopted workloads are created; the adopted Jobs, JobSets and TrainJobs
-    # suspended/started.
-    ("walras.dev", "fungiblejobs"): {"get", "list", "watch", "create"},
+    # Mirrors of adopted workloads are created and their specs follow their workloads (patch);
+    # never deleted. The adopted Jobs, JobSets and TrainJobs suspended/started.
+    ("walras.dev", "fungiblejobs"): {"get", "list", "watch", "create", "patch"},
     ("walras.dev", "fungiblejobs/status"): {"patch"},
     ("batch", "jobs"): {"get", "list", "watch", "patch"},
     ("jobset.x-k8s.io", "jobsets"): {"get", "list", "watch", "patch"},

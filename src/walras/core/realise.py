@@ -204,6 +204,15 @@ def _alive(pod: model.PodInfo) -> bool:
     return not pod.terminating and pod.phase != crd.PHASE_FAILED
 
 
+def _gang_pods(job: model.JobSpec, pods: Sequence[model.PodInfo]) -> list[model.PodInfo]:
+    """The pods of ``job``'s gang. A mirror's Succeeded pods are left out: they are its
+    workload's record of work done (an Indexed Job's completed indexes, which its controller
+    never runs again and never deletes), not replicas of the gang that runs the indexes left."""
+    if not job.workload_uid:
+        return list(pods)
+    return [p for p in pods if p.phase != crd.PHASE_SUCCEEDED]
+
+
 def realise(
     sol: policies.Solution,
     snap: snapshot.Snapshot,
@@ -239,7 +248,7 @@ def realise(
     replicas = np.array([j.replicas for j in sol.jobs], dtype=np.int64)
     current = np.zeros((J, K), dtype=np.int64)
     for r, job in enumerate(sol.jobs):
-        for pod in pods_by_job.get(job.key, []):
+        for pod in _gang_pods(job, pods_by_job.get(job.key, [])):
             k = node_index.get(pod.where)
             if _alive(pod) and k is not None:
                 current[r, k] += 1
@@ -324,7 +333,7 @@ def realise(
         return PodDelete(pod, "NodeGone" if gone else reason)
 
     for r, job in enumerate(sol.jobs):
-        pods = [p for p in pods_by_job.get(job.key, []) if not p.terminating]
+        pods = [p for p in _gang_pods(job, pods_by_job.get(job.key, [])) if not p.terminating]
         pl = placements.get(r)
         if pl is None:
             preempted = any(p.phase != crd.PHASE_SUCCEEDED for p in pods)

@@ -148,6 +148,8 @@ class StatusWriter:
         # Accepted fields that do nothing, or not what was asked (walras.core.field_notices).
         notices = field_notices.notices(snap.jobs, snap.pools, snap.tenants, snap.priority_classes)
         for r, job in enumerate(sol.jobs):
+            if job.key in batch.scratch.ended:
+                continue  # its final status is the adoption step's (RoundScratch.ended)
             held = batch.scratch.held.get(job.key)
             if held is not None:
                 # Its gang could not be created or bound this round: nothing of it runs.
