@@ -74,9 +74,15 @@ def test_three_jobs_time_share_two_real_nodes_and_resume_where_they_stopped(
         starts = observer.starts(job)
         assert starts, f"no pod of {job} seen"
         logs = [observer.log(p.name) for p in starts]
-        # The first start found no checkpoint; the last one ran to the end.
+        # The first start found no checkpoint; the last one ran to the end. The job's steps are
+        # the most any replica reported (a synchronous gang's replicas report the same counter;
+        # the reference workload's replicas are not synchronised, so one may be a few steps
+        # behind): a replica of the last start reached the total, and the job ended on that.
         assert logs[0].start_step == 0, (starts[0].name, logs[0])
-        assert logs[-1].done == steps, (starts[-1].name, logs[-1])
+        last = [p for p in observer.pods.values() if p.job == job and p.round == starts[-1].round]
+        assert max(observer.log(p.name).done or 0 for p in last) == steps, [
+            (p.name, observer.log(p.name)) for p in last
+        ]
         for before, after, pod in zip(logs, logs[1:], starts[1:], strict=False):
             # Every preemption: SIGTERM, a checkpoint of the step reached, exit 0 ...
             assert before.stop_reason == "SIGTERM", (pod.name, before)
