@@ -258,9 +258,19 @@ def start(
     raise ControlPlaneError(f"control plane did not start:\n{last_error}")
 
 
+# Seconds stopping one real node may take (``hack/real-node.sh stop``: its pods' grace periods,
+# containerd and the kubelet exiting, the host side undone), under load.
+REAL_NODE_STOP_S = 120
+
+
 def stop(cp: ControlPlane) -> None:
     """Kill exactly the processes ``start`` recorded and remove the directory."""
-    result = _script("stop", cp.directory, timeout=60)
+    # Real nodes stop first (their pods get their grace periods, containerd and the kubelet
+    # exit): each may take what stopping one node may take (``REAL_NODE_STOP_S``), on top of the
+    # control plane's own minute. A timeout here would leave the control plane running.
+    nodes = Path(cp.directory, "nodes")
+    real = sum(1 for n in nodes.iterdir() if n.is_dir()) if nodes.is_dir() else 0
+    result = _script("stop", cp.directory, timeout=60 + REAL_NODE_STOP_S * real)
     if result.returncode != 0:
         raise ControlPlaneError(f"stop failed: {result.stderr.strip()}")
 

@@ -222,7 +222,7 @@ def add_real_node(
 def stop_real_node(cp: devcluster.ControlPlane, node: RealNode) -> None:
     """Stop the node's processes and undo its host side effects (its Node object stays, as
     when a machine dies; the node lifecycle controller marks it NotReady)."""
-    result = _run(_SCRIPT, "stop", cp.directory, node.name, timeout=120)
+    result = _run(_SCRIPT, "stop", cp.directory, node.name, timeout=devcluster.REAL_NODE_STOP_S)
     if result.returncode != 0:
         raise RealNodeError(f"stopping real node {node.name} failed: {result.stderr.strip()}")
 
