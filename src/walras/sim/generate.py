@@ -183,7 +183,8 @@ def tenant_manifests(
         rates = {
             gpu_type: float(per[(job_type, scale)])
             for gpu_type, per in sorted(table.values.items())
-            if per.get((job_type, scale), 0.0) > 0
+            # ``*_unconsolidated``: Gavel's rates for a gang spread over servers, no GPU type
+            if per.get((job_type, scale), 0.0) > 0 and not gpu_type.endswith("_unconsolidated")
         }
         out.append(
             {

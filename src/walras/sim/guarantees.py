@@ -7,9 +7,10 @@ full round has been carried out:
 - **demand** ``f_tg``: the GPUs asked by the unfinished jobs of ``t``'s subtree that can use
   ``g`` (a positive throughput there) and whose gang fits in the guarantee (``replicas × GPUs per
   pod ≤ G_tg``): the demand ``f_tg`` of the quota layer's carve-out ``min(G_tg, f_tg)``
-  (``walras.allocator.quotas``). One refinement: a job running on another GPU type this round is
-  served and left out, because the quota layer never forces a job whose time is all elsewhere
-  onto ``g``;
+  (``walras.allocator.quotas``). A job served elsewhere is left out, because the quota layer
+  never forces a job whose time is all elsewhere onto ``g``: a job running on another GPU type
+  this round, and a job whose targets this round give it all its time on other types
+  (``Σ_{g' ≠ g} x_jg' ≥ 1``, the quota layer's "saturated");
 - **held** ``h_tg``: the GPUs of type ``g`` the subtree's pods hold once the round is applied;
 - the pair's guarantee is **met** in the round iff ``h_tg ≥ min(G_tg, f_tg)``; the pair has
   demand iff ``f_tg > 0``.
@@ -41,6 +42,9 @@ from walras.core import governance, model
 
 # GPUs: placements are whole GPUs; this only absorbs float round-off in the comparison.
 _EPS = 1e-9
+# Time fraction: a job whose targets on other types add up to within this of 1 is saturated there
+# (the solvers' round-off; far below what one round of a job's time is worth).
+_SATURATED = 1e-6
 
 
 def gang_gpus(job: model.JobSpec) -> int:
@@ -52,13 +56,22 @@ def demand_levels(
     jobs: Iterable[model.JobSpec],
     tenants: Mapping[str, governance.TenantSpec],
     placed_type: Mapping[model.JobKey, str],
+    targets: Mapping[model.JobKey, Mapping[str, float]] | None = None,
 ) -> dict[str, dict[str, float]]:
     """``min(G_tg, f_tg)`` per tenant and guaranteed type with ``f_tg > 0`` (module docstring).
 
     ``jobs``: the unfinished jobs; ``tenants``: validated (``walras.core.tenant_tree``);
-    ``placed_type``: the GPU type each running job is on this round.
+    ``placed_type``: the GPU type each running job is on this round; ``targets``: each job's
+    time fraction per type this round (the policy's ``Solution.targets``; missing: none).
     """
     jobs = list(jobs)
+    targets = targets or {}
+
+    def elsewhere(job: model.JobSpec, gpu_type: str) -> bool:
+        on = placed_type.get(job.key, gpu_type)
+        other = sum(x for t, x in targets.get(job.key, {}).items() if t != gpu_type)
+        return on != gpu_type or other >= 1.0 - _SATURATED
+
     out: dict[str, dict[str, float]] = {}
     for name in sorted(tenants):
         for gpu_type, quota in sorted(tenants[name].quotas.items()):
@@ -70,7 +83,7 @@ def demand_levels(
                 for j in jobs
                 if j.throughput.get(gpu_type, 0.0) > 0
                 and gang_gpus(j) <= g
-                and placed_type.get(j.key, gpu_type) == gpu_type
+                and not elsewhere(j, gpu_type)
                 and governance.in_subtree(governance.tenant_of(j.namespace, tenants), name, tenants)
             )
             if f > 0:

@@ -158,7 +158,13 @@ def observe(
         return
     placed_type = {key: max(per, key=lambda t: per[t]) for key, per in held.items() if per}
     jobs = [j for j in planned.active if j.key not in planned.finished]
-    levels = guarantees.demand_levels(jobs, tenants, placed_type)
+    sol = planned.solution
+    targets: dict[model.JobKey, dict[str, float]] = {}
+    for i, job in enumerate(sol.jobs):
+        per = targets.setdefault(job.key, {})
+        for c, gpu_type in enumerate(sol.group_type):  # groups: types, or nodes (PS-DSF)
+            per[gpu_type] = per.get(gpu_type, 0.0) + float(sol.targets[i, c])
+    levels = guarantees.demand_levels(jobs, tenants, placed_type, targets)
     own: dict[str, dict[str, float]] = {}
     for key, per_type in held.items():
         row = own.setdefault(governance.tenant_of(key[0], tenants), {})
