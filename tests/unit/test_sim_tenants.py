@@ -261,3 +261,20 @@ def test_tenants_need_the_operators_mechanics(tmp_path: pathlib.Path) -> None:
     res = _run(str(_workload(tmp_path)), "--tenants", str(tenants), "--semantics", "gavel")
     assert res.exit_code == 2
     assert "--tenants needs --semantics walras" in res.output
+
+
+def test_sweep_accepts_tenants(tmp_path: pathlib.Path) -> None:
+    from walras.sim import sweep
+
+    _workload(tmp_path)
+    _tenants_file(tmp_path, _tenant("a", quotas={"v100": {"guaranteed": 2}}))
+    spec_path = tmp_path / "sweep.yaml"
+    spec_path.write_text(
+        "trace: jobs.yaml\ncluster: v100=4,p100=4,k80=4\npolicies: [price-discovery]\n"
+        "tenants: tenants.yaml\n"
+    )
+    spec = sweep.load_spec(spec_path)
+    (row,) = sweep.run_sweep(spec, workers=1)
+    assert "error" not in row
+    assert set(row["tenants"]["a"]) == TENANT_KEYS
+    assert sweep._flat(row)["tenant.a.guarantee_met"] == row["tenants"]["a"]["guarantee_met"]
