@@ -45,6 +45,7 @@ from walras.core import (
     crd,
     filters,
     governance,
+    guarantee_first,
     history,
     model,
     pod_env,
@@ -286,6 +287,7 @@ def realise(
             backfill=_backfill_mask(sol, view, frozen) if backfill else None,
             order=how.order,
             hold_fit=_fit_credit(sol, targets, elapsed, restart_s if costs is None else costs, how),
+            first=guarantee_first.guaranteed_pairs(sol, snap, targets),
         )
         placements = {p.job: p for p in (*plan.placements, *frozen)}
         unplaced: Sequence[int] = plan.unplaced

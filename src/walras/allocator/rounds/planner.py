@@ -56,6 +56,7 @@ def plan_round(
     backfill: object | None = None,
     order: str = "gavel",
     hold_fit: float | object | None = None,
+    first: object | None = None,
 ) -> RoundPlan:
     """Choose this round's gang placements from fractional targets and the rounds history.
 
@@ -91,6 +92,9 @@ def plan_round(
         hold_fit: the credit (one, or ``(J,)`` one per job) used instead of ``hold`` when every
             job with a positive target fits in the free GPUs at once (not oversubscribed: only
             *where* jobs run is at stake). ``None``: ``hold`` always.
+        first: ``(J, G)`` bool, pairs visited before every other (in the same order among
+            themselves): the pairs that carry a tenant's guarantee this round
+            (``walras.core.guarantee_first``). ``None``: none.
 
     Returns:
         The placements (sorted by job) and the jobs with a positive target left unplaced.
@@ -150,8 +154,18 @@ def plan_round(
         prio = deficit / np.sqrt(t_pair)  # t_pair > 0 here
     else:
         prio = _priority(t_pair, e_pair, r_pair)
+    if first is None:
+        ahead = np.zeros(jj.shape[0], dtype=bool)
+    else:
+        first_arr = np.asarray(first, dtype=bool)
+        if first_arr.shape != (n_jobs, n_groups):
+            raise InvalidProblem(
+                f"first must have the shape of targets {(n_jobs, n_groups)}, got {first_arr.shape}",
+                field="first",
+            )
+        ahead = first_arr[jj, gg]
     # np.lexsort sorts by the last key first.
-    visit = np.lexsort((gg, jj, -t_pair, -deficit, -prio))
+    visit = np.lexsort((gg, jj, -t_pair, -deficit, -prio, ~ahead))
     pair_jobs: list[int] = jj[visit].tolist()
     pair_groups: list[int] = gg[visit].tolist()
 
