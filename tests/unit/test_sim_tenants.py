@@ -278,3 +278,11 @@ def test_sweep_accepts_tenants(tmp_path: pathlib.Path) -> None:
     assert "error" not in row
     assert set(row["tenants"]["a"]) == TENANT_KEYS
     assert sweep._flat(row)["tenant.a.guarantee_met"] == row["tenants"]["a"]["guarantee_met"]
+
+
+def test_whole_gangs_fill_a_guarantee_as_far_as_gangs_allow() -> None:
+    # Two 4-GPU gangs against a guarantee of 6: one fits, the other would overshoot.
+    assert guarantees.whole_gangs([4, 4], 6) == 4
+    # 1 + 1 + 4 = 6 reaches it (taking 2 + 1 + 1 first would leave 4 out).
+    assert guarantees.whole_gangs([1, 1, 2, 4], 6) == 6
+    assert guarantees.whole_gangs([8], 6) == 0

@@ -9,10 +9,12 @@ guarantee in each round, the realiser first visits, per tenant ``t`` and GPU typ
 guarantee ``G_tg``:
 
     the jobs of t's subtree whose largest target is on a group of type g and whose gang has
-    at most G_tg GPUs, by that target (largest first, then namespace/name), while their gangs
-    add up to at most G_tg,
+    at most G_tg GPUs, largest gang first (then largest target, then namespace/name), each
+    whose gang still fits in what is left of G_tg,
 
-each on that group. These pairs go before the others in the
+each on that group. Largest gang first fills the guarantee as fully as whole gangs can: gang
+sizes of 1, 2, 4 and 8 GPUs each divide the next, and for such sizes taking the largest that
+fits reaches the largest subset sum within the limit. These pairs go before the others in the
 realiser's order (``plan_round``'s ``first``); the rest of the round is unchanged, so borrowers
 keep what the guarantees leave, and a running borrower gives up its GPUs only where a guaranteed
 gang needs them. A tenant can hold more than its targets this way (a job at a target of 0.3 runs
@@ -52,7 +54,7 @@ def guaranteed_pairs(
         cols = [c for c, t in enumerate(sol.group_type) if t == gpu_type]
         if not cols:
             continue
-        candidates: list[tuple[float, int, int]] = []
+        candidates: list[tuple[int, float, int, int]] = []
         for r, job in enumerate(sol.jobs):
             if gangs[r] > guaranteed or not governance.in_subtree(job.tenant, name, tenants):
                 continue
@@ -61,9 +63,9 @@ def guaranteed_pairs(
             # only a sliver of (a K80 guarantee would otherwise run V100 jobs on K80s).
             c = int(np.argmax(targets[r]))
             if c in cols and targets[r, c] > 0:
-                candidates.append((-float(targets[r, c]), r, c))
+                candidates.append((-gangs[r], -float(targets[r, c]), r, c))
         used = 0
-        for _, r, c in sorted(candidates):
+        for _, _, r, c in sorted(candidates):
             if used + gangs[r] <= guaranteed:
                 out[r, c] = True
                 used += gangs[r]

@@ -12,8 +12,10 @@ full round has been carried out:
   this round, and a job whose targets this round give it all its time on other types
   (``Σ_{g' ≠ g} x_jg' ≥ 1``, the quota layer's "saturated");
 - **held** ``h_tg``: the GPUs of type ``g`` the subtree's pods hold once the round is applied;
-- the pair's guarantee is **met** in the round iff ``h_tg ≥ min(G_tg, f_tg)``; the pair has
-  demand iff ``f_tg > 0``.
+- the pair's guarantee is **met** in the round iff ``h_tg`` reaches the most GPUs the demanding
+  gangs fill within the guarantee: ``min(G_tg, f_tg)`` where gangs could be split, the largest
+  sum of whole gangs at most ``G_tg`` where they cannot (gangs of 4 and 4 against a guarantee of
+  6: 4); the pair has demand iff ``f_tg > 0``.
 
 Per tenant, the rounds in which it had demand for at least one guaranteed type count, and such a
 round is met iff every guaranteed type it had demand for was met::
@@ -78,17 +80,26 @@ def demand_levels(
             g = quota.guaranteed
             if not g:
                 continue
-            f = sum(
+            gangs = [
                 gang_gpus(j)
                 for j in jobs
                 if j.throughput.get(gpu_type, 0.0) > 0
                 and gang_gpus(j) <= g
                 and not elsewhere(j, gpu_type)
                 and governance.in_subtree(governance.tenant_of(j.namespace, tenants), name, tenants)
-            )
-            if f > 0:
-                out.setdefault(name, {})[gpu_type] = float(min(g, f))
+            ]
+            if gangs:
+                out.setdefault(name, {})[gpu_type] = float(whole_gangs(gangs, g))
     return out
+
+
+def whole_gangs(gangs: Sequence[int], limit: float) -> int:
+    """The most GPUs whole gangs of ``gangs`` add up to without exceeding ``limit`` (a subset
+    sum over at most ``limit + 1`` totals): ``min(G, f)`` where gangs cannot be split."""
+    totals = {0}
+    for gang in gangs:
+        totals |= {t + gang for t in totals if t + gang <= limit}
+    return max(totals)
 
 
 def subtree_held(
