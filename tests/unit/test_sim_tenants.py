@@ -125,10 +125,15 @@ def test_a_job_whose_targets_are_all_elsewhere_is_no_demand() -> None:
     tenants = _hierarchy()
     a = _job("vision", "a", 1, "v100", "k80")
     b = _job("vision", "b", 1, "v100", "k80")
-    targets = {a.key: {"k80": 1.0, "v100": 0.0}, b.key: {"k80": 0.5, "v100": 0.5}}
-    levels = guarantees.demand_levels([a, b], tenants, {}, targets)
-    # Only b wants v100 time: vision's level is min(2, 1), research's min(4, 1); both want k80
-    # time (research's k80 guarantee): min(2, 1 + 1).
+    c = _job("vision", "c", 1, "v100", "k80")
+    targets = {
+        a.key: {"k80": 1.0, "v100": 0.0},
+        b.key: {"k80": 0.5, "v100": 0.5},
+        c.key: {"k80": 0.98, "v100": 0.02},  # saturated, mostly on k80: served there
+    }
+    levels = guarantees.demand_levels([a, b, c], tenants, {}, targets)
+    # Only b wants v100 time: vision's level is min(2, 1), research's min(4, 1); all three want
+    # k80 time (research's k80 guarantee): min(2, 1 + 1 + 1).
     assert levels == {"vision": {"v100": 1.0}, "research": {"v100": 1.0, "k80": 2.0}}
 
 

@@ -8,9 +8,9 @@ full round has been carried out:
   ``g`` (a positive throughput there) and whose gang fits in the guarantee (``replicas × GPUs per
   pod ≤ G_tg``): the demand ``f_tg`` of the quota layer's carve-out ``min(G_tg, f_tg)``
   (``walras.allocator.quotas``). A job served elsewhere is left out, because the quota layer
-  never forces a job whose time is all elsewhere onto ``g``: a job running on another GPU type
-  this round, and a job whose targets this round give it all its time on other types
-  (``Σ_{g' ≠ g} x_jg' ≥ 1``, the quota layer's "saturated");
+  never forces a *saturated* job (its targets give it all its time, ``Σ_g' x_jg' = 1``) onto
+  ``g``: a job running on another GPU type this round, and a saturated job whose largest target
+  is on another type;
 - **held** ``h_tg``: the GPUs of type ``g`` the subtree's pods hold once the round is applied;
 - the pair's guarantee is **met** in the round iff ``h_tg`` reaches the most GPUs the demanding
   gangs fill within the guarantee: ``min(G_tg, f_tg)`` where gangs could be split, the largest
@@ -44,8 +44,8 @@ from walras.core import governance, model
 
 # GPUs: placements are whole GPUs; this only absorbs float round-off in the comparison.
 _EPS = 1e-9
-# Time fraction: a job whose targets on other types add up to within this of 1 is saturated there
-# (the solvers' round-off; far below what one round of a job's time is worth).
+# Time fraction: a job whose targets add up to within this of 1 is saturated (the solvers'
+# round-off; far below what one round of a job's time is worth).
 _SATURATED = 1e-6
 
 
@@ -70,9 +70,11 @@ def demand_levels(
     targets = targets or {}
 
     def elsewhere(job: model.JobSpec, gpu_type: str) -> bool:
-        on = placed_type.get(job.key, gpu_type)
-        other = sum(x for t, x in targets.get(job.key, {}).items() if t != gpu_type)
-        return on != gpu_type or other >= 1.0 - _SATURATED
+        if placed_type.get(job.key, gpu_type) != gpu_type:
+            return True
+        mine = targets.get(job.key, {})
+        saturated = sum(mine.values()) >= 1.0 - _SATURATED
+        return saturated and max(mine, key=lambda t: (mine[t], t == gpu_type)) != gpu_type
 
     out: dict[str, dict[str, float]] = {}
     for name in sorted(tenants):
