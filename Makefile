@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) ## Create .venv and install walras with its test, torch and plots extras
 
-tools: ## Build/fetch kube-apiserver, etcd, kwok, kubelet, kubectl, helm, pause + workload images into $(WALRAS_CACHE); apt: buildah, debootstrap, containerd, runc, CNI
+tools: ## Build/fetch kube-apiserver, etcd, kwok, kubelet, JobSet controller, kubectl, helm, pause + workload images into $(WALRAS_CACHE); apt: buildah, debootstrap, containerd, runc, CNI
 	bash hack/control-plane.sh build
 	bash hack/install-tools.sh
 	bash hack/real-node.sh build-tools

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Local Kubernetes control plane for tests and the demo, without Docker.
 #
-#   hack/control-plane.sh build          build etcd, kube-apiserver, kube-controller-manager and kwok into the
-#                                        cache (once per version)
+#   hack/control-plane.sh build          build etcd, kwok, the JobSet controller, kube-apiserver,
+#                                        kube-controller-manager and the kubelet into the cache (once
+#                                        per version)
 #   hack/control-plane.sh build-kubelet  build only the kubelet (real nodes: hack/real-node.sh)
 #   hack/control-plane.sh paths          print the cached binary paths (KEY=PATH lines)
 #   hack/control-plane.sh start DIR      certs + tokens, etcd, kube-apiserver, kube-controller-manager (garbage
@@ -20,11 +21,16 @@
 #   hack/control-plane.sh stop-component COMPONENT DIR [--kill]   stop one component, keep its
 #                                        command line in DIR/COMPONENT.cmdline
 #   hack/control-plane.sh start-component COMPONENT DIR           start it again from that file
+#   hack/control-plane.sh build-jobset   build only the JobSet controller (sigs.k8s.io/jobset) and copy its CRD
+#   hack/control-plane.sh start-jobset DIR   run the JobSet controller against DIR's control plane: its
+#                                        CRD, the controller (admin kubeconfig) and its webhooks, which
+#                                        the API server calls on loopback (see cmd_start_jobset)
+#   hack/control-plane.sh stop-jobset DIR    remove its webhook configurations, stop it (the CRD stays)
 #   hack/control-plane.sh watch DIR PID  (internal) stop DIR's control plane once process PID is gone;
 #                                        `start` runs it when WALRAS_OWNER_PID is set
 #
-# Environment: WALRAS_CACHE, WALRAS_GO_PARALLEL (default 2), WALRAS_K8S_VERSION / _ETCD_ / _KWOK_
-# (pins), WALRAS_OWNER_PID, WALRAS_APISERVER_READY_TIMEOUT (s, default 60),
+# Environment: WALRAS_CACHE, WALRAS_GO_PARALLEL (default 2), WALRAS_K8S_VERSION / _ETCD_ / _KWOK_ /
+# _JOBSET_ (pins), WALRAS_OWNER_PID, WALRAS_APISERVER_READY_TIMEOUT (s, default 60),
 # WALRAS_APISERVER_VERBOSITY (default 1), WALRAS_FAILED_LOGS_DIR (where a failed start copies logs),
 # WALRAS_REAL_NODES=1 (the controllers real nodes need, see cmd_start),
 # WALRAS_NODE_MONITOR_GRACE_PERIOD (with real nodes: how long a silent node stays Ready, default 50s).
@@ -44,6 +50,7 @@ set -o errexit -o nounset -o pipefail
 K8S_VERSION="${WALRAS_K8S_VERSION:-v1.36.3}"
 ETCD_VERSION="${WALRAS_ETCD_VERSION:-v3.6.16}"
 KWOK_VERSION="${WALRAS_KWOK_VERSION:-v0.8.0}"
+JOBSET_VERSION="${WALRAS_JOBSET_VERSION:-v0.10.1}"
 CACHE="${WALRAS_CACHE:-$HOME/.cache/walras}"
 # Other engineers share this machine's cores: build two packages at a time unless told otherwise.
 GO_PARALLEL="${WALRAS_GO_PARALLEL:-2}"
@@ -54,6 +61,8 @@ KCM_BIN="$CACHE/kube-controller-manager-$K8S_VERSION/bin/kube-controller-manager
 ETCD_BIN="$CACHE/etcd-$ETCD_VERSION/bin/etcd"
 KWOK_BIN="$CACHE/kwok-$KWOK_VERSION/bin/kwok"
 KUBELET_BIN="$CACHE/kubelet-$K8S_VERSION/bin/kubelet"
+JOBSET_BIN="$CACHE/jobset-$JOBSET_VERSION/bin/jobset-controller"
+JOBSET_CRD="$CACHE/jobset-$JOBSET_VERSION/crds/jobset.x-k8s.io_jobsets.yaml"
 
 log() { printf '[control-plane %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 die() {
@@ -167,6 +176,38 @@ build_kwok() {
 	log "kwok built in $((SECONDS - start)) s"
 }
 
+# JobSet's controller manager (sigs.k8s.io/jobset, whose main package is the module root) and the
+# JobSet CRD of the same module version. `go install sigs.k8s.io/jobset@v...` cannot be used: it
+# asks the proxy for the module's version list (to report a deprecation), which the proxy may
+# refuse while it serves the version itself; a wrapper module that requires the version builds it.
+build_jobset() {
+	if [[ -x "$JOBSET_BIN" && -f "$JOBSET_CRD" ]]; then
+		log "jobset $JOBSET_VERSION already built: $JOBSET_BIN"
+		return 0
+	fi
+	local root="$CACHE/jobset-$JOBSET_VERSION"
+	local src="$root/src"
+	mkdir -p "$src" "$root/bin" "$root/crds"
+	printf 'module walras.dev/build/jobset\n\ngo 1.26\n\nrequire sigs.k8s.io/jobset %s\n' \
+		"$JOBSET_VERSION" >"$src/go.mod"
+	rm -f "$src/go.sum"
+	log "jobset: resolving modules"
+	local moddir
+	moddir="$(cd "$src" && go mod download -json "sigs.k8s.io/jobset@$JOBSET_VERSION" |
+		sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+	local crd="$moddir/config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml"
+	[[ -f "$crd" ]] || die "sigs.k8s.io/jobset@$JOBSET_VERSION has no CRD at $crd"
+	log "jobset: go build -p $GO_PARALLEL"
+	local start=$SECONDS
+	(cd "$src" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -p "$GO_PARALLEL" -trimpath \
+		-ldflags "-s -w -X sigs.k8s.io/jobset/pkg/version.GitVersion=$JOBSET_VERSION" \
+		-o "$root/bin/jobset-controller.tmp" sigs.k8s.io/jobset)
+	install -m 0644 "$crd" "$JOBSET_CRD.tmp"  # the module cache is read-only
+	mv "$JOBSET_CRD.tmp" "$JOBSET_CRD"
+	mv "$root/bin/jobset-controller.tmp" "$JOBSET_BIN"
+	log "jobset built in $((SECONDS - start)) s"
+}
+
 cmd_build() {
 	command -v go >/dev/null || die "go is not installed (Go >= 1.26 is needed to build Kubernetes ${K8S_VERSION})"
 	mkdir -p "$CACHE"
@@ -178,6 +219,7 @@ cmd_build() {
 	local start=$SECONDS
 	build_etcd
 	build_kwok
+	build_jobset
 	build_apiserver
 	build_controller_manager
 	build_kubelet
@@ -187,6 +229,7 @@ cmd_build() {
 cmd_paths() {
 	printf 'KUBE_APISERVER=%s\nETCD=%s\nKWOK=%s\nKUBE_CONTROLLER_MANAGER=%s\nKUBELET=%s\n' \
 		"$APISERVER_BIN" "$ETCD_BIN" "$KWOK_BIN" "$KCM_BIN" "$KUBELET_BIN"
+	printf 'JOBSET_CONTROLLER=%s\nJOBSET_CRD=%s\n' "$JOBSET_BIN" "$JOBSET_CRD"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -248,6 +291,7 @@ stop_all() {
 	if [[ -d "$dir/nodes" ]]; then
 		bash "$HACK_DIR/real-node.sh" stop-all "$dir" || log "stopping the real nodes failed"
 	fi
+	stop_component "$dir" jobset-controller "$JOBSET_BIN"
 	stop_component "$dir" kwok "$KWOK_BIN"
 	stop_component "$dir" kube-controller-manager "$KCM_BIN"
 	stop_component "$dir" kube-apiserver "$APISERVER_BIN"
@@ -537,6 +581,149 @@ EOF
 	log "control plane up in $((SECONDS - t0)) s: $server (KUBECONFIG=$dir/admin.kubeconfig)"
 }
 
+# ---------------------------------------------------------------------------------------------
+# JobSet controller
+# ---------------------------------------------------------------------------------------------
+
+JOBSET_WEBHOOKS=(jobset-mutating-webhook-configuration jobset-validating-webhook-configuration)
+
+# curl against DIR's API server as its admin: api DIR METHOD PATH [curl options...]
+api() {
+	local dir="$1" method="$2" path="$3"
+	shift 3
+	local token server
+	token="$(sed -n 's/^[[:space:]]*token: //p' "$dir/admin.kubeconfig")"
+	server="$(sed -n 's/^SERVER=//p' "$dir/cluster.env")"
+	curl --silent --show-error --fail --max-time 30 --cacert "$dir/pki/ca.crt" \
+		-H "Authorization: Bearer $token" -X "$method" "$@" "$server$path"
+}
+
+# Server-side apply of a YAML file: apply_yaml DIR PATH FILE
+apply_yaml() {
+	api "$1" PATCH "$2?fieldManager=walras-dev&force=true" \
+		-H 'Content-Type: application/apply-patch+yaml' --data-binary "@$3" >/dev/null
+}
+
+# One of JobSet's webhooks (upstream config/components/webhook with its pod objectSelector patch),
+# called by URL on loopback instead of through a Service:
+# jobset_webhook NAME PATH GROUP RESOURCE OPERATIONS URL CA_BUNDLE [pods]
+jobset_webhook() {
+	local name="$1" path="$2" group="$3" resource="$4" ops="$5" url="$6" ca="$7" pods="${8:-}"
+	local version=v1alpha2
+	[[ -z "$group" ]] && version=v1
+	printf -- '- name: %s\n  admissionReviewVersions: [v1]\n  sideEffects: None\n  failurePolicy: Fail\n' "$name"
+	printf '  clientConfig:\n    url: %s%s\n    caBundle: %s\n' "$url" "$path" "$ca"
+	printf '  rules:\n  - apiGroups: ["%s"]\n    apiVersions: [%s]\n    operations: [%s]\n    resources: [%s]\n' \
+		"$group" "$version" "$ops" "$resource"
+	if [[ -n "$pods" ]]; then
+		printf '  objectSelector:\n    matchExpressions:\n    - {key: jobset.sigs.k8s.io/jobset-name, operator: Exists}\n'
+	fi
+}
+
+# The JobSet controller against DIR's control plane, as its Deployment runs it upstream, except:
+# - its webhooks (JobSet defaulting and validation; pod mutation and admission, which only act for
+#   exclusive placement) are served on a loopback port with a certificate from DIR's CA and
+#   registered with the API server by URL with that CA. Its internal cert rotation, which writes a
+#   Secret for a Service the API server would reach in-cluster, is off. So JobSets are defaulted
+#   and validated by JobSet's own code, as in a cluster.
+# - it runs as the admin (DIR/admin.kubeconfig), not as its ServiceAccount with the upstream
+#   ClusterRole, and without leader election, metrics or health endpoints.
+cmd_start_jobset() {
+	local dir="${1:-}"
+	[[ -n "$dir" && -f "$dir/cluster.env" ]] || die "usage: $0 start-jobset DIR (a started control plane)"
+	dir="$(cd "$dir" && pwd)"
+	[[ -x "$JOBSET_BIN" && -f "$JOBSET_CRD" ]] || die "$JOBSET_BIN is missing: run '$0 build-jobset' first"
+	if pid_runs "$(cat "$dir/jobset-controller.pid" 2>/dev/null || true)" "$JOBSET_BIN"; then
+		log "the JobSet controller already runs for $dir"
+		return 0
+	fi
+	local t0=$SECONDS
+	local home="$dir/jobset"
+	mkdir -p "$home/certs" "$dir/logs"
+	openssl req -new -nodes -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 \
+		-keyout "$home/certs/tls.key" -out "$home/certs/tls.csr" -subj "/CN=jobset-webhook" 2>/dev/null
+	printf '%s\n' "basicConstraints=CA:FALSE" "keyUsage=critical,digitalSignature,keyEncipherment" \
+		"extendedKeyUsage=serverAuth" "subjectAltName=IP:127.0.0.1" >"$home/certs/tls.ext"
+	openssl x509 -req -in "$home/certs/tls.csr" -CA "$dir/pki/ca.crt" -CAkey "$dir/pki/ca.key" \
+		-CAcreateserial -out "$home/certs/tls.crt" -days 3650 -extfile "$home/certs/tls.ext" 2>/dev/null
+	chmod 0600 "$home/certs/tls.key"
+	local port
+	port="$(free_ports 1)"
+	printf '%s\n' \
+		"apiVersion: config.jobset.x-k8s.io/v1alpha1" \
+		"kind: Configuration" \
+		"internalCertManagement:" \
+		"  enable: false" \
+		"webhook:" \
+		"  host: 127.0.0.1" \
+		"  port: $port" \
+		"  certDir: $home/certs" >"$home/config.yaml"
+
+	apply_yaml "$dir" /apis/apiextensions.k8s.io/v1/customresourcedefinitions/jobsets.jobset.x-k8s.io \
+		"$JOBSET_CRD" || die "could not apply the JobSet CRD"
+	local deadline=$((SECONDS + 60))
+	until api "$dir" GET /apis/jobset.x-k8s.io/v1alpha2/jobsets >/dev/null 2>&1; do
+		((SECONDS < deadline)) || die "the JobSet CRD is not served after 60 s"
+		sleep 0.2
+	done
+
+	"$JOBSET_BIN" \
+		--kubeconfig="$dir/admin.kubeconfig" \
+		--config="$home/config.yaml" \
+		--leader-elect=false \
+		--metrics-bind-address=0 \
+		--health-probe-bind-address=0 \
+		</dev/null >"$dir/logs/jobset-controller.log" 2>&1 &
+	local pid=$!
+	echo "$pid" >"$dir/jobset-controller.pid"
+	# Its webhook server starts once its controllers are set up (main.go sets both up together).
+	deadline=$((SECONDS + 60))
+	until curl --silent --max-time 2 --cacert "$dir/pki/ca.crt" -o /dev/null \
+		"https://127.0.0.1:$port/healthz" 2>/dev/null; do
+		kill -0 "$pid" 2>/dev/null ||
+			die "the JobSet controller exited at start (see $dir/logs/jobset-controller.log)"
+		((SECONDS < deadline)) || die "the JobSet controller serves no webhook after 60 s"
+		sleep 0.2
+	done
+
+	local url="https://127.0.0.1:$port" ca
+	ca="$(base64 -w0 <"$dir/pki/ca.crt")"
+	{
+		printf 'apiVersion: admissionregistration.k8s.io/v1\nkind: MutatingWebhookConfiguration\n'
+		printf 'metadata:\n  name: %s\nwebhooks:\n' "${JOBSET_WEBHOOKS[0]}"
+		jobset_webhook mjobset.kb.io /mutate-jobset-x-k8s-io-v1alpha2-jobset jobset.x-k8s.io jobsets \
+			CREATE "$url" "$ca"
+		jobset_webhook mpod.kb.io /mutate--v1-pod "" pods CREATE "$url" "$ca" pods
+	} >"$home/mutating.yaml"
+	{
+		printf 'apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\n'
+		printf 'metadata:\n  name: %s\nwebhooks:\n' "${JOBSET_WEBHOOKS[1]}"
+		jobset_webhook vjobset.kb.io /validate-jobset-x-k8s-io-v1alpha2-jobset jobset.x-k8s.io jobsets \
+			"CREATE, UPDATE" "$url" "$ca"
+		jobset_webhook vpod.kb.io /validate--v1-pod "" pods CREATE "$url" "$ca" pods
+	} >"$home/validating.yaml"
+	local admission=/apis/admissionregistration.k8s.io/v1
+	apply_yaml "$dir" "$admission/mutatingwebhookconfigurations/${JOBSET_WEBHOOKS[0]}" \
+		"$home/mutating.yaml" || die "could not register JobSet's mutating webhooks"
+	apply_yaml "$dir" "$admission/validatingwebhookconfigurations/${JOBSET_WEBHOOKS[1]}" \
+		"$home/validating.yaml" || die "could not register JobSet's validating webhooks"
+	log "JobSet controller $JOBSET_VERSION up in $((SECONDS - t0)) s (pid $pid, webhooks on $url)"
+}
+
+# Webhook configurations first: with failurePolicy Fail, a JobSet (or a JobSet's pod) created
+# while they point at a stopped controller would be refused.
+cmd_stop_jobset() {
+	local dir="${1:-}"
+	[[ -n "$dir" && -d "$dir" ]] || die "usage: $0 stop-jobset DIR"
+	dir="$(cd "$dir" && pwd)"
+	if [[ -f "$dir/cluster.env" && -f "$dir/kube-apiserver.pid" ]]; then
+		local admission=/apis/admissionregistration.k8s.io/v1
+		api "$dir" DELETE "$admission/mutatingwebhookconfigurations/${JOBSET_WEBHOOKS[0]}" >/dev/null 2>&1 || true
+		api "$dir" DELETE "$admission/validatingwebhookconfigurations/${JOBSET_WEBHOOKS[1]}" >/dev/null 2>&1 || true
+	fi
+	stop_component "$dir" jobset-controller "$JOBSET_BIN"
+}
+
 cmd_stop() {
 	local dir="${1:-}"
 	[[ -n "$dir" ]] || die "usage: $0 stop DIR"
@@ -684,6 +871,9 @@ main() {
 	case "$cmd" in
 	build) cmd_build ;;
 	build-kubelet) build_kubelet ;;
+	build-jobset) build_jobset ;;
+	start-jobset) cmd_start_jobset "$@" ;;
+	stop-jobset) cmd_stop_jobset "$@" ;;
 	paths) cmd_paths ;;
 	start) cmd_start "$@" ;;
 	stop) cmd_stop "$@" ;;

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import yaml
+from kubernetes.client.exceptions import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
 from walras.core import model
@@ -346,3 +348,31 @@ def install(kube: Any) -> None:
 
 def names(objs: Iterable[Mapping[str, Any]]) -> list[str]:
     return sorted(o["metadata"]["name"] for o in objs)
+
+
+# The chart's MutatingAdmissionPolicies (labelled workloads are created suspended), as they are.
+POLICIES = REPO / "charts" / "walras" / "files" / "suspend-managed-workloads.yaml"
+ADMISSION = "/apis/admissionregistration.k8s.io/v1"
+
+
+def apply_policies(kube: Any) -> list[str]:
+    """Create (or replace) the chart's admission policies; their paths, for the caller to delete."""
+    paths = []
+    for doc in yaml.safe_load_all(POLICIES.read_text()):
+        plural = {
+            "MutatingAdmissionPolicy": "mutatingadmissionpolicies",
+            "MutatingAdmissionPolicyBinding": "mutatingadmissionpolicybindings",
+        }[doc["kind"]]
+        path = f"{ADMISSION}/{plural}/{doc['metadata']['name']}"
+        try:
+            devcluster.request(kube, "POST", f"{ADMISSION}/{plural}", body=doc)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            # Left by a chart release in this control plane: replaced by the file's own.
+            current = devcluster.request(kube, "GET", path)
+            version = current["metadata"]["resourceVersion"]
+            body = {**doc, "metadata": {**doc["metadata"], "resourceVersion": version}}
+            devcluster.request(kube, "PUT", path, body=body)
+        paths.append(path)
+    return paths

@@ -9,6 +9,9 @@ deletes the Jobs' pods) and the garbage collector (deleting a Job deletes its mi
 The workload finishing is played by the test: once both gangs have run in several slices, their
 bound pods get kwok's completion annotation, kwok marks them Succeeded when it runs them, and the
 Job controller marks the Job ``Complete``.
+
+Also: a Job one of whose indexes succeeded while the other still ran restarts with the index left
+as its whole gang; a rejected Job fixed in place runs.
 """
 
 from __future__ import annotations
@@ -42,9 +45,15 @@ GPU = "nvidia.com/gpu"
 
 
 def indexed_job(
-    name: str, *, pods: int = 2, completions: int | None = None, managed: bool = True
+    name: str,
+    *,
+    pods: int = 2,
+    completions: int | None = None,
+    managed: bool = True,
+    gpus: int = 2,
 ) -> dict[str, Any]:
-    """An Indexed Job of ``pods`` pods of 2 GPUs, as a team would write it (no suspend)."""
+    """An Indexed Job of ``pods`` pods of ``gpus`` GPUs, as a team would write it (no
+    suspend)."""
     meta: dict[str, Any] = {"name": name}
     if managed:
         meta["labels"] = {"walras.dev/managed": "true"}
@@ -52,7 +61,7 @@ def indexed_job(
     container = {
         "name": "train",
         "image": "registry.example/train:1",
-        "resources": {"limits": {GPU: "2"}},
+        "resources": {"limits": {GPU: str(gpus)}},
     }
     return {
         "apiVersion": "batch/v1",
@@ -242,5 +251,139 @@ def test_adopted_jobs_time_share_complete_and_leave_others_alone(
         assert not [k for k in written if k.startswith("walras.dev/")], written
         assert "plain" not in op.log_text()
         assert "plain" not in {j["metadata"]["name"] for j in list_jobs(kube, namespace)}
+    finally:
+        op.terminate()
+
+
+def complete_pod(kube: Any, namespace: str, name: str) -> None:
+    """Play the pod's process exiting 0: kwok marks it Succeeded."""
+    devcluster.request(
+        kube,
+        "PATCH",
+        f"/api/v1/namespaces/{namespace}/pods/{name}",
+        body={"metadata": {"annotations": {devcluster.COMPLETE_AFTER_ANNOTATION: "0"}}},
+        content_type="application/merge-patch+json",
+    )
+
+
+def bound(kube: Any, namespace: str, job: str) -> list[dict[str, Any]]:
+    return [
+        p
+        for p in pods_of(kube, namespace, job)
+        if p["spec"].get("nodeName")
+        and p["metadata"].get("deletionTimestamp") is None
+        and (p.get("status") or {}).get("phase") == "Running"
+    ]
+
+
+def index_of(pod: dict[str, Any]) -> str:
+    return str(pod["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"])
+
+
+def test_a_job_whose_indexes_end_apart_restarts_with_the_indexes_left_as_its_gang(
+    kube: Any, control_plane: devcluster.ControlPlane, tmp_path: Path
+) -> None:
+    install(kube)
+    namespace = devcluster.unique_name("t-byoj-idx")
+    devcluster.create_namespace(kube, namespace)
+    create_nodes(kube, "g", "g", 1, 4)
+    create_pool(kube, pool_manifest("g", "g"))
+    # Each gang needs the whole node: `a` and `other` take turns.
+    create(kube, namespace, indexed_job("a"), suspend=True)
+    create(kube, namespace, indexed_job("other", pods=1, gpus=4), suspend=True)
+    op = start_operator(control_plane, tmp_path, round_seconds=2.0)
+    try:
+        # `a` runs: index 0's process ends (exit 0) while index 1's still runs.
+        first = wait_for(
+            lambda: (lambda ps: ps if len(ps) == 2 else None)(bound(kube, namespace, "a")),
+            120,
+            "a's gang of 2 running",
+            0.3,
+        )
+        zero = next(p for p in first if index_of(p) == "0")
+        complete_pod(kube, namespace, zero["metadata"]["name"])
+        wait_for(
+            lambda: (
+                (batch_job(kube, namespace, "a").get("status") or {}).get("completedIndexes") == "0"
+            ),
+            60,
+            "index 0 counted as succeeded",
+        )
+        # Its slice ends (`other` runs), then `a` runs again: the Job controller makes a pod for
+        # index 1 only, which is now the whole gang of its mirror, and is bound.
+        mirror = wait_for(
+            lambda: (lambda j: j if j["spec"]["replicas"] == 1 else None)(
+                get_job(kube, namespace, "a")
+            ),
+            60,
+            "the mirror's gang to shrink to the index left",
+        )
+        assert mirror["spec"]["workloadRef"]["name"] == "a"
+        first_names = {p["metadata"]["name"] for p in first}
+
+        def restarted() -> list[dict[str, Any]]:
+            return [
+                p for p in bound(kube, namespace, "a") if p["metadata"]["name"] not in first_names
+            ]
+
+        again = wait_for(restarted, 120, "index 1 running again after a slice end", 0.3)
+        assert [index_of(p) for p in again] == ["1"]
+        complete_pod(kube, namespace, again[0]["metadata"]["name"])
+        wait_for(lambda: condition(batch_job(kube, namespace, "a"), "Complete"), 60, "a Complete")
+        wait_for(
+            lambda: get_job(kube, namespace, "a").get("status", {}).get("phase") == "Succeeded",
+            60,
+            "a's mirror Succeeded",
+        )
+    finally:
+        op.terminate()
+
+
+def test_a_rejected_job_fixed_in_place_is_admitted_and_runs(
+    kube: Any, control_plane: devcluster.ControlPlane, tmp_path: Path
+) -> None:
+    install(kube)
+    namespace = devcluster.unique_name("t-byoj-fix")
+    devcluster.create_namespace(kube, namespace)
+    create_nodes(kube, "g", "g", 1, 4)
+    create_pool(kube, pool_manifest("g", "g"))
+    # parallelism 2 but completions 3: not a gang. Rejected, left suspended.
+    create(kube, namespace, indexed_job("uneven", completions=3, gpus=1), suspend=True)
+    op = start_operator(control_plane, tmp_path, round_seconds=2.0)
+    try:
+        rejected = wait_for(
+            lambda: next(
+                (condition(j, "Admitted") for j in list_jobs(kube, namespace)),
+                None,
+            ),
+            60,
+            "rejection",
+        )
+        assert rejected["status"] == "False" and rejected["reason"] == "WorkloadRejected"
+        # Fixed in place (parallelism may change on a Job): a gang of 3 pods of 1 GPU.
+        devcluster.request(
+            kube,
+            "PATCH",
+            f"{JOBS}/namespaces/{namespace}/jobs/uneven",
+            body={"spec": {"parallelism": 3}},
+            content_type="application/merge-patch+json",
+        )
+
+        def admitted() -> dict[str, Any] | None:
+            c = condition(get_job(kube, namespace, "uneven"), "Admitted")
+            return c if c and c["status"] == "True" else None
+
+        wait_for(admitted, 60, "the mirror admitted again")
+        mirror = get_job(kube, namespace, "uneven")
+        assert mirror["spec"]["replicas"] == 3
+        assert mirror["status"]["phase"] != "Failed"
+        running = wait_for(
+            lambda: (lambda ps: ps if len(ps) == 3 else None)(bound(kube, namespace, "uneven")),
+            120,
+            "the fixed Job's gang of 3 running",
+            0.3,
+        )
+        assert sorted(index_of(p) for p in running) == ["0", "1", "2"]
+        assert batch_job(kube, namespace, "uneven")["spec"]["suspend"] is False
     finally:
         op.terminate()

@@ -1,10 +1,13 @@
-"""Kept suspended until placed, and a JobSet adopted as one gang, on the local control plane.
+"""Kept suspended until placed, and a JobSet adopted as one gang and run by JobSet's own
+controller, on the local control plane.
 
 The MutatingAdmissionPolicies of the chart (``charts/walras/files/suspend-managed-workloads.yaml``,
 applied as they are) create labelled Jobs and JobSets suspended; an unlabelled Job is left as
-written. The JobSet CRD is the one published with JobSet (``tests/data/jobset``); its controller
-does not run here, so the test checks what Walras writes on the JobSet (accepted by the real
-schema) and plays the controller's ``Completed`` condition itself.
+written. The JobSet controller is the real one (``sigs.k8s.io/jobset``, built by
+``hack/control-plane.sh build`` with its CRD from the same module), with its defaulting and
+validating webhooks: it makes the JobSet's child Jobs, the kube-controller-manager's Job
+controller their pods, Walras binds them, kwok runs them, and JobSet's controller sets the
+JobSet's ``Completed`` condition.
 
 One 4-GPU kwok node and one pool; the JobSet has two replicated Jobs of 2 pods of 1 GPU each: a
 gang of 4 pods, which fits the node only whole.
@@ -12,14 +15,16 @@ gang of 4 pods, which fits the node only whole.
 
 from __future__ import annotations
 
-import datetime as dt
+import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes.client.exceptions import ApiException
 from operator_helpers import (
+    apply_policies,
+    condition,
     create_nodes,
     create_pool,
     get_job,
@@ -34,12 +39,26 @@ from walras.testing import devcluster
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[2]
-POLICIES = REPO / "charts" / "walras" / "files" / "suspend-managed-workloads.yaml"
-JOBSET_CRD = REPO / "tests" / "data" / "jobset" / "jobset.x-k8s.io_jobsets.yaml"
-ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 JOBSETS = "/apis/jobset.x-k8s.io/v1alpha2"
 MANAGED = {"walras.dev/managed": "true"}
+JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
+
+
+@pytest.fixture(scope="module")
+def jobset_controller(control_plane: devcluster.ControlPlane) -> Iterator[None]:
+    """JobSet's controller and webhooks on the session's control plane, for this module."""
+    if not devcluster.jobset_available():
+        message = (
+            "the JobSet controller is not built: run `make tools` (hack/control-plane.sh build)"
+        )
+        if os.environ.get("WALRAS_REQUIRE_APISERVER") == "1":
+            pytest.fail(message + " [WALRAS_REQUIRE_APISERVER=1]", pytrace=False)
+        pytest.skip(message)
+    devcluster.start_jobset(control_plane)
+    try:
+        yield
+    finally:
+        devcluster.stop_jobset(control_plane)
 
 
 def job_spec(pods: int, gpus: int) -> dict[str, Any]:
@@ -65,33 +84,10 @@ def batch_job(name: str, labels: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def apply_policies(kube: Any) -> list[str]:
-    paths = []
-    for doc in yaml.safe_load_all(POLICIES.read_text()):
-        plural = {
-            "MutatingAdmissionPolicy": "mutatingadmissionpolicies",
-            "MutatingAdmissionPolicyBinding": "mutatingadmissionpolicybindings",
-        }[doc["kind"]]
-        path = f"{ADMISSION}/{plural}/{doc['metadata']['name']}"
-        try:
-            devcluster.request(kube, "POST", f"{ADMISSION}/{plural}", body=doc)
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-            # Left by a chart release in this control plane: replaced by the file's own.
-            current = devcluster.request(kube, "GET", path)
-            version = current["metadata"]["resourceVersion"]
-            body = {**doc, "metadata": {**doc["metadata"], "resourceVersion": version}}
-            devcluster.request(kube, "PUT", path, body=body)
-        paths.append(path)
-    return paths
-
-
 def test_labelled_workloads_are_created_suspended_and_a_jobset_runs_as_one_gang(
-    kube: Any, control_plane: devcluster.ControlPlane, tmp_path: Path
+    kube: Any, control_plane: devcluster.ControlPlane, jobset_controller: None, tmp_path: Path
 ) -> None:
     install(kube)
-    devcluster.install_crds(kube, [JOBSET_CRD])
     policies = apply_policies(kube)
     try:
         namespace = devcluster.unique_name("t-byoj-set")
@@ -161,6 +157,8 @@ def test_labelled_workloads_are_created_suspended_and_a_jobset_runs_as_one_gang(
 
         made = wait_for(create_jobset, 120, "the JobSet to be admitted", 1.0)
         assert made["spec"]["suspend"] is True
+        # Defaulted by JobSet's own webhook: the API server called it.
+        assert made["spec"]["successPolicy"]["operator"] == "All"
 
         op = start_operator(control_plane, tmp_path, round_seconds=2.0)
         try:
@@ -184,27 +182,50 @@ def test_labelled_workloads_are_created_suspended_and_a_jobset_runs_as_one_gang(
                 assert template["metadata"]["labels"]["walras.dev/job"] == "pair"
                 assert template["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "g-0"}
 
-            # The JobSet controller would report Completed: the mirror follows.
-            now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-            devcluster.request(
-                kube,
-                "PATCH",
-                f"{sets}/pair/status",
-                body={
-                    "status": {
-                        "conditions": [
-                            {
-                                "type": "Completed",
-                                "status": "True",
-                                "reason": "AllJobsCompleted",
-                                "message": "jobset completed successfully",
-                                "lastTransitionTime": now,
-                            }
-                        ]
-                    }
-                },
-                content_type="application/merge-patch+json",
-            )
+            # JobSet's controller resumes its two child Jobs with the started templates; the Job
+            # controller makes 4 pods, all for g-0, which Walras binds there.
+            pods_path = f"/api/v1/namespaces/{namespace}/pods"
+
+            def pods() -> list[dict[str, Any]]:
+                found: list[dict[str, Any]] = devcluster.request(
+                    kube, "GET", pods_path, query={"labelSelector": f"{JOBSET_NAME}=pair"}
+                )["items"]
+                return found
+
+            def all_bound() -> list[dict[str, Any]] | None:
+                current = pods()
+                bound = [p for p in current if p["spec"].get("nodeName")]
+                return bound if len(current) == len(bound) == 4 else None
+
+            bound = wait_for(all_bound, 120, "the JobSet's 4 pods to be bound")
+            assert {p["spec"]["nodeName"] for p in bound} == {"g-0"}
+            child_jobs = devcluster.request(
+                kube, "GET", jobs, query={"labelSelector": f"{JOBSET_NAME}=pair"}
+            )["items"]
+            assert sorted(j["metadata"]["name"] for j in child_jobs) == [
+                "pair-leader-0",
+                "pair-workers-0",
+            ]
+            assert all(j["spec"]["suspend"] is False for j in child_jobs)
+
+            # The workload exits 0: each pod gets kwok's completion annotation.
+            for p in bound:
+                devcluster.request(
+                    kube,
+                    "PATCH",
+                    f"{pods_path}/{p['metadata']['name']}",
+                    body={"metadata": {"annotations": {devcluster.COMPLETE_AFTER_ANNOTATION: "0"}}},
+                    content_type="application/merge-patch+json",
+                )
+
+            # The Job controller completes both Jobs, JobSet's controller the JobSet (its success
+            # policy, defaulted by its webhook, is "all Jobs"), and the mirror follows.
+            def jobset_completed() -> dict[str, Any] | None:
+                current: dict[str, Any] = devcluster.request(kube, "GET", f"{sets}/pair")
+                return condition(current, "Completed")
+
+            completed = wait_for(jobset_completed, 120, "JobSet's controller to set Completed")
+            assert completed["status"] == "True"
             wait_for(
                 lambda: (
                     get_job(kube, namespace, "pair").get("status", {}).get("phase") == "Succeeded"

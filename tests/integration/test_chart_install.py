@@ -442,7 +442,8 @@ def test_chart_installs_the_expected_objects(kube: Any, release: str) -> None:
     assert not _allowed(kube, "get", "secrets")
     assert not _allowed(kube, "update", "nodes")
     assert not _allowed(kube, "delete", "fungiblejobs", group="walras.dev")
-    assert not _allowed(kube, "patch", "fungiblejobs", group="walras.dev")
+    # A mirror's spec follows its workload (patch); a FungibleJob is never deleted by Walras.
+    assert _allowed(kube, "patch", "fungiblejobs", group="walras.dev")
 
 
 def _schedules_a_job(cp: Any, kube: Any, namespace: str, tmp_path: Path, *, sandbox: bool) -> None:
@@ -727,4 +728,70 @@ def test_operator_with_the_chart_token_runs_a_labelled_job(
         assert bound[0].spec.node_name == "chart-gpu-0", _log(log)
         mirror = _job(kube, namespace, "adopted")
         assert mirror["spec"]["workloadRef"]["kind"] == "Job", _log(log)
+        assert "forbidden" not in _log(log).lower(), _log(log)
+
+
+def test_operator_with_the_chart_token_readmits_a_job_fixed_in_place(
+    control_plane: Any, kube: Any, release: str, namespace: str, pool: str, tmp_path: Path
+) -> None:
+    """A rejected labelled Job fixed in place runs, with the chart's token only: the operator
+    replaces its mirror's spec (``patch`` on fungiblejobs) and lifts the rejection, and never
+    needs ``delete`` (docs/workloads.md, "Bring your Job")."""
+    from kubernetes import client
+
+    from walras.testing import devcluster
+
+    assert _foreign_bindings(kube) == [], "another binding grants the ServiceAccount rights"
+    container = {
+        "name": "train",
+        "image": "busybox",
+        "resources": {"limits": {"nvidia.com/gpu": 1}},
+    }
+    body = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": "uneven",
+            "labels": {"walras.dev/managed": "true"},
+            "annotations": {"walras.dev/throughput": f"{GPU_TYPE}=1"},
+        },
+        "spec": {
+            "suspend": True,
+            "completionMode": "Indexed",
+            "parallelism": 1,  # but 2 completions: not a gang
+            "completions": 2,
+            "template": {"spec": {"restartPolicy": "Never", "containers": [container]}},
+        },
+    }
+    jobs = f"/apis/batch/v1/namespaces/{namespace}/jobs"
+    devcluster.request(kube, "POST", jobs, body=body)
+    core = client.CoreV1Api(kube)
+
+    def admitted(status: str) -> bool:
+        try:
+            conditions = _job(kube, namespace, "uneven").get("status", {}).get("conditions", [])
+        except client.ApiException:
+            return False  # no mirror yet
+        return any(c["type"] == "Admitted" and c["status"] == status for c in conditions)
+
+    with _operator(control_plane, tmp_path) as log:
+        _wait(lambda: admitted("False"), DEADLINE_S, "the Job's rejection")
+        devcluster.request(
+            kube,
+            "PATCH",
+            f"{jobs}/uneven",
+            body={"spec": {"parallelism": 2}},
+            content_type="application/merge-patch+json",
+        )
+        _wait(lambda: admitted("True"), DEADLINE_S, "the fixed Job admitted again")
+        assert _job(kube, namespace, "uneven")["spec"]["replicas"] == 2, _log(log)
+        _wait(
+            lambda: [
+                p
+                for p in core.list_namespaced_pod(namespace, label_selector="job-name=uneven").items
+                if p.spec.node_name
+            ],
+            DEADLINE_S,
+            "the fixed Job's pods bound",
+        )
         assert "forbidden" not in _log(log).lower(), _log(log)

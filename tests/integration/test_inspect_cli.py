@@ -204,6 +204,7 @@ def test_examples_pass_server_side_validation(kube: Any, crds: None, namespace: 
                 "FungibleJob": "fungiblejobs",
                 "ResourcePool": "resourcepools",
                 "StatementOfWork": "statementsofwork",
+                "Tenant": "tenants",
             }[doc["kind"]]
             if doc["kind"] in ("FungibleJob", "StatementOfWork"):
                 doc["metadata"]["namespace"] = namespace  # the sample's namespace is not here
@@ -213,4 +214,4 @@ def test_examples_pass_server_side_validation(kube: Any, crds: None, namespace: 
             answer = devcluster.request(kube, "POST", url, body=doc, query={"dryRun": "All"})
             assert answer["metadata"]["name"] == doc["metadata"]["name"]
             checked.append(doc["kind"])
-    assert sorted(set(checked)) == ["FungibleJob", "ResourcePool", "StatementOfWork"]
+    assert sorted(set(checked)) == ["FungibleJob", "ResourcePool", "StatementOfWork", "Tenant"]

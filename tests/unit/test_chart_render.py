@@ -166,17 +166,21 @@ CONTROLLER_GRANTS: dict[tuple[str, str], set[str]] = {
     ("", "pods/binding"): {"create"},
     ("", "nodes"): {"get", "list", "watch"},
     ("", "events"): {"create"},
-    # Mirrors of adopted workloads are created; the adopted Jobs and JobSets suspended/started.
-    ("walras.dev", "fungiblejobs"): {"get", "list", "watch", "create"},
+    # Mirrors of adopted workloads are created and their specs follow their workloads (patch);
+    # never deleted. The adopted Jobs, JobSets and TrainJobs suspended/started.
+    ("walras.dev", "fungiblejobs"): {"get", "list", "watch", "create", "patch"},
     ("walras.dev", "fungiblejobs/status"): {"patch"},
     ("batch", "jobs"): {"get", "list", "watch", "patch"},
     ("jobset.x-k8s.io", "jobsets"): {"get", "list", "watch", "patch"},
+    ("trainer.kubeflow.org", "trainjobs"): {"get", "list", "watch", "patch"},
     ("walras.dev", "resourcepools"): {"get", "list", "watch"},
     ("walras.dev", "resourcepools/status"): {"patch"},
     ("walras.dev", "nodeallocations"): {"get", "list", "watch"},
     # Tenants are admin-owned: the controller reads them and patches only their status.
     ("walras.dev", "tenants"): {"get", "list", "watch"},
     ("walras.dev", "tenants/status"): {"patch"},
+    # PriorityClasses are the admin's: read-only (walras.core.priorities).
+    ("scheduling.k8s.io", "priorityclasses"): {"get", "list", "watch"},
     # Statements of work: listed each round, status patched.
     ("walras.dev", "statementsofwork"): {"get", "list"},
     ("walras.dev", "statementsofwork/status"): {"patch"},

@@ -83,3 +83,17 @@ def test_the_round_loop_reports_every_notice_in_one_condition_and_event() -> Non
         assert name in warning["message"]
     assert ("SeveralFields", warning["message"]) in api.events
     assert "SpecWarnings" not in {c["type"] for c in api.statuses["gang"]["conditions"]}
+
+
+def test_the_round_loop_names_a_priority_class_the_tenant_does_not_allow() -> None:
+    api = FakeApi()
+    rounds = make_loop(api)
+    rounds.store.upsert("priorityclass", {"metadata": {"name": "gold"}, "value": 100})
+    manifest = gang_job("vip", "u-vip", replicas=1)
+    manifest["spec"]["template"]["spec"]["priorityClassName"] = "gold"
+    rounds.store.upsert("job", manifest)
+    asyncio.run(rounds.run_round())
+    warning = {c["type"]: c for c in api.statuses["vip"]["conditions"]}["SpecWarnings"]
+    assert (warning["status"], warning["reason"]) == ("True", "PriorityClassNotAllowed")
+    assert warning["message"].startswith("spec.template.spec.priorityClassName: tenant ns")
+    assert ("PriorityClassNotAllowed", warning["message"]) in api.events

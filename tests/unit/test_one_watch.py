@@ -58,17 +58,29 @@ def _tenant(name: str) -> dict[str, Any]:
     return {"metadata": {"name": name, "generation": 1}, "spec": {"namespaces": [name]}}
 
 
+def _priority_class(name: str) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "value": 10}
+
+
 def test_a_listing_drops_the_cluster_scoped_objects_it_does_not_hold() -> None:
     rounds = _Rounds()
     watcher = handlers.Watcher(cache.ClusterCache(snapshot.Store()), rounds)
-    for kind, make in (("pool", _pool), ("node", _node), ("tenant", _tenant)):
+    kinds = (
+        ("pool", _pool),
+        ("node", _node),
+        ("tenant", _tenant),
+        ("priorityclass", _priority_class),
+    )
+    for kind, make in kinds:
         added = [{"type": "ADDED", "object": make(n)} for n in ("a", "b")]
         watcher.apply_listed(kind, added, False)
         # A relist after a gap: "a" was deleted while no watch was open.
         watcher.apply_listed(kind, [{"type": "ADDED", "object": make("b")}], True)
     store = watcher.store
-    assert (list(store.pools), list(store.nodes), list(store.tenants)) == (["b"], ["b"], ["b"])
-    assert rounds.pokes >= 3 * 3  # two new objects and one deletion per kind each wake a round
+    held = (list(store.pools), list(store.nodes), list(store.tenants), list(store.priority_classes))
+    assert held == (["b"], ["b"], ["b"], ["b"])
+    assert rounds.pokes >= 3 * len(kinds)  # two new objects and one deletion per kind each wake
+    assert store.freeze(now=0.0).priority_classes["b"].value == 10
 
 
 @pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGINT])

@@ -7,6 +7,7 @@ did not start is suspended, and the Job's own outcome reaches its mirror.
 from __future__ import annotations
 
 import asyncio
+import copy
 from collections.abc import Mapping
 from typing import Any
 
@@ -31,6 +32,7 @@ class AdoptionApi(FakeApi):
         self.created: list[dict[str, Any]] = []
         self.patches: list[tuple[str, dict[str, Any]]] = []
         self.event_kinds: list[str] = []
+        self.replaced: list[tuple[str, dict[str, Any]]] = []
 
     async def create_object(self, path: str, body: Mapping[str, Any]) -> writes.Result:
         self.created.append(dict(body))
@@ -38,6 +40,10 @@ class AdoptionApi(FakeApi):
 
     async def patch_object(self, path: str, patch: Mapping[str, Any]) -> writes.Result:
         self.patches.append((path, dict(patch)))
+        return writes.Result(writes.Outcome.OK, 200)
+
+    async def replace_spec(self, path: str, spec: Mapping[str, Any]) -> writes.Result:
+        self.replaced.append((path, dict(spec)))
         return writes.Result(writes.Outcome.OK, 200)
 
     async def post_event(self, job: Any, *, reason: str, message: str, **kw: Any) -> writes.Result:
@@ -122,6 +128,10 @@ def pod(job: model.JobSpec, replica: int) -> model.PodInfo:
 
 def scratch() -> RoundScratch:
     return RoundScratch(3, 0.0, False, False, RoundReport(round=3, incremental=False))
+
+
+def at(now: float) -> RoundScratch:
+    return RoundScratch(3, now, False, False, RoundReport(round=3, incremental=False))
 
 
 def setup(*objs: dict[str, Any]) -> tuple[adoption.Adoption, AdoptionApi, cache.ClusterCache]:
@@ -243,11 +253,16 @@ def test_the_jobs_outcome_reaches_its_mirror_once() -> None:
     # A watch delivers a new object each time.
     done = {**done, "status": {"conditions": [{"type": "Complete", "status": "True"}]}}
     assert adopt.seen(JOB, {"type": "MODIFIED", "object": done})
-    asyncio.run(adopt.act(realise.Realisation((), (), {}), scratch()))
+    round_scratch = scratch()
+    asyncio.run(adopt.act(realise.Realisation((), (), {}), round_scratch))
     assert api.statuses["done"]["phase"] == "Succeeded"
+    # The round's status writer leaves it alone (its plan, made before, has it running), this
+    # round and every round until the watch brings the mirror's new phase.
+    assert round_scratch.ended == {("ns", "done")}
     api.statuses.clear()
-    asyncio.run(adopt.act(realise.Realisation((), (), {}), scratch()))
-    assert api.statuses == {}
+    round_scratch = scratch()
+    asyncio.run(adopt.act(realise.Realisation((), (), {}), round_scratch))
+    assert api.statuses == {} and round_scratch.ended == {("ns", "done")}
 
 
 def test_unlabelled_and_deleted_workloads_are_forgotten() -> None:
@@ -339,3 +354,103 @@ def test_a_start_lifts_an_earlier_hold_of_the_mirror() -> None:
     asyncio.run(adopt.act(plan, scratch()))
     assert mirror_a.uid not in adopt.rules.blocked
     assert adopt.going == frozenset()
+
+
+def test_a_finished_mirror_leaves_its_pods_one_round_to_exit_then_suspends() -> None:
+    # The workload reported its total work: its mirror finished, and the plan deletes its pods.
+    # Suspending the Job now would have the Job controller delete the pods uncounted while they
+    # exit 0, and the Job would never be Complete: the pods get this round to exit.
+    job_a = a_job("a", suspend=False)
+    job_a["spec"]["template"]["metadata"] = {"labels": {base.LABEL_MIRROR_UID: "a-mirror-uid"}}
+    adopt, api, cluster = setup(job_a)
+    mirror_a = mirror_in_store(cluster, job_a)
+    for r in (0, 1):
+        cluster.store.pods[pod(mirror_a, r).key] = pod(mirror_a, r)
+    plan = realise.Realisation(
+        creates=(),
+        deletes=tuple(realise.PodDelete(pod(mirror_a, r), "JobFinished") for r in (0, 1)),
+        jobs={},
+    )
+    job_a["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 20
+    mirror_in_store(cluster, job_a)  # the mirror's template says 20 s
+    left = asyncio.run(adopt.act(plan, at(100.0)))
+    assert left.deletes == () and api.patches == []  # neither deleted nor suspended
+    # Rounds within the pods' grace period (a round may follow the last at once) leave them.
+    asyncio.run(adopt.act(plan, at(100.5)))
+    asyncio.run(adopt.act(plan, at(119.9)))
+    assert api.patches == []
+    # Still running past it (a workload that does not exit at its total work): suspended, as a
+    # slice end would have stopped it by then.
+    asyncio.run(adopt.act(plan, at(120.0)))
+    assert api.patches == [("/apis/batch/v1/namespaces/ns/jobs/a", {"spec": {"suspend": True}})]
+
+
+def test_a_finished_mirror_whose_job_completed_meanwhile_is_not_suspended() -> None:
+    job_a = a_job("a", suspend=False)
+    job_a["spec"]["template"]["metadata"] = {"labels": {base.LABEL_MIRROR_UID: "a-mirror-uid"}}
+    adopt, api, cluster = setup(job_a)
+    mirror_a = mirror_in_store(cluster, job_a)
+    plan = realise.Realisation(
+        creates=(),
+        deletes=tuple(realise.PodDelete(pod(mirror_a, r), "JobFinished") for r in (0, 1)),
+        jobs={},
+    )
+    asyncio.run(adopt.act(plan, scratch()))
+    done = {**job_a, "status": {"conditions": [{"type": "Complete", "status": "True"}]}}
+    adopt.seen(JOB, {"type": "MODIFIED", "object": done})
+    asyncio.run(adopt.act(plan, scratch()))
+    assert [p for _, p in api.patches if p == {"spec": {"suspend": True}}] == []
+
+
+def test_a_rejected_job_fixed_in_place_is_admitted_again_through_its_mirror() -> None:
+    bad = a_job("fix", completions=3)
+    adopt, api, cluster = setup(bad)
+    asyncio.run(adopt.act(realise.Realisation((), (), {}), scratch()))
+    # The watch brings back the rejected mirror as created and marked.
+    (created,) = api.created
+    created["metadata"]["uid"] = "fix-mirror-uid"
+    created["status"] = api.statuses["fix"]
+    cluster.store.upsert("job", created)
+    assert api.replaced == []
+    # Fixed in place: completions = parallelism, a new generation.
+    fixed = copy.deepcopy(bad)
+    fixed["spec"]["completions"] = 2
+    fixed["metadata"]["generation"] = 2
+    assert adopt.seen(JOB, {"type": "MODIFIED", "object": fixed})
+    api.statuses.clear()
+    accepted = asyncio.run(adopt._reconcile(scratch()))
+    assert accepted == {("ns", "fix")}
+    ((path, spec),) = api.replaced
+    assert path == "/apis/walras.dev/v1alpha1/namespaces/ns/fungiblejobs/fix"
+    assert spec["replicas"] == 2 and spec["workloadRef"]["uid"] == "fix-uid"
+    status = api.statuses["fix"]
+    assert status["phase"] == "Pending"
+    ((ctype, cstatus, reason),) = [
+        (c["type"], c["status"], c["reason"]) for c in status["conditions"]
+    ]
+    assert (ctype, cstatus, reason) == ("Admitted", "True", adoption.READMITTED)
+    assert len(api.events) == 1  # the rejection's only
+
+
+def test_a_job_whose_indexes_succeeded_shrinks_its_mirrors_gang() -> None:
+    job_a = a_job("a")
+    adopt, api, cluster = setup(job_a)
+    mirror_a = mirror_in_store(cluster, job_a)
+    assert mirror_a.replicas == 2
+    asyncio.run(adopt._reconcile(scratch()))
+    assert api.replaced == []  # nothing changed
+    done_1 = {**job_a, "status": {"completedIndexes": "1"}}
+    adopt.seen(JOB, {"type": "MODIFIED", "object": done_1})
+    asyncio.run(adopt._reconcile(scratch()))
+    ((_, spec),) = api.replaced
+    assert spec["replicas"] == 1
+    assert api.statuses == {}  # admitted all along: no status written
+
+
+def test_a_fungiblejob_of_its_own_with_a_workloads_name_is_never_replaced() -> None:
+    job_a = a_job("a")
+    adopt, api, cluster = setup(job_a)
+    mirror_in_store(cluster, {**job_a, "spec": {**job_a["spec"], "parallelism": 2}}, own=True)
+    adopt.seen(JOB, {"type": "MODIFIED", "object": {**job_a, "status": {"completedIndexes": "0"}}})
+    asyncio.run(adopt._reconcile(scratch()))
+    assert api.replaced == []

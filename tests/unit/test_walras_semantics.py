@@ -161,3 +161,70 @@ def test_minimum_run_time_in_simulation(min_run: float, restarts: int, first_don
     assert makespan == pytest.approx(1440.0)
     assert sum(tally.restarts) == restarts
     assert min(tally.completion_s) == pytest.approx(first_done)
+
+
+def _priority_class(name: str, value: int, default: bool = False) -> dict[str, object]:
+    return {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": name},
+        "value": value,
+        "globalDefault": default,
+    }
+
+
+def _with_class(name: str, klass: str) -> dict[str, object]:
+    job = fjob(name)
+    job["spec"]["template"]["spec"]["priorityClassName"] = klass  # type: ignore[index]
+    return job
+
+
+def test_priority_classes_of_a_manifest_file_order_the_jobs_of_a_tenant(
+    tmp_path: pathlib.Path,
+) -> None:
+    # One GPU, one tenant (namespace team), max-min fairness: targets ½ each. "second" names a
+    # class below the default, which any tenant may use, so the tenant's turn is always
+    # "first"'s until it is done: 1000 work at 2/s from 0 to 500 s, then "second" to 1000 s.
+    # Without the class they share the GPU, and "first" is not done by 500 s.
+    docs = [
+        _priority_class("normal", 100, default=True),
+        _priority_class("batch", 0),
+        fjob("first"),
+        _with_class("second", "batch"),
+    ]
+    cluster = tiny_cluster()
+    wl = load_manifests(write(tmp_path, docs), cluster)  # type: ignore[arg-type]
+    assert [d["metadata"]["name"] for d in wl.priority_classes] == ["normal", "batch"]
+    assert wl.warnings == ()
+    _, tally = run(wl, cluster, "max-min-fairness", 0.0)
+    assert tally.completion_s[0] == pytest.approx(500.0)
+    assert tally.completion_s[1] == pytest.approx(1000.0)
+    shared = load_manifests(write(tmp_path, [fjob("first"), fjob("second")]), cluster)  # type: ignore[arg-type]
+    _, tally = run(shared, cluster, "max-min-fairness", 0.0)
+    assert tally.completion_s[0] > 500.0
+
+
+def test_a_class_missing_from_the_file_is_simulated_as_the_default_with_a_warning(
+    tmp_path: pathlib.Path,
+) -> None:
+    wl = load_manifests(write(tmp_path, [_with_class("a", "gold")]), tiny_cluster())  # type: ignore[arg-type]
+    [warning] = wl.warnings
+    assert "document 1 (team/a): spec.template.spec.priorityClassName" in warning
+    assert "no PriorityClass named 'gold'" in warning
+
+
+def test_the_cli_prints_the_missing_class_warning_and_runs(tmp_path: pathlib.Path) -> None:
+    import subprocess
+    import sys
+
+    path = write(tmp_path, [_with_class("a", "gold")])
+    walras = str(pathlib.Path(sys.executable).parent / "walras")
+    opts = ["--cluster", "v100=1", "--gpus-per-node", "1", "--json"]
+    out = subprocess.run(
+        [walras, "simulate", str(path), "--semantics", "walras", *opts],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "warning:" in out.stderr and "priorityClassName" in out.stderr
+    assert "Traceback" not in out.stderr

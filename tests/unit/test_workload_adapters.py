@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from walras.core import adapters, crd, model
+from walras.core import adapters, crd, model, priorities
 from walras.core.adapters import base, batch_job, jobset, mirror
 from walras.core.schema import fungiblejob
 
@@ -132,7 +132,11 @@ def test_suspend_and_start_patches() -> None:
     template = patch["spec"]["template"]
     # The template's own labels stay; Walras's are added; replica i goes to nodes[i].
     assert template["metadata"]["labels"] == {"app": "train", "walras.dev/job": "train"}
-    assert template["metadata"]["annotations"] == {crd.ANN_ROUND: "7", base.ANN_NODES: "n1,n0"}
+    assert template["metadata"]["annotations"] == {
+        crd.ANN_ROUND: "7",
+        base.ANN_NODES: "n1,n0",
+        batch_job.ANN_INDEXES: "0,1",  # no index succeeded: the gang runs both, in order
+    }
     affinity = template["spec"]["affinity"]
     assert affinity["podAntiAffinity"] == {"x": 1}
     terms = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
@@ -180,6 +184,48 @@ def test_a_started_jobs_pod_parses_as_the_mirrors_replica_on_its_node() -> None:
     own["metadata"]["annotations"][crd.ANN_NODE] = "n9"
     info = model.parse_pod(own)
     assert (info.replica, info.planned_node) == (0, "n9")
+
+
+def test_once_some_indexes_succeeded_the_gang_is_the_indexes_left() -> None:
+    # Four indexes; 0 and 2 exited 0 in an earlier slice (the Job controller's status says so):
+    # it makes pods for 1 and 3 only, so the gang is those two pods.
+    adapter = batch_job.BatchJob()
+    obj = job(parallelism=4, completions=4)
+    obj["status"] = {"completedIndexes": "0,2"}
+    assert adapter.gang(obj).replicas == 2
+    patch = adapter.start_patch(obj, base.Start(["n5", "n6"]))
+    annotations = patch["spec"]["template"]["metadata"]["annotations"]
+    assert annotations[batch_job.ANN_INDEXES] == "1,3"
+    # Index 3's pod is replica 1 of the gang, on the second node; index 1's is replica 0.
+    pods = {}
+    for index in ("1", "3"):
+        pod = {
+            "metadata": {
+                "name": f"train-{index}-x",
+                "namespace": "team-a",
+                "labels": {crd.LABEL_JOB: "train", batch_job.COMPLETION_INDEX: index},
+                "annotations": {**annotations, base.ANN_WORKLOAD_KIND: "Job"},
+            },
+            "spec": {"containers": []},
+        }
+        info = model.parse_pod(pod)
+        pods[index] = (info.replica, info.planned_node)
+    assert pods == {"1": (0, "n5"), "3": (1, "n6")}
+    # A pod of an index the start did not list is no replica of that gang.
+    assert adapter.replica({batch_job.COMPLETION_INDEX: "2"}, annotations) is None
+    # Ranges, and indexes past completions ignored: 1-3 of 4 done leaves index 0.
+    obj["status"] = {"completedIndexes": "1-3,7"}
+    assert adapter.gang(obj).replicas == 1 and batch_job.indexes_left(obj) == [0]
+    # The mirror follows: its spec.replicas is the gang left.
+    assert mirror.spec_of(adapter.gang(obj), {})["replicas"] == 1
+
+
+def test_a_malformed_completed_indexes_names_the_field() -> None:
+    obj = job()
+    obj["status"] = {"completedIndexes": "0,x"}
+    with pytest.raises(base.BadWorkloadError) as err:
+        batch_job.BatchJob().gang(obj)
+    assert err.value.field == "status.completedIndexes"
 
 
 # ------------------------------------------------------------------ JobSet
@@ -336,3 +382,20 @@ def test_a_rounds_pods_become_one_start() -> None:
     assert start.labels == {crd.LABEL_JOB: "train", base.LABEL_MIRROR_UID: "m-uid"}
     # The per-pod node is not a template annotation: the replicas' nodes are in ANN_NODES.
     assert start.annotations == {crd.ANN_ROUND: "4", base.ANN_WORKLOAD_KIND: "Job"}
+
+
+def test_an_adopted_workloads_priority_class_is_its_mirrors() -> None:
+    """The pod template's priorityClassName travels into the mirror (``walras.core.priorities``
+    reads it there), for a batch Job and for a JobSet."""
+    obj = job(annotations={base.ANN_THROUGHPUT: "v100=1"})
+    obj["spec"]["template"]["spec"]["priorityClassName"] = "research-high"
+    sets = a_jobset([(2, 1, "1")])
+    for rj in sets["spec"]["replicatedJobs"]:
+        rj["template"]["spec"]["template"]["spec"]["priorityClassName"] = "research-high"
+    sets["metadata"]["annotations"] = {base.ANN_THROUGHPUT: "v100=1"}
+    for adapter, workload in ((batch_job.BatchJob(), obj), (jobset.JobSet(), sets)):
+        spec = mirror.spec_of(adapter.gang(workload), workload["metadata"]["annotations"])
+        body = mirror.manifest(adapter, workload, spec)
+        parsed = model.parse_job({**body, "metadata": {**body["metadata"], "uid": "m-uid"}})
+        assert isinstance(parsed, model.JobSpec), parsed
+        assert priorities.class_name(parsed) == "research-high"

@@ -193,3 +193,24 @@ def test_the_notice_file_as_the_kubelet_writes_it(tmp_path: Path) -> None:
     assert watch.stop_at() is None  # no file: no notice
     (tmp_path / "annotations").write_text(text)
     assert watch.stop_at() == 1767323045.0
+
+
+@pytest.mark.parametrize(
+    ("environ", "saves"),
+    [
+        ({}, True),  # a single pod: replica 0
+        ({"WALRAS_REPLICA": "0"}, True),
+        ({"WALRAS_REPLICA": "1"}, False),
+        # An Indexed Job's pod: the Job controller's completion index names the replica.
+        ({"JOB_COMPLETION_INDEX": "0"}, True),
+        ({"JOB_COMPLETION_INDEX": "1"}, False),
+        # A template that passes an absent walras.dev/replica label reads it as empty.
+        ({"WALRAS_REPLICA": "", "JOB_COMPLETION_INDEX": "1"}, False),
+        ({"WALRAS_REPLICA": "0", "JOB_COMPLETION_INDEX": "1"}, True),  # Walras's label wins
+    ],
+)
+def test_the_replica_that_saves_from_walras_or_the_job_controller(
+    tmp_path: Path, environ: dict[str, str], saves: bool
+) -> None:
+    run = Run(3, state={}, checkpoint_dir=tmp_path, report=False, environ=environ)
+    assert run.saves is saves

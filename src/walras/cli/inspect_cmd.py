@@ -1,6 +1,10 @@
 """``walras explain NAMESPACE/JOB`` and ``walras status``: read-only views of a running Walras.
 
-Both commands only read the API (FungibleJobs, ResourcePools); they never write. ``explain`` adds
+Both commands only read the API (FungibleJobs, ResourcePools, Tenants); they never write.
+``status`` shows, per Tenant and GPU type, the GPUs guaranteed, in use, borrowed (held beyond
+the guarantee) and lent (its guarantee held by others) from the Tenants' statuses; ``explain``
+says when a job waits on its tenant's maximum (``QuotaExceeded``) or was stopped because a
+guarantee's owner took its GPUs back (``Reclaimed``). ``explain`` adds
 one computation: what the job would get on each GPU type *alone* at the current prices, i.e. the
 job's own subproblem (``walras.allocator.pricing.best_response``) with its throughput row masked
 to that one type::
@@ -82,6 +86,51 @@ class Explanation:
     pools: tuple[PoolView, ...]
     throughputs: tuple[throughput_view.ThroughputRow, ...] = ()
     restarts: str = ""  # measured restart cost and steps lost (status.progress), when any
+    reclaimed: str = ""  # the Reclaimed condition's message, while the job stays stopped
+
+
+@dataclass(frozen=True)
+class TenantRow:
+    """One Tenant's GPUs of one type, from its status (``walras.operator.quota_status``)."""
+
+    tenant: str
+    parent: str
+    gpu_type: str
+    guaranteed: float
+    in_use: float
+    borrowed: float
+    lent: float
+    maximum: float | None
+
+
+def tenant_rows(tenants: Iterable[Obj]) -> tuple[TenantRow, ...]:
+    """Every Tenant's GPUs per type, by tenant then type (a Tenant without any: one row of
+    dashes, so every Tenant is listed)."""
+    rows = []
+    for obj in tenants:
+        name = str((obj.get("metadata") or {}).get("name", ""))
+        parent = str((obj.get("spec") or {}).get("parent") or "")
+        gpus = (obj.get("status") or {}).get("gpus")
+        gpus = gpus if isinstance(gpus, Mapping) else {}
+        if not gpus:
+            rows.append(TenantRow(name, parent, "", 0.0, 0.0, 0.0, 0.0, None))
+        for gpu_type, g in sorted(gpus.items()):
+            if not isinstance(g, Mapping):
+                continue
+            top = g.get("maximum")
+            rows.append(
+                TenantRow(
+                    name,
+                    parent,
+                    str(gpu_type),
+                    _num(g.get("guaranteed")),
+                    _num(g.get("inUse")),
+                    _num(g.get("borrowed")),
+                    _num(g.get("lent")),
+                    None if top is None else _num(top),
+                )
+            )
+    return tuple(sorted(rows, key=lambda r: (r.tenant, r.gpu_type)))
 
 
 def restart_summary(status: Obj) -> str:
@@ -223,9 +272,14 @@ def explain(job: Obj, pools: Iterable[Obj]) -> Explanation:
         for a in status.get("allocation") or []
     )
     fair = status.get("fairShare")
+    reclaimed = next(
+        (m for t, st, r, m in conditions if t == "Preempted" and st == "True" and r == "Reclaimed"),
+        "",
+    )
     return Explanation(
         job=f"{meta.get('namespace', '')}/{meta.get('name', '')}",
-        tenant=str(spec.get("tenant") or meta.get("namespace", "")),
+        # The operator's word on the tenant (from the Tenants' namespaces) before the spec's.
+        tenant=str(status.get("tenant") or spec.get("tenant") or meta.get("namespace", "")),
         phase=phase,
         reason=reason,
         message=message,
@@ -238,6 +292,7 @@ def explain(job: Obj, pools: Iterable[Obj]) -> Explanation:
         pools=views,
         throughputs=throughput_view.rows(job),
         restarts=restart_summary(status),
+        reclaimed=reclaimed,
     )
 
 
@@ -273,12 +328,39 @@ def pools_table(pools: Sequence[PoolView], title: str = "Resource pools") -> Tab
     return table
 
 
+def tenants_table(rows: Sequence[TenantRow], title: str = "Tenants (GPUs)") -> Table:
+    from rich.table import Table
+
+    table = Table(title=title)
+    names = ("Tenant", "Parent", "GPU type", "Guaranteed", "In use", "Borrowed", "Lent", "Maximum")
+    for column in names:
+        table.add_column(column, justify="left" if column in names[:3] else "right")
+    for r in rows:
+        if not r.gpu_type:
+            table.add_row(r.tenant, r.parent or "-", "-", "-", "-", "-", "-", "-")
+            continue
+        top = "-" if r.maximum is None else f"{r.maximum:g}"
+        table.add_row(
+            r.tenant,
+            r.parent or "-",
+            r.gpu_type,
+            f"{r.guaranteed:g}",
+            f"{r.in_use:g}",
+            f"{r.borrowed:g}",
+            f"{r.lent:g}",
+            top,
+        )
+    return table
+
+
 def render_explanation(console: Console, e: Explanation) -> None:
     from rich.table import Table
 
     from walras.cli import throughput_view
 
     console.print(f"[bold]{e.job}[/bold]  tenant={e.tenant}  phase={e.phase}")
+    if e.reclaimed:
+        console.print(f"Stopped: [yellow]Reclaimed[/yellow]: {e.reclaimed}")
     if e.reason:
         console.print(f"Waiting: [yellow]{e.reason}[/yellow]: {e.message}")
     if e.conditions:
@@ -336,6 +418,25 @@ def list_jobs(api: Any) -> list[Obj]:
     return [items[k] for k in sorted(range(len(items)), key=key.__getitem__)]
 
 
+def list_tenants(api: Any) -> list[Obj] | None:
+    """Every Tenant; ``[]`` when the Tenant CRD is not installed (an older chart), ``None`` when
+    this kubeconfig may not list them (Tenants are cluster-scoped and admin-only)."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        answer: Any = client.CustomObjectsApi(api).list_cluster_custom_object(
+            GROUP, VERSION, "tenants"
+        )
+    except ApiException as exc:
+        if exc.status == 404:
+            return []
+        if exc.status == 403:
+            return None
+        raise
+    return list(answer["items"])
+
+
 @app.command("explain")
 def explain_command(
     job: Annotated[str, typer.Argument(help="NAMESPACE/JOB of a FungibleJob, or `sow`.")],
@@ -376,7 +477,8 @@ def explain_command(
 
 @app.command("status")
 def status_command(kubeconfig: KubeconfigOption = None) -> None:
-    """Pools (capacity, allocation, price, utilisation), jobs by phase, top pending reasons."""
+    """Pools (capacity, allocation, price, utilisation), Tenants' GPUs per type (guaranteed, in
+    use, borrowed, lent), jobs by phase, top pending reasons."""
     from rich.console import Console
     from rich.table import Table
 
@@ -384,6 +486,11 @@ def status_command(kubeconfig: KubeconfigOption = None) -> None:
     console = Console()
     jobs = list_jobs(api)
     console.print(pools_table(pool_views(list_pools(api))))
+    listed = list_tenants(api)
+    if listed is None:
+        console.print("Tenants: this kubeconfig may not list them (cluster-scoped, admin-only)")
+    elif listed:
+        console.print(tenants_table(tenant_rows(listed)))
     phases = collections.Counter((j.get("status") or {}).get("phase", "Pending") for j in jobs)
     summary = ", ".join(f"{phase} {count}" for phase, count in sorted(phases.items()))
     console.print(f"FungibleJobs: {len(jobs)} ({summary or 'none'})")

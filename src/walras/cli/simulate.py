@@ -150,6 +150,40 @@ def simulate_command(
         pathlib.Path | None, typer.Option(help="Write jobs.csv, summary.json and PNG plots here.")
     ] = None,
     workers: Annotated[int, typer.Option(help="Sweep only: worker processes.")] = 2,
+    cell: Annotated[
+        int | None,
+        typer.Option(
+            help="Sweep only: run cell I alone (0-based, in spec order) and print its row as one"
+            " JSON line (what each index of --on-cluster runs).",
+            show_default=False,
+        ),
+    ] = None,
+    on_cluster: Annotated[
+        bool,
+        typer.Option("--on-cluster", help="Sweep only: run the cells as a Kubernetes Indexed Job."),
+    ] = False,
+    image: Annotated[
+        str | None,
+        typer.Option(
+            help="--on-cluster: the Walras image the cells run in (default: the release's,"
+            " ghcr.io/walras/walras:VERSION).",
+            show_default=False,
+        ),
+    ] = None,
+    namespace: Annotated[str, typer.Option(help="--on-cluster: namespace of the Job.")] = "default",
+    kubeconfig: Annotated[
+        str | None,
+        typer.Option(help="--on-cluster: kubeconfig (default: in-cluster, then $KUBECONFIG)."),
+    ] = None,
+    parallelism: Annotated[
+        int | None,
+        typer.Option(
+            help="--on-cluster: cells running at once (default: all of them).", show_default=False
+        ),
+    ] = None,
+    cell_cpu: Annotated[
+        str, typer.Option(help="--on-cluster: CPU request of each cell's pod.")
+    ] = "1",
     sow_workload: Annotated[
         int | None, typer.Option(help="sow: generate N statements of work (TRACE = `sow`).")
     ] = None,
@@ -189,8 +223,37 @@ def simulate_command(
     if str(trace) == "sweep" and not trace.exists():
         if spec is None:
             raise _fail("usage: walras simulate sweep SPEC.yaml")
+        if on_cluster:
+            from walras.cli.sweep_cluster_command import sweep_on_cluster
+
+            if cell is not None:
+                raise _fail("--cell and --on-cluster: give one of them")
+            sweep_on_cluster(
+                spec,
+                out=out,
+                json_output=json_output,
+                image=image,
+                namespace=namespace,
+                kubeconfig=kubeconfig,
+                parallelism=parallelism,
+                cpu=cell_cpu,
+            )
+            return
+        if cell is not None:
+            _sweep_cell(spec, cell)
+            return
         _sweep(spec, out, workers, json_output)
         return
+    cluster_options = {
+        "--cell": cell is not None,
+        "--on-cluster": on_cluster,
+        "--image": image is not None,
+        "--kubeconfig": kubeconfig is not None,
+        "--parallelism": parallelism is not None,
+    }
+    for name, given in cluster_options.items():
+        if given:
+            raise _fail(f"{name}: only with `walras simulate sweep SPEC.yaml`")
     if spec is not None:
         raise _fail(f"unexpected extra argument {str(spec)!r} (only `sweep` takes a spec)")
     try:
@@ -253,6 +316,13 @@ def _run(trace: pathlib.Path, *, progress: bool, **kw: Any) -> Any:
         types_ = [g for g, c in counts.items() if c > 0]
         built = build_cluster(counts, parse_gpus_per_node(kw["gpus_per_node"], types_))
         workload = manifests.load_manifests(trace, built)
+        if workload.warnings:
+            from rich.console import Console
+
+            for warning in workload.warnings:
+                Console(stderr=True).print(
+                    f"[bold yellow]warning:[/] {warning}", highlight=False, soft_wrap=True
+                )
     else:
         scenario = load_scenario(
             trace,
@@ -442,6 +512,22 @@ def _tenant_table(rows: dict[str, dict[str, Any]], *, quotas: bool) -> Any:
             f"{row['gpu_hours']:.1f}",
         )
     return table
+
+
+def _sweep_cell(spec: pathlib.Path, cell: int) -> None:
+    """One cell, its row on stdout as one JSON line (the cluster reads it as a termination message,
+    which the kubelet cuts at 4096 bytes: a long error text is shortened to keep the JSON whole)."""
+    from walras.cli.sweep_cluster import ERROR_CHARS
+    from walras.sim import sweep
+    from walras.sim.errors import SimInputError
+
+    try:
+        row = sweep.run_cell(sweep.load_spec(spec), cell)
+    except SimInputError as exc:
+        raise _fail(str(exc)) from exc
+    if "error" in row:
+        row["error"] = str(row["error"])[:ERROR_CHARS]
+    print(json.dumps(row))
 
 
 def _sweep(spec: pathlib.Path, out: pathlib.Path | None, workers: int, json_output: bool) -> None:

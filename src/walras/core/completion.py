@@ -4,7 +4,10 @@ Called by :func:`walras.core.cycle.plan` at the start of every round, before the
 finished job's GPUs go to others in the same round. A job is finished when:
 
 - one of its pods failed (phase ``Failed``),
-- every pod of its gang succeeded, or
+- every pod of its gang succeeded (not for a mirror of an adopted workload: its pods include
+  those of an Indexed Job's completed indexes, which stay Succeeded while the gang runs the
+  indexes left; the workload's own condition says when it is done, written on the mirror by
+  ``walras.operator.adoption``), or
 - its work reached ``spec.totalWork``: the steps its workload reported
   (``status.progress.stepsDone``, ``walras.core.progress``) when it reported any, else the
   history's accounted ``workDone = ∫ throughput(type running) dt`` (``walras.core.history``).
@@ -45,7 +48,7 @@ def completions(
                 cond.POD_FAILED,
                 f"pod {failed[0].name} failed on {failed[0].node or 'no node'}",
             )
-        elif len(done) >= job.replicas and len(done) == len(pods):
+        elif not job.workload_uid and len(done) >= job.replicas and len(done) == len(pods):
             out[job.key] = Completion(
                 crd.PHASE_SUCCEEDED, cond.COMPLETED, f"all {job.replicas} pods succeeded"
             )

@@ -42,6 +42,11 @@ NO_NODES: Final = "NoNodes"
 # but no GPU Walras may use; the filter reasons are in walras.core.policies.eligibility.
 BIND_PENDING: Final = "BindPending"
 NO_CAPACITY: Final = "NoCapacity"
+# Quotas (walras.core.tenant_usage): Allocated=False because the job's tenant or an ancestor is at
+# its maximum of every type the job can use; Preempted=True because the owner of a guarantee took
+# back GPUs the job's tenant had borrowed.
+QUOTA_EXCEEDED: Final = "QuotaExceeded"
+RECLAIMED: Final = "Reclaimed"
 
 
 def num(x: float) -> float:

@@ -19,6 +19,9 @@ The pipeline (Kueue's numbered scheduling cycle, with per-phase timings):
    keep and delete (``incremental`` rounds only fill free GPUs).
 4. **Account.** Each job's history records the group it runs in from ``now`` on, at its
    throughput there.
+5. **Quotas.** Per Tenant and GPU type: guaranteed, in use, borrowed and lent after the round,
+   and the jobs that wait on a maximum or lost GPUs to a guarantee's owner
+   (``walras.core.tenant_usage``); the operator shows them, the simulator ignores them.
 
 :class:`CycleState` is everything the cycle remembers between rounds; the shell owns it (one per
 operator process or simulation run). Nothing here reads a clock, calls the API or logs.
@@ -33,7 +36,7 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from walras.core import completion, history, model, placements, realise
+from walras.core import completion, history, model, placements, realise, tenant_usage
 from walras.core import snapshot as snapshots
 from walras.core.policies import Policy, Solution
 from walras.core.policies.base import SolutionMemo
@@ -106,6 +109,9 @@ class CyclePlan:
     realisation: realise.Realisation
     histories: Mapping[model.JobKey, history.History]
     timings: Mapping[str, float]
+    # Per Tenant and GPU type: guaranteed, in use, borrowed, lent; the jobs that wait on or lost
+    # GPUs to a quota (walras.core.tenant_usage).
+    quotas: tenant_usage.QuotaRound = tenant_usage.EMPTY
 
 
 def rate(job: model.JobSpec, group: str, snap: snapshots.Snapshot) -> float:
@@ -267,6 +273,7 @@ def plan(
     for job in active:
         if job.key not in solved:
             hists[job.key].run_in("", 0.0, now)
+    quotas = tenant_usage.quota_round(snap, view, sol, real)
     t3 = time.perf_counter()
     return CyclePlan(
         round_no=round_no,
@@ -280,4 +287,5 @@ def plan(
         realisation=real,
         histories=hists,
         timings={"snapshot": t1 - t0, "solve": t2 - t1, "realise": t3 - t2},
+        quotas=quotas,
     )

@@ -19,6 +19,9 @@ and says what Walras does instead:
   α = 10 (prices barely move demand, so they must move far to clear it). Past those bounds the
   utility is, to within those factors, the linear (α → 0) or max-min (α → ∞) one; the schema
   accepts 0 < α ≤ 100, and the value is used as given.
+- ``PriorityClassNotFound`` / ``PriorityClassNotAllowed``
+  (``spec.template.spec.priorityClassName``): no PriorityClass has that name, or the job's tenant
+  does not allow it (``walras.core.priorities``); the job is scheduled as the default class.
 
 All of them together become one ``SpecWarnings`` condition (``True``) and one Warning Event of
 the same reason: the single notice's reason, or ``SeveralFields``.
@@ -31,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from walras.core import conditions as cond
-from walras.core import governance, model
+from walras.core import governance, model, priorities
 
 CONDITION: Final = "SpecWarnings"
 SEVERAL: Final = "SeveralFields"
@@ -50,9 +53,15 @@ def job_notices(
     job: model.JobSpec,
     gpu_types: set[str],
     tenants: Mapping[str, governance.TenantSpec],
+    classes: Mapping[str, priorities.PriorityClass] | None = None,
 ) -> list[Notice]:
-    """The notices of one job (``gpu_types``: the types some pool has), in field order."""
+    """The notices of one job (``gpu_types``: the types some pool has), in field order
+    (``classes``: the PriorityClasses by name; None: the job's class is not checked)."""
     out: list[Notice] = []
+    if classes is not None and priorities.class_name(job):
+        scheduled_as = priorities.effective(job, classes, tenants)
+        if scheduled_as.reason:
+            out.append(Notice(priorities.FIELD, scheduled_as.reason, scheduled_as.message))
     known = [t for t in job.throughput if t in gpu_types]
     if known:
         for gpu_type in sorted(t for t in job.throughput if t not in gpu_types):
@@ -94,10 +103,11 @@ def notices(
     jobs: Sequence[model.JobSpec],
     pools: Sequence[model.PoolSpec],
     tenants: Mapping[str, governance.TenantSpec],
+    classes: Mapping[str, priorities.PriorityClass] | None = None,
 ) -> dict[model.JobKey, list[Notice]]:
     """The jobs with at least one notice."""
     gpu_types = {p.gpu_type for p in pools if p.gpu_type}
-    found = {job.key: job_notices(job, gpu_types, tenants) for job in jobs}
+    found = {job.key: job_notices(job, gpu_types, tenants, classes) for job in jobs}
     return {key: found[key] for key in sorted(found) if found[key]}
 
 

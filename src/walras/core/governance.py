@@ -29,6 +29,8 @@ cluster:
   most (``guaranteed`` plus what it may borrow). :func:`quota_arrays` gives them to the policies,
   which enforce them through ``walras.allocator.quotas``; :func:`split_quotas` splits them over
   POP's shards.
+- **Priority classes** (``spec.priorityClasses``): the Kubernetes PriorityClasses its users may
+  name beyond those that do not raise precedence (``walras.core.priorities``).
 - **Hierarchy** (``spec.parent``; checked by ``walras.core.tenant_tree``): quotas cover the
   tenant's subtree, and the admin's weights are hierarchical (:func:`hierarchical_weights`):
   among the tenants with jobs, a root holds ``W_v``, a child ``W_v / Σ W_siblings`` of its
@@ -85,6 +87,8 @@ class TenantSpec:
     quotas: Mapping[str, Quota] = field(default_factory=dict)
     generation: int = 0
     parent: str | None = None
+    # PriorityClasses its users may use beyond the default (walras.core.priorities).
+    priority_classes: frozenset[str] = frozenset()
 
 
 def _number(value: object, default: float) -> float:
@@ -118,6 +122,10 @@ def parse_tenant(obj: Mapping[str, Any]) -> TenantSpec:
     hi = _number(jw.get("max"), DEFAULT_MAX_JOB_WEIGHT)
     if hi < lo:
         lo, hi = hi, lo
+    raw_pc = spec.get("priorityClasses")
+    priority_classes = (
+        frozenset(str(n) for n in raw_pc) if isinstance(raw_pc, list) else frozenset()
+    )
     quotas: dict[str, Quota] = {}
     for gpu_type, q in sorted(_map(spec.get("quotas")).items()):
         if isinstance(q, Mapping):
@@ -133,6 +141,7 @@ def parse_tenant(obj: Mapping[str, Any]) -> TenantSpec:
         parent=str(spec["parent"])
         if isinstance(spec.get("parent"), str) and spec["parent"]
         else None,
+        priority_classes=priority_classes,
     )
 
 

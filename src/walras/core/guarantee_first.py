@@ -9,16 +9,19 @@ guarantee in each round, the realiser first visits, per tenant ``t`` and GPU typ
 guarantee ``G_tg``:
 
     the jobs of t's subtree whose largest target is on a group of type g and whose gang has
-    at most G_tg GPUs, largest gang first (then largest target, then namespace/name), each
-    whose gang still fits in what is left of G_tg,
+    at most G_tg GPUs, largest gang first (then the realiser's own deficit
+    ``target · elapsed − received``, then namespace/name), each whose gang still fits in what
+    is left of G_tg,
 
-each on that group. Largest gang first fills the guarantee as fully as whole gangs can: gang
-sizes of 1, 2, 4 and 8 GPUs each divide the next, and for such sizes taking the largest that
-fits reaches the largest subset sum within the limit. These pairs go before the others in the
-realiser's order (``plan_round``'s ``first``); the rest of the round is unchanged, so borrowers
-keep what the guarantees leave, and a running borrower gives up its GPUs only where a guaranteed
-gang needs them. A tenant can hold more than its targets this way (a job at a target of 0.3 runs
-every round), never more than its guarantee beyond them.
+each on that group. The pass decides how many GPUs the tenant holds, not which of its jobs
+take turns: among gangs of one size the job owed most goes first, as in the realiser's order, so
+two jobs sharing a guarantee of one GPU still alternate. Largest gang first fills the guarantee
+as fully as whole gangs can: gang sizes of 1, 2, 4 and 8 GPUs each divide the next, and for such
+sizes taking the largest that fits reaches the largest subset sum within the limit. These pairs
+go before the others in the realiser's order (``plan_round``'s ``first``); the rest of the round
+is unchanged, so borrowers keep what the guarantees leave, and a running borrower gives up its
+GPUs only where a guaranteed gang needs them. A tenant can hold more than its targets this way
+(a job at a target of 0.3 runs every round), never more than its guarantee beyond them.
 
 Policies that place gangs themselves (``Solution.placements``) are not realised and get none.
 Pure: the solution and the snapshot's validated tenants in, a mask out.
@@ -36,9 +39,16 @@ FloatArray = npt.NDArray[np.float64]
 
 
 def guaranteed_pairs(
-    sol: policies.Solution, snap: snapshot.Snapshot, targets: FloatArray
+    sol: policies.Solution,
+    snap: snapshot.Snapshot,
+    targets: FloatArray,
+    received: FloatArray,
+    elapsed: FloatArray,
 ) -> BoolArray | None:
-    """The ``(J, G)`` mask of the module docstring; ``None`` when no tenant has a guarantee."""
+    """The ``(J, G)`` mask of the module docstring; ``None`` when no tenant has a guarantee.
+
+    ``received`` ``(J, G)`` and ``elapsed`` ``(J,)``: the realiser's history, whose deficit
+    orders a tenant's gangs of one size (so its own jobs still take turns)."""
     tenants = snap.tenants
     wanted = [
         (name, gpu_type, float(q.guaranteed))
@@ -63,7 +73,8 @@ def guaranteed_pairs(
             # only a sliver of (a K80 guarantee would otherwise run V100 jobs on K80s).
             c = int(np.argmax(targets[r]))
             if c in cols and targets[r, c] > 0:
-                candidates.append((-gangs[r], -float(targets[r, c]), r, c))
+                deficit = float(targets[r, c] * elapsed[r] - received[r, c])
+                candidates.append((-gangs[r], -deficit, r, c))
         used = 0
         for _, _, r, c in sorted(candidates):
             if used + gangs[r] <= guaranteed:

@@ -166,6 +166,8 @@ class JobSpec:
     profile: str = ""
     # spec.workloadRef.uid: the workload this job mirrors (walras.core.adapters); "" = none.
     workload_uid: str = ""
+    # spec.template.spec.priorityClassName (walras.core.priorities); "" = none.
+    priority_class: str = ""
     # (namespace, name), built once: every phase of a round looks jobs up by it.
     key: JobKey = dataclasses.field(init=False, repr=False, compare=False)
 
@@ -582,6 +584,7 @@ def _parse_job(obj: Mapping[str, Any]) -> JobSpec:
         requests=requests,
         tolerations=_tolerations(pod_spec),
         affinity=_affinity(pod_spec),
+        priority_class=str(pod_spec.get("priorityClassName") or ""),
     )
 
 

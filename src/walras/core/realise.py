@@ -16,6 +16,11 @@ No placement takes a tenant (or an ancestor) over its ``maximum`` of a GPU type:
 time fractions, and rounds with free GPUs would otherwise run every time-sliced job of a capped
 tenant at once.
 
+Priorities (``walras.core.priorities``): a running gang whose PriorityClass runs to completion is
+kept where it is until it finishes (as a gang inside its minimum run time is kept), and such a
+gang starts only where it fits inside its tenant's guarantee; inside a tenant, the plan visits
+the higher class value first (``plan_round``'s ``rank``).
+
 Every placement obeys kube-scheduler's filters (``walras.core.filters``): ``plan_round`` packs
 GPUs only, so each of its placements is checked, in order (kept gangs first), against the nodes
 that pass the job's filters and against the per-node use of every resource (foreign pods' and
@@ -50,6 +55,7 @@ from walras.core import (
     model,
     pod_env,
     policies,
+    priorities,
     snapshot,
     switching,
 )
@@ -84,7 +90,7 @@ class JobRound:
     preempted: bool  # it had pods that this round deletes because its slice ended
     why: str = ""  # why a job the plan placed was left out (no eligible node had room)
     bound: int = 0  # of its pods on these nodes, how many the snapshot shows bound already
-    held: bool = False  # kept because it started less than the minimum run time ago
+    held: bool = False  # kept: started less than the minimum run time ago, or runs to completion
 
     @property
     def nodes(self) -> tuple[str, ...]:
@@ -199,6 +205,15 @@ def _alive(pod: model.PodInfo) -> bool:
     return not pod.terminating and pod.phase != crd.PHASE_FAILED
 
 
+def _gang_pods(job: model.JobSpec, pods: Sequence[model.PodInfo]) -> list[model.PodInfo]:
+    """The pods of ``job``'s gang. A mirror's Succeeded pods are left out: they are its
+    workload's record of work done (an Indexed Job's completed indexes, which its controller
+    never runs again and never deletes), not replicas of the gang that runs the indexes left."""
+    if not job.workload_uid:
+        return list(pods)
+    return [p for p in pods if p.phase != crd.PHASE_SUCCEEDED]
+
+
 def realise(
     sol: policies.Solution,
     snap: snapshot.Snapshot,
@@ -234,7 +249,7 @@ def realise(
     replicas = np.array([j.replicas for j in sol.jobs], dtype=np.int64)
     current = np.zeros((J, K), dtype=np.int64)
     for r, job in enumerate(sol.jobs):
-        for pod in pods_by_job.get(job.key, []):
+        for pod in _gang_pods(job, pods_by_job.get(job.key, [])):
             k = node_index.get(pod.where)
             if _alive(pod) and k is not None:
                 current[r, k] += 1
@@ -250,11 +265,15 @@ def realise(
     running = current.sum(axis=1) == replicas
     frozen: list[rounds.JobPlacement] = []
     held = np.zeros(J, dtype=bool)
+    classes = priorities.resolve(sol.jobs, snap.priority_classes, snap.tenants)
+    complete = np.array([not c.time_sharing for c in classes], dtype=bool)
+    if not incremental:
+        held |= running & complete  # its class runs to completion (walras.core.priorities)
     if not incremental and min_run_s > 0 and now is not None:
         for r, job in enumerate(sol.jobs):
             hist = histories.get(job.key)
             started = hist.started_at if hist is not None else None
-            held[r] = bool(running[r]) and started is not None and now - started < min_run_s
+            held[r] |= bool(running[r]) and started is not None and now - started < min_run_s
     keep = running if incremental else held
     if keep.any():
         for r in np.flatnonzero(keep).tolist():
@@ -287,14 +306,21 @@ def realise(
             backfill=_backfill_mask(sol, view, frozen) if backfill else None,
             order=how.order,
             hold_fit=_fit_credit(sol, targets, elapsed, restart_s if costs is None else costs, how),
-            first=guarantee_first.guaranteed_pairs(sol, snap, targets),
+            **_ranks(sol, classes),
+            first=guarantee_first.guaranteed_pairs(sol, snap, targets, received, elapsed),
         )
         placements = {p.job: p for p in (*plan.placements, *frozen)}
         unplaced: Sequence[int] = plan.unplaced
     else:
         placements, unplaced = {}, ()
     placements, why = _enforce_filters(
-        placements, sol, view, targets, unplaced, _Maximums(sol, snap)
+        placements,
+        sol,
+        view,
+        targets,
+        unplaced,
+        _Maximums(sol, snap),
+        _Completions(complete, priorities.Guarantees(sol.jobs, snap.tenants), sol),
     )
 
     creates: list[PodCreate] = []
@@ -309,7 +335,7 @@ def realise(
         return PodDelete(pod, "NodeGone" if gone else reason)
 
     for r, job in enumerate(sol.jobs):
-        pods = [p for p in pods_by_job.get(job.key, []) if not p.terminating]
+        pods = [p for p in _gang_pods(job, pods_by_job.get(job.key, [])) if not p.terminating]
         pl = placements.get(r)
         if pl is None:
             preempted = any(p.phase != crd.PHASE_SUCCEEDED for p in pods)
@@ -483,6 +509,46 @@ class _Maximums:
             self._used[(t, gpu_type)] = self._used.get((t, gpu_type), 0.0) + self._gpus(r)
 
 
+class _Completions:
+    """Run-to-completion gangs against their tenants' guarantees (``walras.core.priorities``):
+    every such gang accepted counts, and one that is not running yet starts only where it fits."""
+
+    def __init__(
+        self,
+        complete: npt.NDArray[np.bool_],
+        guarantees: priorities.Guarantees,
+        sol: policies.Solution,
+    ) -> None:
+        self._complete, self._guarantees, self._sol = complete, guarantees, sol
+
+    def _gpus(self, r: int) -> float:
+        return float(self._sol.jobs[r].replicas * int(self._sol.gpus_per_pod[r]))
+
+    def full(self, r: int, gpu_type: str, kept: bool) -> str:
+        """Why job ``r``'s gang may not start on ``gpu_type`` ("" if it may, or is kept)."""
+        if kept or not self._complete[r]:
+            return ""
+        return self._guarantees.room(r, gpu_type, self._gpus(r))
+
+    def take(self, r: int, gpu_type: str) -> None:
+        if self._complete[r]:
+            self._guarantees.take(r, gpu_type, self._gpus(r))
+
+
+def _ranks(sol: policies.Solution, classes: Sequence[priorities.Effective]) -> dict[str, Any]:
+    """``plan_round``'s ``rank`` (class values) and ``rank_group`` (tenants), or nothing when
+    every job has the same value."""
+    values = [c.value for c in classes]
+    if len(set(values)) < 2:
+        return {}
+    index: dict[str, int] = {}
+    groups = [index.setdefault(job.tenant, len(index)) for job in sol.jobs]
+    return {
+        "rank": np.array(values, dtype=np.float64),
+        "rank_group": np.array(groups, dtype=np.int64),
+    }
+
+
 def _enforce_filters(
     placements: Mapping[int, rounds.JobPlacement],
     sol: policies.Solution,
@@ -490,12 +556,14 @@ def _enforce_filters(
     targets: npt.NDArray[np.float64],
     unplaced: Sequence[int],
     maximums: _Maximums,
+    completions: _Completions,
 ) -> tuple[dict[int, rounds.JobPlacement], dict[int, str]]:
     """The placements that pass every filter, moved within their group where they must be.
 
     A placement that would take its tenant (or an ancestor) over its maximum of the group's
     GPU type is left out too (``_Maximums``): the rounds of free GPUs that time-sliced targets
-    leave do not let a tenant exceed what its admin set.
+    leave do not let a tenant exceed what its admin set. So is a run-to-completion gang that
+    would start outside its tenant's guarantee (``_Completions``).
 
     Kept gangs go first and stay (their pods are on their nodes and hold what they use), then
     the others by job row. A placement is accepted as planned when each of its nodes passes the
@@ -513,7 +581,9 @@ def _enforce_filters(
     for r in sorted(placements, key=lambda r: (not placements[r].kept, r)):
         pl = placements[r]
         job = sol.jobs[r]
-        at_max = maximums.full(r, sol.group_type[pl.group])
+        at_max = maximums.full(r, sol.group_type[pl.group]) or completions.full(
+            r, sol.group_type[pl.group], pl.kept
+        )
         if at_max:
             why[r] = at_max
             continue
@@ -531,6 +601,7 @@ def _enforce_filters(
             continue
         use.take(job, chosen)
         maximums.take(r, sol.group_type[pl.group])
+        completions.take(r, sol.group_type[pl.group])
         nodes = tuple((int(k), int(n)) for k, n in chosen)
         accepted[r] = rounds.JobPlacement(
             job=r, group=pl.group, nodes=nodes, kept=pl.kept and nodes == pl.nodes
@@ -543,12 +614,15 @@ def _enforce_filters(
                     break
                 if r in placements and g == placements[r].group:
                     continue  # where it was just left out
-                if maximums.full(r, sol.group_type[g]):
+                if maximums.full(r, sol.group_type[g]) or completions.full(
+                    r, sol.group_type[g], False
+                ):
                     continue
                 chosen = use.pack(job, g, set())
                 if chosen is not None:
                     use.take(job, chosen)
                     maximums.take(r, sol.group_type[g])
+                    completions.take(r, sol.group_type[g])
                     nodes = tuple((int(k), int(n)) for k, n in chosen)
                     accepted[r] = rounds.JobPlacement(job=r, group=g, nodes=nodes, kept=False)
                     why.pop(r, None)

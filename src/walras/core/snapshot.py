@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from walras.core import crd, governance, model, tenant_tree
+from walras.core import crd, governance, model, priorities, tenant_tree
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -62,6 +62,8 @@ class Snapshot:
     # Tenants that fell back to flat tenants without quotas, and why (``walras.core.tenant_tree``;
     # a condition on the Tenant). ``tenants`` holds them already flattened.
     tenant_problems: Mapping[str, tenant_tree.TenantProblem] = field(default_factory=dict)
+    # PriorityClasses by name (walras.core.priorities); empty: every job the default class.
+    priority_classes: Mapping[str, priorities.PriorityClass] = field(default_factory=dict)
     # active_jobs, computed on first use (``dataclasses.replace`` starts a copy without it).
     _active: tuple[model.JobSpec, ...] | None = field(
         default=None, init=False, repr=False, compare=False
@@ -92,10 +94,12 @@ class Store:
         self.pods: dict[model.JobKey, model.PodInfo] = {}
         self.foreign: dict[model.JobKey, model.PodInfo] = {}
         self.tenants: dict[str, governance.TenantSpec] = {}
+        self.priority_classes: dict[str, priorities.PriorityClass] = {}
         self.version = 0
 
     def upsert(self, kind: str, obj: Mapping[str, Any]) -> None:
-        """Record the latest state of an object (``kind``: job | pool | node | pod | tenant)."""
+        """Record the latest state of an object (``kind``: job | pool | node | pod | tenant |
+        priorityclass)."""
         self.version += 1
         meta = obj.get("metadata") or {}
         if kind == "job":
@@ -119,6 +123,9 @@ class Store:
         elif kind == "tenant":
             tenant = governance.parse_tenant(obj)
             self.tenants[tenant.name] = tenant
+        elif kind == "priorityclass":
+            pc = priorities.parse_priority_class(obj)
+            self.priority_classes[pc.name] = pc
         else:
             raise ValueError(f"unknown kind {kind!r} for {meta.get('name')}")
 
@@ -136,6 +143,8 @@ class Store:
             self.foreign.pop((namespace, name), None)
         elif kind == "tenant":
             self.tenants.pop(name, None)
+        elif kind == "priorityclass":
+            self.priority_classes.pop(name, None)
         else:
             raise ValueError(f"unknown kind {kind!r} for {name}")
 
@@ -166,6 +175,7 @@ class Store:
             foreign_pods=tuple(sorted(self.foreign.values(), key=lambda p: p.key)),
             tenants=tenants,
             tenant_problems=problems,
+            priority_classes=dict(sorted(self.priority_classes.items())),
         )
 
 

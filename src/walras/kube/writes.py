@@ -322,6 +322,14 @@ class Api:
             self._request, "PATCH", path, dict(patch), content_type="application/merge-patch+json"
         )
 
+    async def replace_spec(self, path: str, spec: Mapping[str, Any]) -> Result:
+        """Replace the ``spec`` of the object at ``path`` whole (a JSON patch: a merge patch
+        would keep map keys the new spec drops), e.g. an adopted workload's mirror."""
+        body = [{"op": "replace", "path": "/spec", "value": dict(spec)}]
+        return await self._run(
+            self._request, "PATCH", path, body, content_type="application/json-patch+json"
+        )
+
     # ------------------------------------------------------------------ configmaps
 
     async def put_configmap(

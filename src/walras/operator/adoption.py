@@ -8,7 +8,11 @@ and before the gang binder (:meth:`Adoption.act`, leader only):
    it has none. A workload that is not a gang Walras can run (``BadWorkloadError``: not Indexed,
    ``parallelism != completions``, no GPU request, a GPU type no pool has) gets a mirror that is
    ``Failed`` with the condition ``Admitted=False`` naming the field, and one Warning Event on
-   the workload; it stays suspended and is never started.
+   the workload; it stays suspended and is never started. A rejected workload fixed in place
+   (a new generation that is a gang) has its mirror's spec replaced and is admitted again
+   (``Admitted=True``, ``WorkloadFixed``, phase Pending); a gang whose size changes (a Job's
+   indexes that succeeded are not run again: ``walras.core.adapters.batch_job``) has its
+   mirror's spec replaced. The mirror is never deleted by Walras.
 2. **Kept suspended.** A workload running that Walras did not start (created without
    ``suspend: true`` where no admission policy sets it) is suspended.
 3. **Outcome.** A workload's own ``Complete``/``Failed`` condition makes its mirror Succeeded or
@@ -18,8 +22,11 @@ and before the gang binder (:meth:`Adoption.act`, leader only):
    ``suspend: false``: one patch); a mirror whose pods the plan deletes (its slice ended, or it
    moves) has its workload suspended, and the workload's controller deletes its pods with their
    grace period. A workload that must move is suspended this round and started by a later one,
-   once suspended (Kubernetes accepts template changes only then). Its pods, made by its
-   controller, carry the mirror's labels: the round loop binds them as whole gangs like its own.
+   once suspended (Kubernetes accepts template changes only then). A mirror that finished (its
+   reported work reached its total) leaves its workload's pods their termination grace period
+   to exit on their own, so that its controller counts them (``_FINISHED``), and is suspended
+   after it. Its pods, made by its controller, carry the mirror's labels: the round loop binds
+   them as whole gangs like its own.
 """
 
 from __future__ import annotations
@@ -45,8 +52,19 @@ logger = logging.getLogger("walras.operator.adoption")
 
 # The reason on a mirror whose workload Walras cannot run, and on its Event.
 REJECTED = "WorkloadRejected"
+# The reason on a mirror whose workload was fixed in place after its rejection.
+READMITTED = "WorkloadFixed"
 # Delete reasons after which the workload's own controller (or the garbage collector) is done.
 _DONE = ("JobGone",)
+# The mirror finished (its reported work reached its total): the workload's pods are expected to
+# exit 0 on their own, and its controller to count them. Suspending it at once would race them:
+# the Job controller deletes a suspended Job's pods uncounted, so a Job suspended between its
+# workload's last report and its exit would never be Complete. Its pods get as long to exit as a
+# suspension would give them after SIGTERM (the template's terminationGracePeriodSeconds,
+# Kubernetes's default 30 s): those still running then are suspended (a workload that does not
+# exit at its total work does not hold its GPUs for ever).
+_FINISHED = "JobFinished"
+_DEFAULT_GRACE_S = 30.0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -70,12 +88,26 @@ def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
 def _started_by_walras(adapter: base.Adapter, obj: Mapping[str, Any]) -> bool:
     """Its template carries a mirror's uid: Walras started it (it does not suspend it again)."""
     spec = base.mapping(obj.get("spec"))
+    # A TrainJob has no pod template: a start writes Walras's labels into its spec.labels.
+    if base.LABEL_MIRROR_UID in base.mapping(spec.get("labels")):
+        return True
     templates = [base.mapping(spec.get("template"))]
     for rjob in spec.get("replicatedJobs") or []:
         rspec = base.mapping(base.mapping(base.mapping(rjob).get("template")).get("spec"))
         templates.append(base.mapping(rspec.get("template")))
     return any(
         base.LABEL_MIRROR_UID in base.mapping(_meta(t).get("labels")) for t in templates if t
+    )
+
+
+def _rejected(status: Mapping[str, Any]) -> bool:
+    """The mirror carries the rejection Walras wrote (``Admitted=False``, ``REJECTED``)."""
+    return any(
+        isinstance(c, Mapping)
+        and c.get("type") == cond.ADMITTED
+        and c.get("status") == "False"
+        and c.get("reason") == REJECTED
+        for c in status.get("conditions") or []
     )
 
 
@@ -92,6 +124,9 @@ class Adoption:
         # binder must not bind them (a bind would find them gone and hold the job).
         self.going: frozenset[model.JobKey] = frozenset()
         self._suspended_now: set[model.JobKey] = set()
+        # Mirrors whose pods the plan deletes as finished (``_FINISHED``): since when (round
+        # clock), for as long as every round's plan does.
+        self._finishing: dict[model.JobKey, float] = {}
         # (namespace, name) -> (adapter, latest object), from the watch.
         self.workloads: dict[model.JobKey, tuple[base.Adapter, Mapping[str, Any]]] = {}
         # Writes done once per workload uid and generation (Events, rejections, outcomes).
@@ -160,9 +195,18 @@ class Adoption:
         for c in plan.creates:
             if c.job.key in adopted:
                 starts.setdefault(c.job.key, []).append(c)
+        self._finishing = {
+            d.pod.job_key: self._finishing.get(d.pod.job_key, scratch.now)
+            for d in plan.deletes
+            if d.pod.job_key in adopted and d.reason == _FINISHED
+        }
         for d in plan.deletes:
-            if d.pod.job_key in adopted and d.reason not in _DONE:
-                stops.add(d.pod.job_key)
+            if d.pod.job_key not in adopted or d.reason in _DONE or d.pod.finished:
+                continue  # a pod that ended is its controller's (a completed index): no slice end
+            key = d.pod.job_key
+            if d.reason == _FINISHED and scratch.now - self._finishing[key] < self._grace(key):
+                continue  # finished: its pods may still exit on their own
+            stops.add(key)
         scratch.retry_deletes = [p for p in scratch.retry_deletes if p.job_key not in adopted]
         suspended = {key for key, (a, obj) in self.workloads.items() if a.suspended(obj)}
         suspended |= self._suspended_now
@@ -188,6 +232,15 @@ class Adoption:
             creates=tuple(c for c in plan.creates if c.job.key not in adopted),
             deletes=tuple(d for d in plan.deletes if d.pod.job_key not in adopted),
         )
+
+    def _grace(self, key: model.JobKey) -> float:
+        """The termination grace period of the mirror's pods (seconds; ``_FINISHED``)."""
+        job = self.cluster.store.jobs.get(key)
+        spec = base.mapping(job.template.get("spec")) if isinstance(job, model.JobSpec) else {}
+        grace = spec.get("terminationGracePeriodSeconds")
+        if isinstance(grace, int | float) and not isinstance(grace, bool) and grace >= 0:
+            return float(grace)
+        return _DEFAULT_GRACE_S
 
     def _mirror_of(self, key: model.JobKey, obj: Mapping[str, Any]) -> model.JobSpec | None:
         """The mirror FungibleJob of the workload ``obj`` (None while it has none)."""
@@ -215,13 +268,17 @@ class Adoption:
             except base.BadWorkloadError as exc:
                 bad = exc
             outcome = adapter.outcome(obj)
-            if self.cluster.store.jobs.get(key) is None:
+            existing = self.cluster.store.jobs.get(key)
+            if existing is None:
                 await self._create_mirror(key, adapter, obj, spec, scratch)
+            elif bad is None and outcome is None:
+                await self._follow(key, adapter, obj, spec, existing, scratch)
             if bad is not None:
                 await self._reject(key, adapter, obj, bad, (uid, bad.reason, generation))
             elif outcome is None:
                 accepted.add(key)
             if outcome is not None:
+                scratch.ended.add(key)
                 await self._finish(key, outcome, (uid, outcome.phase, generation))
             elif (
                 not adapter.suspended(obj)
@@ -249,6 +306,66 @@ class Adoption:
             scratch.report.errors += 1
             logger.warning(
                 "%s %s/%s: mirror not created: %s", adapter.kind.kind, *key, result.message
+            )
+
+    async def _follow(
+        self,
+        key: model.JobKey,
+        adapter: base.Adapter,
+        obj: Mapping[str, Any],
+        spec: Mapping[str, Any],
+        existing: model.JobSpec | model.JobDefect,
+        scratch: RoundScratch,
+    ) -> None:
+        """Step 1, once the mirror exists: a workload fixed in place (its mirror rejected, the
+        workload now a gang) has its mirror's spec replaced and its rejection lifted; a gang whose
+        size changed (indexes of a Job that succeeded) has its mirror's spec replaced."""
+        uid = str(_meta(obj).get("uid", ""))
+        if isinstance(existing, model.JobSpec) and existing.workload_uid != uid:
+            return  # a FungibleJob of its own, or the mirror of a workload since re-created
+        rejected = _rejected(existing.status)
+        resized = (
+            isinstance(existing, model.JobSpec)
+            and not existing.finished  # a finished mirror's gang runs no more
+            and existing.replicas != spec["replicas"]
+        )
+        if not (rejected or resized):
+            return
+        body = mirror.manifest(adapter, obj, spec)["spec"]
+        path = (
+            f"/apis/{crd.API_VERSION}/namespaces/{quote(key[0])}/{crd.JOB_PLURAL}/{quote(key[1])}"
+        )
+        result = await self.api.replace_spec(path, body)
+        if not result.ok:
+            if result.outcome not in (kubeapi.Outcome.GONE, kubeapi.Outcome.FENCED):
+                scratch.report.errors += 1
+                logger.warning(
+                    "%s %s/%s: mirror spec not replaced: %s",
+                    adapter.kind.kind,
+                    *key,
+                    result.message,
+                )
+            return
+        if rejected:
+            # Pending again, admitted: the status writer takes it from the next round on.
+            generation = int(_meta(obj).get("generation") or 0)
+            status = {
+                "phase": crd.PHASE_PENDING,
+                "conditions": [
+                    cond.condition(
+                        cond.ADMITTED,
+                        True,
+                        READMITTED,
+                        f"the {adapter.kind.kind} was fixed in place (generation {generation})",
+                        generation,
+                    )
+                ],
+            }
+            await self.api.patch_job_status(key[0], key[1], status)
+            logger.info("%s %s/%s: fixed in place, re-admitted", adapter.kind.kind, *key)
+        else:
+            logger.info(
+                "%s %s/%s: gang of %d pods now", adapter.kind.kind, *key, int(spec["replicas"])
             )
 
     async def _reject(

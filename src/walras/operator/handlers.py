@@ -1,6 +1,7 @@
 """Watch handlers: keep the in-memory indexes current and wake the round loop.
 
-Every kind the operator follows (FungibleJobs, Pods, ResourcePools, Nodes, Tenants) comes from
+Every kind the operator follows (FungibleJobs, Pods, ResourcePools, Nodes, Tenants,
+PriorityClasses) comes from
 Walras's one LIST-then-WATCH mechanism (``walras.kube.watch.CollectionWatch``), a thread per kind
 started by ``watch_all``: no kopf handler. kopf's per-object machinery (a deep copy, a diff and a
 handler dispatch per event) would run for every event, and pods and jobs (a job's own status
@@ -12,9 +13,10 @@ They write into the cluster cache (:class:`walras.operator.cache.ClusterCache`):
 beside it the facts a parsed view drops: each pod's controller FungibleJob uid (ownership),
 whether it carries a ``DisruptionTarget`` condition, and each job's ``spec.backoffLimit``.
 
-Wake-ups: a job created, deleted or edited (generation), a pool or Tenant changed, a node added,
-removed or changing readiness, and a Walras pod finishing run an incremental round; a pod going
-away lets queued bindings proceed. Status-only updates (our own patches) wake nothing.
+Wake-ups: a job created, deleted or edited (generation), a pool, Tenant or PriorityClass
+changed, a node added, removed or changing readiness, and a Walras pod finishing run an
+incremental round; a pod going away lets queued bindings proceed. Status-only updates (our own
+patches) wake nothing.
 
 ``Readiness`` holds the round loop back until the watches have delivered every object that existed
 at start-up, so a restarted operator never mistakes "not listed yet" for "missing" and plans
@@ -30,13 +32,13 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
-from walras.core import adapters, crd, governance, snapshot
+from walras.core import adapters, crd, governance, priorities, snapshot
 from walras.kube import watch
 from walras.operator import cache
 
 logger = logging.getLogger("walras.operator.handlers")
 
-KINDS = ("job", "pool", "node", "pod", "tenant")
+KINDS = ("job", "pool", "node", "pod", "tenant", "priorityclass")
 
 
 class Readiness:
@@ -198,6 +200,7 @@ class Watcher:
             "pool": set(store.pools),
             "node": set(store.nodes),
             "tenant": set(store.tenants),
+            "priorityclass": set(store.priority_classes),
         }
         return {("", name) for name in names[kind]}
 
@@ -216,10 +219,10 @@ class Watcher:
                 self.rounds.poke_binds()
             if kind == "job":
                 facts.backoff.pop(key, None)
-            if kind in ("job", "pool", "node", "tenant"):
+            if kind in ("job", "pool", "node", "tenant", "priorityclass"):
                 self.rounds.poke()
             return
-        if kind == "tenant":
+        if kind in ("tenant", "priorityclass"):
             self.store.upsert(kind, obj)
             self.rounds.poke()
             return
@@ -284,7 +287,12 @@ WATCHED = {
     "node": "/api/v1/nodes",
     "pod": "/api/v1/pods",
     "tenant": f"/apis/{crd.GROUP}/{crd.VERSION}/{governance.TENANT_PLURAL}",
+    "priorityclass": priorities.PRIORITY_CLASS_PATH,
 }
+# Kinds whose LIST may be refused (403: a ClusterRole from before the kind was read, during an
+# upgrade) without stopping the operator: an empty collection, said once, listed again later.
+# Without PriorityClasses every job is scheduled as the default class.
+OPTIONAL = frozenset({"priorityclass"})
 
 
 def watch_all(
@@ -305,7 +313,7 @@ def watch_all(
             except RuntimeError:  # the event loop closed at shutdown
                 stop.set()
 
-        collection = watch.CollectionWatch(api_client, path, deliver)
+        collection = watch.CollectionWatch(api_client, path, deliver, optional=kind in OPTIONAL)
         collection.start(stop)
         started.append(collection)
     return started

@@ -178,9 +178,14 @@ class Operator:
         """Readiness over every object that exists now (one LIST per watched kind)."""
         expected: dict[str, set[tuple[str, str]]] = {}
         for kind, (path, selector) in handlers.kinds_paths().items():
-            expected[kind] = await asyncio.to_thread(
-                kubeapi.list_keys, self.client, path, label_selector=selector
-            )
+            try:
+                expected[kind] = await asyncio.to_thread(
+                    kubeapi.list_keys, self.client, path, label_selector=selector
+                )
+            except RuntimeError:
+                if kind not in handlers.OPTIONAL:
+                    raise
+                expected[kind] = set()  # refused: its watch says so, and lists it again later
         return handlers.Readiness(expected)
 
 

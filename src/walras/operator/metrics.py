@@ -55,6 +55,14 @@ PENDING_JOBS = Gauge(
     ["reason"],
     registry=REGISTRY,
 )
+TENANT_GPUS = Gauge(
+    "walras_tenant_gpus",
+    "GPUs of a Tenant (with its descendants) per GPU type after the last round, by state: "
+    "guaranteed, in_use, borrowed (held beyond the guarantee), lent (its guarantee held by "
+    "others).",
+    ["tenant", "gpu_type", "state"],
+    registry=REGISTRY,
+)
 BINDINGS = Counter(
     "walras_bindings",
     "Pods bound to nodes: created with spec.nodeName, or through pods/binding.",

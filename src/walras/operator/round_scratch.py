@@ -25,3 +25,7 @@ class RoundScratch:
     retry_deletes: list[model.PodInfo] = field(default_factory=list)
     retry_events: list[tuple[model.JobSpec, str, str]] = field(default_factory=list)
     held: dict[model.JobKey, admission.Blocked] = field(default_factory=dict)
+    # Mirrors whose workload ended (its own Complete/Failed condition): the adoption step writes
+    # their final status; the status writer leaves them alone (its view of them is the plan's,
+    # made before, which still has them running).
+    ended: set[model.JobKey] = field(default_factory=set)

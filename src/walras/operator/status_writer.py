@@ -19,7 +19,12 @@ Rules:
 - Pool statuses (allocation and utilisation per ``ResourcePool``) follow the same change rule,
   and ``walras_pending_jobs{reason}`` counts the pending jobs by reason.
 - Each Tenant's ``QuotasValid`` condition says whether its parent and guarantees were accepted
-  (``walras.core.tenant_tree``), naming the refused field; written when it changes.
+  (``walras.core.tenant_tree``), naming the refused field, and ``status.gpus``/``summary`` its
+  GPUs per type (guaranteed, in use, borrowed, lent: ``walras.operator.quota_status``); written
+  together when either changes at its shown precision.
+- A job waiting on its tenant's maximum gets ``Allocated=False``/``QuotaExceeded`` (and a Normal
+  Event), one stopped because a guarantee's owner took its GPUs back ``Preempted=True``/
+  ``Reclaimed`` (and a Warning Event), with the tenants, type and numbers.
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ from walras.core import (
 )
 from walras.core import conditions as cond
 from walras.kube import writes as kubeapi
-from walras.operator import cache, metrics, status, throughputs
+from walras.operator import cache, metrics, quota_status, status, throughputs, visible
 from walras.operator.round_scratch import RoundScratch
 
 Job = model.JobSpec | model.JobDefect
@@ -83,7 +88,8 @@ class StatusWriter:
         self.rules = rules
         self.progress = progress
         self.events_posted: dict[str, tuple[str, str]] = {}
-        self.tenants_told: dict[str, tuple[str, str, str]] = {}  # Tenant -> its condition
+        # Tenant -> its condition, GPUs and the condition's lastTransitionTime, as last written.
+        self.tenants_told: dict[str, tuple[tuple[str, str, str], dict[str, Any], str]] = {}
         self.lost_nodes = lost_nodes.LostNodes()  # jobs whose pods ran on a node that is gone
 
     async def write(self, planned: cycle.CyclePlan, scratch: RoundScratch) -> None:
@@ -140,8 +146,10 @@ class StatusWriter:
         store = self.cluster.store
         lost = self.lost_nodes.observe(store.nodes, store.pods.values())
         # Accepted fields that do nothing, or not what was asked (walras.core.field_notices).
-        notices = field_notices.notices(snap.jobs, snap.pools, snap.tenants)
+        notices = field_notices.notices(snap.jobs, snap.pools, snap.tenants, snap.priority_classes)
         for r, job in enumerate(sol.jobs):
+            if job.key in batch.scratch.ended:
+                continue  # its final status is the adoption step's (RoundScratch.ended)
             held = batch.scratch.held.get(job.key)
             if held is not None:
                 # Its gang could not be created or bound this round: nothing of it runs.
@@ -159,6 +167,13 @@ class StatusWriter:
                 has_run=sum(hist.received.values()) > 0,
                 bound=sum(n in nodes for n in bound.get(job.key, ())),
             )
+            why = planned.quotas.reasons.get(job.key)
+            core = quota_status.mark_job(
+                core, why, job.status.get("conditions") or [], job.generation
+            )
+            if why is not None:
+                etype = "Normal" if why.reason == cond.QUOTA_EXCEEDED else "Warning"
+                batch.events.append((job, job.uid, etype, why.reason, why.message()))
             if core["phase"] == crd.PHASE_PENDING:
                 reason = next(
                     c["reason"] for c in core["conditions"] if c["type"] == cond.ALLOCATED
@@ -212,8 +227,12 @@ class StatusWriter:
     def _tenants(self, planned: cycle.CyclePlan, batch: _Batch) -> None:
         """Each Tenant's ``QuotasValid`` condition: False naming the field when its parent or
         guarantees are refused (it runs as a flat tenant without quotas), else True. Written when it
-        changes (this process remembers what it wrote) and in a refresh round."""
+        changes (this process remembers what it wrote) and in a refresh round; with it, the
+        tenant's GPUs per type (``walras.operator.quota_status``), by the same rule at the
+        precision they are shown (``walras.operator.visible``)."""
         problems = planned.snapshot.tenant_problems
+        usage = planned.quotas.usage
+        quota_status.export(usage)
         for name in planned.snapshot.tenants:
             problem = problems.get(name)
             if problem is None:
@@ -232,11 +251,28 @@ class StatusWriter:
                     "without quotas",
                 }
             said = (condition["status"], condition["reason"], condition["message"])
-            if not batch.scratch.refresh and self.tenants_told.get(name) == said:
+            gpus = quota_status.tenant_gpus(usage.get(name, {}))
+            told = self.tenants_told.get(name)
+            if (
+                not batch.scratch.refresh
+                and told is not None
+                and told[0] == said
+                and visible.same(gpus, told[1])
+            ):
                 continue
-            self.tenants_told[name] = said
-            stamp = {**condition, "lastTransitionTime": batch.stamp}
-            batch.tenants.append((name, {"conditions": [stamp]}))
+            # lastTransitionTime moves only when the condition's status flips, not when a GPU
+            # count does (Kubernetes convention, as ``conditions.merge_times`` for jobs).
+            since = told[2] if told is not None and told[0][0] == said[0] else batch.stamp
+            self.tenants_told[name] = (said, gpus, since)
+            stamp = {**condition, "lastTransitionTime": since}
+            # A merge patch keeps map keys it does not name: a type no longer shown is nulled.
+            gone = {t: None for t in (told[1] if told else {}) if t not in gpus}
+            body = {
+                "conditions": [stamp],
+                "gpus": {**gone, **gpus},
+                "summary": quota_status.summary(gpus),
+            }
+            batch.tenants.append((name, body))
 
     async def _send(self, batch: _Batch) -> None:
         new_events = []

@@ -13,6 +13,11 @@ Jobs are simulated as written (template, utility, replicas, throughput table), s
 (the simulated pods finish when it is done); a job already finished (``status.phase``
 ``Succeeded`` or ``Failed``) is left out, and a running job's ``status.workDone`` is subtracted.
 Every error names the document, the job and the field.
+
+PriorityClass documents (``scheduling.k8s.io/v1``) in the same file are read too, and the
+simulated cluster has them, as the operator's has its classes (``walras.core.priorities``). A job
+whose ``spec.template.spec.priorityClassName`` names a class the file lacks is simulated as the
+default class, with a warning naming the document and the field.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from walras.core import model
+from walras.core import model, priorities
 from walras.sim.cluster import Cluster
 from walras.sim.errors import SimInputError
 from walras.sim.workload import Workload
@@ -38,6 +43,9 @@ class ManifestWorkload(Workload):
     """A workload whose jobs are the FungibleJob manifests themselves (``manifests[j]``)."""
 
     manifests: tuple[Mapping[str, Any], ...] = ()
+    # PriorityClass documents of the file, and what the reader warns about (names the field).
+    priority_classes: tuple[Mapping[str, Any], ...] = ()
+    warnings: tuple[str, ...] = ()
 
 
 def _documents(path: pathlib.Path) -> list[Any]:
@@ -65,9 +73,15 @@ def load_manifests(path: pathlib.Path, cluster: Cluster) -> ManifestWorkload:
     """The jobs of ``path`` on ``cluster``'s GPU types (see the module docstring)."""
     docs = _documents(path)
     jobs: list[tuple[int, Mapping[str, Any]]] = []
+    classes: list[Mapping[str, Any]] = []
     for i, doc in enumerate(docs, start=1):
+        if isinstance(doc, Mapping) and doc.get("kind") == priorities.PRIORITY_CLASS_KIND:
+            classes.append(doc)
+            continue
         if not isinstance(doc, Mapping) or doc.get("kind") != "FungibleJob":
-            raise SimInputError(f"{path}: document {i}: not a FungibleJob manifest")
+            raise SimInputError(
+                f"{path}: document {i}: not a FungibleJob or PriorityClass manifest"
+            )
         phase = (doc.get("status") or {}).get("phase")
         if phase in ("Succeeded", "Failed"):
             continue
@@ -84,6 +98,8 @@ def load_manifests(path: pathlib.Path, cluster: Cluster) -> ManifestWorkload:
     weights: list[float] = []
     rows: list[list[float]] = []
     manifests: list[Mapping[str, Any]] = []
+    class_names = {priorities.parse_priority_class(c).name for c in classes}
+    warnings: list[str] = []
     for (i, doc), stamp in zip(jobs, stamps, strict=True):
         meta = doc.get("metadata") or {}
         spec = doc.get("spec") or {}
@@ -114,6 +130,13 @@ def load_manifests(path: pathlib.Path, cluster: Cluster) -> ManifestWorkload:
                 ) from None
         else:
             arrival = (stamp - origin) if stamp is not None else 0.0
+        pod_spec = (spec.get("template") or {}).get("spec") or {}
+        wanted = pod_spec.get("priorityClassName") if isinstance(pod_spec, Mapping) else None
+        if wanted and wanted not in class_names:
+            warnings.append(
+                f"{where}: {priorities.FIELD}: no PriorityClass named {wanted!r} in the file; "
+                "the job is simulated as the default class"
+            )
         utility = spec.get("utility") or {}
         names.append(name)
         total.append(max(left, 1e-9))
@@ -134,6 +157,8 @@ def load_manifests(path: pathlib.Path, cluster: Cluster) -> ManifestWorkload:
         throughputs=np.array(rows, dtype=np.float64).reshape(len(rows), len(types)),
         gpu_types=types,
         manifests=tuple(manifests),
+        priority_classes=tuple(classes),
+        warnings=tuple(warnings),
     )
 
 

@@ -23,6 +23,11 @@ A number in ``arrival_rates`` replaces the trace's arrival times by Gavel's Pois
 that rate for the run's seed (:func:`walras.sim.arrivals.poisson_arrivals`). Every combination runs
 in its own worker process (:class:`concurrent.futures.ProcessPoolExecutor`); the results come back
 in spec order, one row per run, and with ``out`` go to ``sweep.csv`` and ``sweep.png``.
+
+A cell is one run, numbered from 0 in that order (:func:`run_cell`): ``walras simulate sweep SPEC
+--cell I`` runs cell I alone, which is what each index of ``--on-cluster``'s Indexed Job does
+(:mod:`walras.cli.sweep_cluster`). :func:`dump_spec` writes a spec back as the mapping
+:func:`load_spec` reads, with the trace (and throughputs) renamed, for shipping it to the cluster.
 """
 
 from __future__ import annotations
@@ -217,6 +222,59 @@ def _run_with_tenants(
     except PolicyError as exc:
         return row | {"error": str(exc)}
     return row | result.summary()
+
+
+def check(spec: SweepSpec) -> None:
+    """What every run would find wrong, found once here: the trace, cluster, node sizes and
+    throughputs (the scenario loads), and each policy's name. For a sweep on a cluster, where a
+    cell's error would otherwise come back from every pod."""
+    from walras.sim.policies import GAVEL_POLICIES
+    from walras.sim.scenario import load_scenario
+
+    if spec.tenants is not None:
+        raise SimInputError("tenants: a sweep with tenants runs here only (not on a cluster)")
+    load_scenario(
+        spec.trace,
+        cluster=spec.cluster,
+        gpus_per_node=spec.gpus_per_node,
+        throughputs=spec.throughputs,
+    )
+    for policy in spec.policies:
+        if policy not in GAVEL_POLICIES:
+            raise SimInputError(
+                f"policies: unknown policy {policy!r} (Gavel's: {', '.join(GAVEL_POLICIES)})"
+            )
+
+
+def run_cell(spec: SweepSpec, index: int) -> dict[str, Any]:
+    """Cell ``index`` of the sweep (its position in :func:`runs`), run in this process."""
+    combos = runs(spec)
+    if not 0 <= index < len(combos):
+        raise SimInputError(f"--cell: the sweep has cells 0..{len(combos) - 1}, got {index}")
+    return run_one(spec, combos[index])
+
+
+def dump_spec(spec: SweepSpec, *, trace: str, throughputs: str | None) -> dict[str, Any]:
+    """``spec`` as the mapping :func:`load_spec` reads, naming the trace ``trace`` and the
+    throughputs file ``throughputs`` (both relative to the spec file that will hold it)."""
+    data: dict[str, Any] = {
+        "trace": trace,
+        "cluster": spec.cluster,
+        "gpus_per_node": spec.gpus_per_node,
+        "policies": list(spec.policies),
+        "seeds": list(spec.seeds),
+        "arrival_rates": list(spec.arrival_rates),
+        "restart_seconds": list(spec.restart_seconds),
+        "round_seconds": spec.round_seconds,
+        "lp_solver": spec.lp_solver,
+    }
+    if spec.throughputs is not None:
+        if throughputs is None:
+            raise ValueError("the spec names a throughputs file: give its new name")
+        data["throughputs"] = throughputs
+    if spec.window is not None:
+        data["window"] = f"{spec.window[0]}:{spec.window[1]}"
+    return data
 
 
 def run_sweep(

@@ -230,6 +230,8 @@ def run(
     sim.declared = declarations.from_config(workload, config)
     for gpu_type in cluster.gpu_types:
         sim.store.upsert("pool", pool_manifest(gpu_type))
+    for pc in getattr(workload, "priority_classes", ()):  # a manifest file's (sim.manifests)
+        sim.store.upsert("priorityclass", pc)
     for node in cluster.nodes:
         sim.store.upsert("node", node_manifest(node.name, node.gpu_type, len(node.gpu_ids)))
         sim.free_gpus[node.name] = sorted(node.gpu_ids, reverse=True)

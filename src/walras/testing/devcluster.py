@@ -13,6 +13,8 @@ collector, namespace, resource quota, ServiceAccount and ClusterRole aggregation
 ``ownerReferences`` cascade and namespaces are deleted as on a real cluster. There is no scheduler
 and no kubelet (kwok's stages play the kubelet), unless real nodes are added
 (``start(real_nodes=True)`` and :mod:`walras.testing.realnodes`; ``docs/real-nodes.md``).
+JobSet's own controller (``sigs.k8s.io/jobset``, with its webhooks) runs on request
+(``start(jobset=True)`` or :func:`start_jobset`).
 
 * **ServiceAccounts.** The controller manager's ServiceAccount controller creates ``default``
   in new namespaces, but a pod created right after its namespace can race it (the
@@ -209,6 +211,7 @@ def start(
     attempts: int = 2,
     watchdog: bool = True,
     real_nodes: bool = False,
+    jobset: bool = False,
 ) -> ControlPlane:
     """Start etcd, kube-apiserver and kwok on loopback (``hack/control-plane.sh start``).
 
@@ -219,7 +222,8 @@ def start(
     test run); pass ``watchdog=False`` for a control plane that must outlive it (the demo).
     With ``real_nodes`` the controller manager also runs what real kubelets need (the root-CA
     publisher and the node lifecycle controller; kwok then renews node Leases); add the nodes
-    with :func:`walras.testing.realnodes.add_real_node`.
+    with :func:`walras.testing.realnodes.add_real_node`. With ``jobset`` the JobSet controller
+    runs too (:func:`start_jobset`).
     """
     last_error = ""
     for _ in range(max(1, attempts)):
@@ -233,13 +237,20 @@ def start(
         result = _script("start", str(path), timeout=180, env=owner)
         if result.returncode == 0:
             values = _read_env_file(path / "cluster.env")
-            return ControlPlane(
+            cp = ControlPlane(
                 directory=str(path.resolve()),
                 server=values["SERVER"],
                 ca_file=values["CA_FILE"],
                 admin_kubeconfig=values["ADMIN_KUBECONFIG"],
                 operator_kubeconfig=values["OPERATOR_KUBECONFIG"],
             )
+            if jobset:
+                try:
+                    start_jobset(cp)
+                except ControlPlaneError:
+                    stop(cp)
+                    raise
+            return cp
         last_error = result.stderr[-6000:]
         _script("stop", str(path), timeout=60)
         if "address already in use" not in last_error:
@@ -252,6 +263,35 @@ def stop(cp: ControlPlane) -> None:
     result = _script("stop", cp.directory, timeout=60)
     if result.returncode != 0:
         raise ControlPlaneError(f"stop failed: {result.stderr.strip()}")
+
+
+def jobset_available() -> bool:
+    """True when the JobSet controller and its CRD are built (``hack/control-plane.sh build``)."""
+    try:
+        paths = _binary_paths()
+    except (ControlPlaneError, OSError, subprocess.SubprocessError):
+        return False
+    return (
+        os.access(paths.get("JOBSET_CONTROLLER", ""), os.X_OK)
+        and Path(paths.get("JOBSET_CRD", "")).is_file()
+    )
+
+
+def start_jobset(cp: ControlPlane) -> None:
+    """Run JobSet's own controller (``sigs.k8s.io/jobset``) against ``cp``: its CRD, the
+    controller and its webhooks (``hack/control-plane.sh start-jobset``). It runs until
+    :func:`stop_jobset` or :func:`stop`."""
+    result = _script("start-jobset", cp.directory, timeout=180)
+    if result.returncode != 0:
+        raise ControlPlaneError(f"start-jobset failed: {result.stderr.strip()[-4000:]}")
+
+
+def stop_jobset(cp: ControlPlane) -> None:
+    """Remove the JobSet webhooks from ``cp`` and stop its controller (the CRD and JobSets
+    stay)."""
+    result = _script("stop-jobset", cp.directory, timeout=60)
+    if result.returncode != 0:
+        raise ControlPlaneError(f"stop-jobset failed: {result.stderr.strip()}")
 
 
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager")

@@ -7,7 +7,11 @@
   directory (a host directory: the local real nodes share the host's file system, as the
   example's hostPath says), running ``examples/workloads/train.py`` with a small model paced at
   a known rate, so that a slice of a given length is a known number of steps on a shared machine,
-  on real nodes only (``nodeSelector`` ``walras.dev/real-node=true``).
+  on real nodes only (``nodeSelector`` ``walras.dev/real-node=true``);
+- :func:`train_batch_job`: the same workload as a team brings it (``docs/workloads.md``, "Bring
+  your Job"): an Indexed ``batch/v1`` Job labelled ``walras.dev/managed``, what the FungibleJob's
+  spec says in annotations, and the pod identity from the downward API (Walras cannot add it: a
+  Job's containers are immutable); the replica is the Job controller's ``JOB_COMPLETION_INDEX``.
 
 Test and benchmark infrastructure: the example file is read from the repository.
 """
@@ -100,3 +104,55 @@ def train_job(
         if volume["name"] == "checkpoints":
             volume["hostPath"] = {"path": str(checkpoints), "type": "DirectoryOrCreate"}
     return job
+
+
+def train_batch_job(
+    name: str,
+    checkpoints: Path,
+    steps: int,
+    *,
+    pods: int = 2,
+    gpus_per_pod: int = 2,
+    pace_s: float = 0.01,
+    gpu_type: str = "fake-a100",
+    backoff_limit: int = 0,
+) -> dict[str, Any]:
+    """:func:`train_job` as an Indexed Job of ``pods`` pods, created without ``suspend``."""
+    job = train_job(
+        name, checkpoints, steps, gpus_per_pod=gpus_per_pod, pace_s=pace_s, gpu_type=gpu_type
+    )
+    spec = job["spec"]
+    template = copy.deepcopy(spec["template"])
+    container = template["spec"]["containers"][0]
+    # The example's WALRAS_REPLICA reads the walras.dev/replica label, which a Job's pods lack:
+    # the workload falls back on JOB_COMPLETION_INDEX. The pod's name cannot come from its
+    # hostname (the Job controller sets it to <job>-<index>): the downward API gives it.
+    env = [e for e in container.get("env", []) if e["name"] != "WALRAS_REPLICA"]
+    env += [
+        {"name": var, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+        for var, path in (
+            ("WALRAS_POD_NAME", "metadata.name"),
+            ("WALRAS_POD_NAMESPACE", "metadata.namespace"),
+        )
+    ]
+    container["env"] = env
+    throughput = ",".join(f"{t}={v:g}" for t, v in spec["throughput"].items())
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "labels": {"walras.dev/managed": "true"},
+            "annotations": {
+                "walras.dev/throughput": throughput,
+                "walras.dev/total-work": str(steps),
+            },
+        },
+        "spec": {
+            "completionMode": "Indexed",
+            "parallelism": pods,
+            "completions": pods,
+            "backoffLimit": backoff_limit,
+            "template": template,
+        },
+    }

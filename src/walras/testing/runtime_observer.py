@@ -162,7 +162,11 @@ class Observer(threading.Thread):
                     name=name,
                     job=labels["walras.dev/job"],
                     round=int(annotations.get("walras.dev/round", "-1")),
-                    replica=int(labels.get("walras.dev/replica", "-1")),
+                    # An adopted Indexed Job's pod: its completion index is its replica.
+                    replica=int(
+                        labels.get("walras.dev/replica")
+                        or labels.get("batch.kubernetes.io/job-completion-index", "-1")
+                    ),
                     created=meta.get("creationTimestamp", ""),
                     first_seen=now,
                 )

@@ -35,7 +35,9 @@ State: either ``state`` (a dict pickled into the checkpoint and restored in plac
 ``load`` (callables given the checkpoint's directory: ``torch.save`` into it, ``np.savez``...).
 ``save=None`` with ``load`` only resumes. In a gang, replica 0 saves and every replica resumes
 from its checkpoint (``saves``; the template passes the ``walras.dev/replica`` label as
-``$WALRAS_REPLICA`` through the downward API).
+``$WALRAS_REPLICA`` through the downward API). The pod of an Indexed batch/v1 Job (bring your
+own Job) has no such label and an immutable template: there the replica is the completion index
+``$JOB_COMPLETION_INDEX``, which the Job controller sets on every container.
 """
 
 from __future__ import annotations
@@ -61,6 +63,13 @@ from walras.workload.report import (
 )
 
 
+def replica_of(environ: Mapping[str, str]) -> str:
+    """This process's replica: ``$WALRAS_REPLICA`` (a FungibleJob's pod, through the downward
+    API), else ``$JOB_COMPLETION_INDEX`` (an Indexed Job's pod; a downward-API label that is
+    absent reads as empty, hence the fallback on empty too); '' when neither says."""
+    return environ.get("WALRAS_REPLICA") or environ.get("JOB_COMPLETION_INDEX") or ""
+
+
 def _stderr(message: str) -> None:
     print(f"walras.workload: {message}", file=sys.stderr, flush=True)
 
@@ -79,9 +88,10 @@ class Run:
         notice_margin_s: checkpoint once when the announced stop is this close.
         report: report progress (default: when an API server is configured, i.e. in a pod).
         keep: complete checkpoints kept.
-        saves: whether this process writes checkpoints (default: unless ``$WALRAS_REPLICA`` names
-            a replica other than 0: the replicas of a synchronous gang hold the same state, so
-            replica 0 saves and every replica resumes from its checkpoint).
+        saves: whether this process writes checkpoints (default: unless ``$WALRAS_REPLICA``, or
+            when that is unset or empty ``$JOB_COMPLETION_INDEX``, names a replica other than 0:
+            the replicas of a synchronous gang hold the same state, so replica 0 saves and every
+            replica resumes from its checkpoint).
         environ: the environment to read (default ``os.environ``).
         log: where the run's log lines go (default standard error, prefixed ``walras.workload:``).
     """
@@ -126,7 +136,7 @@ class Run:
         self.report_every_s = report_every_s
         self.notice_margin_s = notice_margin_s
         self.keep = keep
-        self.saves = saves if saves is not None else env.get("WALRAS_REPLICA", "0") in ("", "0")
+        self.saves = saves if saves is not None else replica_of(env) in ("", "0")
         self.log = log
         self._server: ApiServer | None = None
         if report is None or report:

@@ -85,6 +85,14 @@ alternates every round; here it runs ``000111110000011111…``: after a first bl
 rounds (it leaves a group once it leads there by about ``hold / 2``; ties go to the lower group),
 a fifth of the switches, with the share error at most ``(hold/2 + 1) / R = 2 / R``.
 
+Ranks inside a group of jobs (``rank``, ``rank_group``)
+--------------------------------------------------------
+Optional precedence inside a set of jobs (the operator: a tenant's PriorityClass values, see
+``walras.core.priorities``): after the order above is fixed, the pairs of one rank group in one
+group keep their positions in it but are handed out to that rank group's jobs by rank, highest
+first (ties in the order above). Which rank group is served when is unchanged; inside it, the
+higher ranks take its turns, so its lowest ranks are left out first when it gets fewer GPUs.
+
 Work conservation and convergence
 ---------------------------------
 Every positive-target pair is tried, so idle GPUs go to jobs that are ahead of their target rather

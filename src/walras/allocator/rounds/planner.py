@@ -56,6 +56,8 @@ def plan_round(
     backfill: object | None = None,
     order: str = "gavel",
     hold_fit: float | object | None = None,
+    rank: object | None = None,
+    rank_group: object | None = None,
     first: object | None = None,
 ) -> RoundPlan:
     """Choose this round's gang placements from fractional targets and the rounds history.
@@ -92,8 +94,13 @@ def plan_round(
         hold_fit: the credit (one, or ``(J,)`` one per job) used instead of ``hold`` when every
             job with a positive target fits in the free GPUs at once (not oversubscribed: only
             *where* jobs run is at stake). ``None``: ``hold`` always.
-        first: ``(J, G)`` bool, pairs visited before every other (in the same order among
-            themselves): the pairs that carry a tenant's guarantee this round
+        rank: ``(J,)`` precedence of each job inside its ``rank_group`` (``(J,)`` ints; one group
+            when ``None``): the pairs of one rank group in one group keep the positions the
+            order gives them, but take them higher rank first (ties: in that order). So a rank
+            group's share of the visit is unchanged, and its lowest ranks are the ones left out
+            when it gets fewer GPUs. ``None``: every job the same rank.
+        first: ``(J, G)`` bool, pairs visited before every other (in the order above among
+            themselves, ranks included): the pairs that carry a tenant's guarantee this round
             (``walras.core.guarantee_first``). ``None``: none.
 
     Returns:
@@ -165,7 +172,11 @@ def plan_round(
             )
         ahead = first_arr[jj, gg]
     # np.lexsort sorts by the last key first.
-    visit = np.lexsort((gg, jj, -t_pair, -deficit, -prio, ~ahead))
+    visit = np.lexsort((gg, jj, -t_pair, -deficit, -prio))
+    if rank is not None:
+        visit = _by_rank(visit, jj, gg, rank, rank_group, n_jobs)
+    if ahead.any():
+        visit = visit[np.argsort(~ahead[visit], kind="stable")]  # first pairs ahead, order kept
     pair_jobs: list[int] = jj[visit].tolist()
     pair_groups: list[int] = gg[visit].tolist()
 
@@ -276,6 +287,44 @@ def plan_round(
         placements=tuple(placed[j] for j in sorted(placed)),
         unplaced=unplaced,
     )
+
+
+def _by_rank(
+    visit: IntArray,
+    jj: IntArray,
+    gg: IntArray,
+    rank: object,
+    rank_group: object | None,
+    n_jobs: int,
+) -> IntArray:
+    """``visit`` with, among the pairs of one (rank group, group), the higher rank first in the
+    same positions (``plan_round``'s ``rank``)."""
+    r = np.asarray(rank, dtype=np.float64)
+    if r.shape != (n_jobs,) or not np.isfinite(r).all():
+        raise InvalidProblem(
+            f"rank must be one finite number per job ({n_jobs}), got shape {r.shape}",
+            field="rank",
+        )
+    if rank_group is None:
+        grp = np.zeros(n_jobs, dtype=np.int64)
+    else:
+        grp = np.asarray(rank_group, dtype=np.int64)
+        if grp.shape != (n_jobs,):
+            raise InvalidProblem(
+                f"rank_group must be one integer per job ({n_jobs}), got shape {grp.shape}",
+                field="rank_group",
+            )
+    if visit.size < 2:
+        return visit
+    jobs, groups = jj[visit], gg[visit]
+    position = np.arange(visit.size)
+    # The k-th position of a (rank group, group) gets its k-th pair by rank: both sorts list
+    # the pairs of one (rank group, group) together, the first by position, the second by rank.
+    slots = np.lexsort((position, groups, grp[jobs]))
+    occupants = np.lexsort((position, -r[jobs], groups, grp[jobs]))
+    out = visit.copy()
+    out[slots] = visit[occupants]
+    return out
 
 
 def _keep_first(

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from walras.core.adapters import base, batch_job, jobset
+from walras.core.adapters import base, batch_job, jobset, trainjob
 from walras.core.adapters.base import Adapter, BadWorkloadError, Gang, Kind, Outcome, Start
 
 ADAPTERS: tuple[Adapter, ...] = (
     batch_job.BatchJob(),
     jobset.JobSet(),
+    trainjob.TrainJob(),
 )
 
 

@@ -25,6 +25,8 @@ class Column:
     name: str
     type: str
     json_path: str
+    # 0: always shown; 1: only with ``kubectl get -o wide`` (keeps the default view in 80 columns).
+    priority: int = 0
 
 
 AGE = Column("Age", "date", ".metadata.creationTimestamp")
@@ -71,7 +73,9 @@ def build_crd(desc: CrdDescriptor) -> dict[str, Any]:
     if desc.status_subresource:
         version["subresources"] = {"status": {}}
     version["additionalPrinterColumns"] = [
-        {"name": c.name, "type": c.type, "jsonPath": c.json_path} for c in desc.columns
+        {"name": c.name, "type": c.type, "jsonPath": c.json_path}
+        | ({"priority": c.priority} if c.priority else {})
+        for c in desc.columns
     ]
     version["schema"] = {"openAPIV3Schema": openapi_schema(desc.model)}
     spec: Mapping[str, Any] = {

@@ -111,6 +111,25 @@ class TenantSpec(Model):
             "quota plus borrowing limit). A child's guarantee comes out of its parent's."
         ),
     )
+    priority_classes: (
+        Annotated[
+            list[TenantName],
+            AfterValidator(unique),
+            Field(max_length=256, json_schema_extra={"x-kubernetes-list-type": "set"}),
+        ]
+        | None
+    ) = Field(
+        None,
+        description=(
+            "PriorityClasses (scheduling.k8s.io/v1) this tenant's jobs may name in their pod "
+            "template's priorityClassName beyond the default class and the time-shared classes "
+            "of no higher value, which every tenant may use. Within a tenant, a higher class "
+            "value gets GPUs first and loses them last; a class annotated "
+            'walras.dev/time-sharing: "false" runs its jobs to completion inside the tenant\'s '
+            "guarantee. A job naming a class it may not use is scheduled as the default, with a "
+            "SpecWarnings condition."
+        ),
+    )
     parent: TenantName | None = Field(
         None,
         description=(
@@ -123,10 +142,42 @@ class TenantSpec(Model):
     )
 
 
+GpuCount = Annotated[float, Field(ge=0)]
+
+
+class TenantGpus(Model):
+    """One GPU type's GPUs of the tenant and its descendants, after the last round
+    (``walras.core.tenant_usage``)."""
+
+    guaranteed: GpuCount = Field(
+        0, description="Its accepted guarantee (scaled down while the pools hold fewer GPUs)."
+    )
+    in_use: GpuCount = Field(0, description="GPUs its jobs hold.")
+    borrowed: GpuCount = Field(0, description="GPUs held beyond the guarantee.")
+    lent: GpuCount = Field(
+        0, description="GPUs of its unused guarantee that others hold (not the free ones)."
+    )
+    maximum: GpuCount | None = Field(None, description="Its maximum, if it has one.")
+
+
 class TenantStatus(Model):
     """``status`` of a Tenant (written by the operator)."""
 
     conditions: Conditions | None = None
+    gpus: Annotated[dict[str, TenantGpus], Field(max_length=64)] | None = Field(
+        None,
+        description=(
+            "Per GPU type it has a quota of or uses: guaranteed, in use, borrowed and lent, "
+            "after the last round."
+        ),
+    )
+    summary: str | None = Field(
+        None,
+        description=(
+            "The GPUs column: per type 'TYPE IN_USE/GUARANTEED', then '+N' borrowed or '-N' "
+            "lent (e.g. 'v100 8/4 +4, k80 0/2 -2')."
+        ),
+    )
 
 
 class Tenant(Model):
@@ -157,8 +208,9 @@ DESCRIPTOR = CrdDescriptor(
     columns=(
         Column("Weight", "number", ".spec.weight"),
         Column("Parent", "string", ".spec.parent"),
-        Column("Namespaces", "string", ".spec.namespaces"),
+        Column("GPUs", "string", ".status.summary"),
         AGE,
+        Column("Namespaces", "string", ".spec.namespaces", priority=1),
     ),
     categories=("walras",),
     status_subresource=True,
