@@ -129,6 +129,22 @@ def simulate_command(
     window: Annotated[
         str | None, typer.Option(help="Job ids A:B (B excluded) whose mean JCT is also reported.")
     ] = None,
+    tenants: Annotated[
+        pathlib.Path | None,
+        typer.Option(
+            help="walras: Tenant manifests (YAML); jobs belong to tenants by namespace. Reports "
+            "guarantee_met, average JCT and GPU-hours per tenant.",
+            show_default=False,
+        ),
+    ] = None,
+    quotas: Annotated[
+        bool,
+        typer.Option(
+            "--quotas/--no-quotas",
+            help="walras, with --tenants: --no-quotas gives the scheduler the Tenants without "
+            "their quotas (the guarantees are still measured).",
+        ),
+    ] = True,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     out: Annotated[
         pathlib.Path | None, typer.Option(help="Write jobs.csv, summary.json and PNG plots here.")
@@ -261,6 +277,8 @@ def simulate_command(
             restart_seconds=restart_seconds,
             seed=seed,
             window=_window(window),
+            tenants=tenants,
+            quotas=quotas,
             progress=not json_output and sys.stderr.isatty(),
         )
     except (SimInputError, SimulationStuckError) as exc:
@@ -313,6 +331,16 @@ def _run(trace: pathlib.Path, *, progress: bool, **kw: Any) -> Any:
             throughputs=kw["throughputs"],
         )
         workload, built = scenario.workload, scenario.cluster
+    tenant_docs: tuple[Any, ...] = ()
+    if kw["tenants"] is not None:
+        from walras.sim.tenants import load_tenants
+
+        if kw["semantics"] != "walras":
+            raise SimInputError("--tenants needs --semantics walras (Gavel's mechanics have none)")
+        capacity = {t: float(c) for t, c in zip(built.gpu_types, built.counts, strict=True)}
+        tenant_docs = load_tenants(kw["tenants"], capacity)
+    elif not kw["quotas"]:
+        raise SimInputError("--no-quotas: only with --tenants")
     if not kw["min_run_seconds"] >= 0:
         raise SimInputError(f"--min-run-seconds must be >= 0, got {kw['min_run_seconds']}")
     if kw["pop_shards"] < 1:
@@ -333,6 +361,8 @@ def _run(trace: pathlib.Path, *, progress: bool, **kw: Any) -> Any:
         hide_fraction=kw["hide_fraction"],
         estimate=kw["estimate"],
         lp_solver=kw["lp_solver"],
+        tenants=tenant_docs,
+        quotas=kw["quotas"],
     )
     if kw["semantics"] != "walras" and (kw["throughput_noise"] or kw["hide_fraction"]):
         raise SimInputError("--throughput-noise and --hide-fraction need --semantics walras")
@@ -461,6 +491,27 @@ def _print_summary(result: Any) -> None:
         )
     table.add_row("wall time", f"{s['wall_s']:.2f} s")
     console.print(table)
+    if "tenants" in s:
+        console.print(_tenant_table(s["tenants"], quotas=result.config.quotas))
+
+
+def _tenant_table(rows: dict[str, dict[str, Any]], *, quotas: bool) -> Any:
+    """The per-tenant table of a ``--tenants`` run (``walras.sim.tenants``)."""
+    from rich.table import Table
+
+    title = "per tenant" + ("" if quotas else " (quotas measured, not enforced: --no-quotas)")
+    table = Table(title=title)
+    for column in ("tenant", "guarantee met", "average JCT", "GPU-hours"):
+        table.add_column(column, justify="left" if column == "tenant" else "right")
+    for name, row in rows.items():
+        met, jct = row["guarantee_met"], row["avg_jct_s"]
+        table.add_row(
+            name,
+            "— (no demand for a guarantee)" if met is None else f"{met:.1%}",
+            "—" if jct is None else f"{jct / 3600:.2f} h",
+            f"{row['gpu_hours']:.1f}",
+        )
+    return table
 
 
 def _sweep_cell(spec: pathlib.Path, cell: int) -> None:

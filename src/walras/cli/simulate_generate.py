@@ -3,7 +3,10 @@
 Options: ``--jobs N`` (required), ``--rate R`` (jobs per hour, Poisson arrivals; omitted: a
 static trace, every job at 0), ``--seed S``, ``--single-gpu`` (no multi-GPU jobs), ``--job-types
 A,B`` (restrict the job types), ``--reference TYPE`` (the GPU type durations refer to, default
-v100), ``--throughputs FILE`` (default: the table shipped with Walras). The jobs are drawn by
+v100), ``--throughputs FILE`` (default: the table shipped with Walras), ``--tenants
+NAME=RATE,...`` (a multi-tenant workload: FungibleJob manifests in ``OUT.yaml``, tenant NAME's jobs
+in namespace NAME arriving at RATE jobs per hour, for ``walras simulate OUT.yaml --tenants
+TENANTS.yaml``). The jobs are drawn by
 :mod:`walras.sim.generate`. Bad input (a negative or zero rate, an unknown job type, a missing
 option) prints ``error: --option: ...`` on stderr and exits with status 2.
 
@@ -17,6 +20,10 @@ from __future__ import annotations
 import argparse
 import pathlib
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from walras.sim.generate import GenerateOptions
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -35,6 +42,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--job-types", default=None, help="comma-separated job types to draw from")
     parser.add_argument("--reference", default="v100", help="GPU type of the durations")
     parser.add_argument("--throughputs", type=pathlib.Path, default=None, help="throughput JSON")
+    parser.add_argument(
+        "--tenants",
+        default=None,
+        help="NAME=RATE,...: write FungibleJob manifests (OUT.yaml), tenant NAME's jobs in "
+        "namespace NAME arriving at RATE jobs/hour (replaces --rate)",
+    )
     return parser
 
 
@@ -64,6 +77,8 @@ def main(argv: list[str]) -> int:
         job_types=types,
         reference=args.reference,
     )
+    if args.tenants is not None:
+        return _tenants(args, options)
     try:
         lines = generate_lines(options, load_throughputs(args.throughputs))
     except SimInputError as exc:
@@ -74,4 +89,30 @@ def main(argv: list[str]) -> int:
         return _error(f"OUT: cannot write {args.out}: {exc}")
     kind = "static" if args.rate is None else f"{args.rate:g} jobs/hour"
     print(f"wrote {args.out} ({len(lines)} jobs, {kind}, seed {args.seed})", file=sys.stderr)
+    return 0
+
+
+def _tenants(args: argparse.Namespace, options: GenerateOptions) -> int:
+    """``--tenants``: a multi-tenant workload as FungibleJob manifests."""
+    import yaml
+
+    from walras.sim.errors import SimInputError
+    from walras.sim.generate import parse_tenant_rates, tenant_manifests
+    from walras.sim.throughputs import load_throughputs
+
+    if args.rate is not None:
+        return _error("--rate: not with --tenants (each tenant has its own rate)")
+    if args.out.suffix.lower() not in (".yaml", ".yml"):
+        return _error(f"OUT: with --tenants, name a .yaml file (FungibleJob manifests): {args.out}")
+    try:
+        rates = parse_tenant_rates(args.tenants)
+        docs = tenant_manifests(options, load_throughputs(args.throughputs), rates)
+    except SimInputError as exc:
+        return _error(str(exc))
+    try:
+        args.out.write_text(yaml.safe_dump_all(docs, sort_keys=False), encoding="utf-8")
+    except OSError as exc:
+        return _error(f"OUT: cannot write {args.out}: {exc}")
+    streams = ", ".join(f"{n} {r:g}/h" for n, r in rates)
+    print(f"wrote {args.out} ({len(docs)} jobs: {streams}; seed {args.seed})", file=sys.stderr)
     return 0

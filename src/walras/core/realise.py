@@ -50,6 +50,7 @@ from walras.core import (
     crd,
     filters,
     governance,
+    guarantee_first,
     history,
     model,
     pod_env,
@@ -306,6 +307,7 @@ def realise(
             order=how.order,
             hold_fit=_fit_credit(sol, targets, elapsed, restart_s if costs is None else costs, how),
             **_ranks(sol, classes),
+            first=guarantee_first.guaranteed_pairs(sol, snap, targets, received, elapsed),
         )
         placements = {p.job: p for p in (*plan.placements, *frozen)}
         unplaced: Sequence[int] = plan.unplaced

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from walras.allocator import gavel
 
@@ -23,7 +24,7 @@ class SimConfig:
     """``round_s``: round length; ``restart_s``: seconds a (re)started job loses in its round;
     ``min_reset_interval_s``: Gavel's ``minimum_time_between_allocation_resets``; ``window``:
     job ids ``[a, b)`` whose mean JCT is reported separately (Gavel's ``-s a -e b``);
-    ``lp_solver``: one of :data:`LP_SOLVERS`, for Gavel's LP policies. The last eight
+    ``lp_solver``: one of :data:`LP_SOLVERS`, for Gavel's LP policies. The last ten
     fields configure ``--semantics walras`` (see ``docs/policies.md``)."""
 
     round_s: float = 360.0
@@ -45,3 +46,7 @@ class SimConfig:
     throughput_noise: float = 0.0
     hide_fraction: float = 0.0
     estimate: bool = True
+    # --semantics walras only: Tenant manifests (walras.sim.tenants; checked), and whether the
+    # scheduler gets their quotas (--no-quotas: measured, not enforced).
+    tenants: tuple[Mapping[str, Any], ...] = ()
+    quotas: bool = True

@@ -22,14 +22,21 @@ trace format (:mod:`walras.sim.trace`); the command fields, which no simulator r
 type. Example: ``generate_lines(GenerateOptions(jobs=2, rate=None), table)`` gives two lines
 arriving at 0.
 
+With tenants (:func:`tenant_manifests`), the same draws become FungibleJob manifests, one
+namespace per tenant, each tenant arriving at its own rate (``walras simulate generate OUT.yaml
+--tenants a=2,b=1``).
+
 Called by ``walras simulate generate`` (:mod:`walras.cli.simulate_generate`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -42,6 +49,8 @@ SCALE_FACTORS: tuple[tuple[int, float], ...] = ((1, 0.70), (2, 0.10), (4, 0.15),
 # (probability, lower and upper log10 of the duration in minutes).
 DURATIONS: tuple[tuple[float, float, float], ...] = ((0.8, 1.5, 3.0), (0.2, 3.0, 4.0))
 REFERENCE = "v100"
+# A Kubernetes namespace name (RFC 1123 label): a tenant of --tenants becomes one.
+_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +107,11 @@ def candidates(table: ThroughputTable, options: GenerateOptions) -> dict[int, tu
 
 def generate_lines(options: GenerateOptions, table: ThroughputTable) -> list[str]:
     """The trace's lines (no trailing newline), job 0 first; see the module docstring."""
+    return [_line(*job) for job in draw(options, table)]
+
+
+def draw(options: GenerateOptions, table: ThroughputTable) -> list[tuple[str, int, int, float]]:
+    """Each job's ``(job type, total steps, scale factor, arrival s)``, job 0 first."""
     choices = candidates(table, options)
     rng = np.random.default_rng(options.seed)
     n = options.jobs
@@ -116,14 +130,99 @@ def generate_lines(options: GenerateOptions, table: ThroughputTable) -> list[str
         np.zeros(n) if options.rate is None else poisson_arrivals(n, options.rate, options.seed)
     )
     ref = table.values[options.reference]
-    lines = []
+    jobs = []
     for i in range(n):
         s = int(scale[i])
         names = choices[s]
         job_type = names[min(int(pick[i] * len(names)), len(names) - 1)]
         steps = max(1, round(minutes[i] * 60.0 * ref[(job_type, s)]))
-        lines.append(_line(job_type, steps, s, float(arrivals[i])))
-    return lines
+        jobs.append((job_type, steps, s, float(arrivals[i])))
+    return jobs
+
+
+def parse_tenant_rates(text: str) -> tuple[tuple[str, float], ...]:
+    """``--tenants a=2,b=0.5``: each tenant's arrival rate in jobs per hour."""
+    out: list[tuple[str, float]] = []
+    for item in text.split(","):
+        name, sep, value = item.strip().partition("=")
+        try:
+            rate = float(value)
+        except ValueError:
+            rate = math.nan
+        if not sep or not _NAMESPACE.match(name) or not (math.isfinite(rate) and rate > 0):
+            raise _fail(
+                "--tenants",
+                f"expected NAME=RATE,... (a namespace name and jobs per hour > 0), got {item!r}",
+            )
+        if name in (n for n, _ in out):
+            raise _fail("--tenants", f"tenant {name!r} named twice")
+        out.append((name, rate))
+    return tuple(out)
+
+
+def tenant_manifests(
+    options: GenerateOptions, table: ThroughputTable, tenants: Sequence[tuple[str, float]]
+) -> list[dict[str, Any]]:
+    """A multi-tenant workload as FungibleJob manifests (``walras.sim.manifests`` reads them).
+
+    Tenant ``t`` submits a Poisson stream at ``rate_t`` jobs per hour into namespace ``t``; the
+    streams together are one Poisson stream at ``Σ rate_t`` whose every job belongs to ``t`` with
+    probability ``rate_t / Σ rate`` (superposition and thinning of Poisson processes), so the
+    ``options.jobs`` jobs are drawn as one stream at that rate (``options.rate`` is ignored) and
+    each is given a tenant. A job's ``spec.throughput`` is its row of the table on every GPU type
+    of the table; its arrival is the annotation ``walras.dev/arrival-seconds``.
+    """
+    if not tenants:
+        raise _fail("--tenants", "names no tenant")
+    total = sum(rate for _, rate in tenants)
+    jobs = draw(dataclasses.replace(options, rate=total), table)
+    rng = np.random.default_rng([options.seed, 1])  # its own stream: the jobs are as without
+    owner = rng.choice(len(tenants), size=len(jobs), p=[r / total for _, r in tenants])
+    out: list[dict[str, Any]] = []
+    for i, ((job_type, steps, scale, arrival), t) in enumerate(zip(jobs, owner, strict=True)):
+        rates = {
+            gpu_type: float(per[(job_type, scale)])
+            for gpu_type, per in sorted(table.values.items())
+            # ``*_unconsolidated``: Gavel's rates for a gang spread over servers, no GPU type
+            if per.get((job_type, scale), 0.0) > 0 and not gpu_type.endswith("_unconsolidated")
+        }
+        out.append(
+            {
+                "apiVersion": "walras.dev/v1alpha1",
+                "kind": "FungibleJob",
+                "metadata": {
+                    "namespace": tenants[int(t)][0],
+                    "name": f"job-{i:05d}",
+                    "annotations": {"walras.dev/arrival-seconds": f"{arrival:.3f}"},
+                },
+                "spec": {
+                    "replicas": scale,
+                    "throughput": rates,
+                    "utility": {"kind": "log", "weight": 1.0},
+                    "totalWork": float(steps),
+                    "template": {
+                        "spec": {
+                            "containers": [
+                                {
+                                    "name": "train",
+                                    "image": _image(job_type),
+                                    "resources": {"limits": {"nvidia.com/gpu": 1}},
+                                }
+                            ]
+                        }
+                    },
+                },
+            }
+        )
+    return out
+
+
+def _image(job_type: str) -> str:
+    """A valid image name for a job type (``ResNet-18 (batch size 64)`` -> ``resnet-18-bs64``);
+    the simulator runs no container, the name only tells the jobs apart."""
+    model, _, batch = job_type.partition(" (batch size ")
+    name = re.sub(r"[^a-z0-9]+", "-", model.lower()).strip("-")
+    return f"{name}-bs{batch.rstrip(')')}" if batch else name
 
 
 def _line(job_type: str, steps: int, scale: int, arrival: float) -> str:

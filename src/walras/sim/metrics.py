@@ -34,6 +34,7 @@ SUMMARY_KEYS = (
     "solve_s_p95",
     "solve_s_max",
     "wall_s",
+    "tenants",
 )
 
 
@@ -57,7 +58,8 @@ class SimResult:
         return float(np.mean(np.array(self.tally.gpu_busy_s) / self.makespan_s))
 
     def summary(self) -> dict[str, Any]:
-        """The ``--json`` object (keys :data:`SUMMARY_KEYS`; the window key only with a window)."""
+        """The ``--json`` object (keys :data:`SUMMARY_KEYS`; the window key only with a window,
+        ``tenants`` only with ``--tenants``)."""
         jct = self.jct_s()
         done = jct[~np.isnan(jct)]
         solves = np.array(self.tally.solve_s, dtype=np.float64)
@@ -84,6 +86,10 @@ class SimResult:
                 "wall_s": self.wall_s,
             }
         )
+        if self.tally.tenants is not None:
+            from walras.sim import tenants  # the core's tenant model: only for --tenants runs
+
+            out["tenants"] = tenants.summary(self.tally.tenants, self.tally)
         return out
 
 

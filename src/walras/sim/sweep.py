@@ -12,6 +12,12 @@ Spec (YAML; paths relative to the spec file)::
     round_seconds: 360
     window: "0:100"                # optional, as --window
     lp_solver: ecos                # optional, as --lp-solver (highs by default)
+    tenants: tenants.yaml          # optional, as --tenants: the operator's mechanics
+                                   # (--semantics walras), policies by `walras policies` names
+
+With ``tenants``, ``trace`` may also be FungibleJob manifests (``walras simulate generate OUT.yaml
+--tenants ...``; a ``.trace`` puts every job in namespace ``sim``), and each row carries the
+run's ``tenants`` (in ``sweep.csv`` as columns ``tenant.NAME.KEY``).
 
 A number in ``arrival_rates`` replaces the trace's arrival times by Gavel's Poisson stream at
 that rate for the run's seed (:func:`walras.sim.arrivals.poisson_arrivals`). Every combination runs
@@ -54,6 +60,7 @@ class SweepSpec:
     round_seconds: float
     window: tuple[int, int] | None
     lp_solver: str = "highs"
+    tenants: pathlib.Path | None = None
 
 
 def load_spec(path: pathlib.Path) -> SweepSpec:
@@ -106,6 +113,7 @@ def load_spec(path: pathlib.Path) -> SweepSpec:
             round_seconds=float(data.get("round_seconds", 360.0)),
             window=win,
             lp_solver=lp_solver,
+            tenants=base / str(data["tenants"]) if data.get("tenants") else None,
         )
     except (TypeError, ValueError) as exc:
         raise SimInputError(f"{path.name}: {exc}") from exc
@@ -130,6 +138,8 @@ def run_one(spec: SweepSpec, combo: tuple[str, int, float | None, float]) -> dic
     from walras.sim.scenario import load_scenario
 
     policy, seed, rate, restart = combo
+    if spec.tenants is not None:
+        return _run_with_tenants(spec, combo, spec.tenants)
     scenario = load_scenario(
         spec.trace,
         cluster=spec.cluster,
@@ -158,6 +168,62 @@ def run_one(spec: SweepSpec, combo: tuple[str, int, float | None, float]) -> dic
     return row | result.summary()
 
 
+def _run_with_tenants(
+    spec: SweepSpec, combo: tuple[str, int, float | None, float], tenants: pathlib.Path
+) -> dict[str, Any]:
+    """One run with ``tenants:``: the operator's mechanics, as ``walras simulate --tenants``."""
+    import types
+
+    import numpy as np
+
+    from walras.core import policies
+    from walras.sim import engine, manifests
+    from walras.sim.arrivals import poisson_arrivals
+    from walras.sim.cluster import build_cluster, parse_cluster, parse_gpus_per_node
+    from walras.sim.config import SimConfig
+    from walras.sim.scenario import load_scenario
+    from walras.sim.tenants import load_tenants
+    from walras.sim.workload import Workload
+
+    policy, seed, rate, restart = combo
+    workload: Workload
+    if manifests.is_manifest_file(spec.trace):
+        counts = parse_cluster(spec.cluster)
+        gpu_types = [g for g, c in counts.items() if c > 0]
+        cluster = build_cluster(counts, parse_gpus_per_node(spec.gpus_per_node, gpu_types))
+        workload = manifests.load_manifests(spec.trace, cluster)
+    else:
+        scenario = load_scenario(
+            spec.trace,
+            cluster=spec.cluster,
+            gpus_per_node=spec.gpus_per_node,
+            throughputs=spec.throughputs,
+        )
+        workload, cluster = scenario.workload, scenario.cluster
+    if rate is not None:
+        arrivals = poisson_arrivals(workload.n_jobs, rate, seed)
+        workload = dataclasses.replace(workload, arrivals=np.asarray(arrivals))
+    capacity = {t: float(c) for t, c in zip(cluster.gpu_types, cluster.counts, strict=True)}
+    config = SimConfig(
+        round_s=spec.round_seconds,
+        restart_s=restart,
+        seed=seed,
+        window=spec.window,
+        semantics="walras",
+        tenants=load_tenants(tenants, capacity),
+    )
+    try:
+        name = policies.canonical(policy)
+    except policies.UnknownPolicyError as exc:
+        raise SimInputError(f"policies: {exc}") from None
+    row: dict[str, Any] = dict(zip(ROW_KEYS, combo, strict=True))
+    try:
+        result = engine.run(workload, cluster, types.SimpleNamespace(name=name), config)
+    except PolicyError as exc:
+        return row | {"error": str(exc)}
+    return row | result.summary()
+
+
 def check(spec: SweepSpec) -> None:
     """What every run would find wrong, found once here: the trace, cluster, node sizes and
     throughputs (the scenario loads), and each policy's name. For a sweep on a cluster, where a
@@ -165,6 +231,8 @@ def check(spec: SweepSpec) -> None:
     from walras.sim.policies import GAVEL_POLICIES
     from walras.sim.scenario import load_scenario
 
+    if spec.tenants is not None:
+        raise SimInputError("tenants: a sweep with tenants runs here only (not on a cluster)")
     load_scenario(
         spec.trace,
         cluster=spec.cluster,
@@ -228,11 +296,12 @@ def run_sweep(
 
 def write_sweep(rows: list[dict[str, Any]], out: pathlib.Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    keys = list(dict.fromkeys(k for r in rows for k in r))
+    flat = [_flat(r) for r in rows]
+    keys = list(dict.fromkeys(k for r in flat for k in r))
     with (out / "sweep.csv").open("w", newline="", encoding="utf-8") as fh:
         writer = csv.DictWriter(fh, fieldnames=keys)
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows(flat)
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     labels = sorted({(r["policy"], r["restart_s"]) for r in rows})
@@ -259,6 +328,15 @@ def write_sweep(rows: list[dict[str, Any]], out: pathlib.Path) -> None:
     axes[0].legend(fontsize=7)
     fig.savefig(out / "sweep.png", dpi=110, bbox_inches="tight")
     plt.close(fig)
+
+
+def _flat(row: dict[str, Any]) -> dict[str, Any]:
+    """A row for the CSV: ``tenants`` as columns ``tenant.NAME.KEY``."""
+    out = {k: v for k, v in row.items() if k != "tenants"}
+    for name, values in (row.get("tenants") or {}).items():
+        for key, value in values.items():
+            out[f"tenant.{name}.{key}"] = value
+    return out
 
 
 def print_table(rows: list[dict[str, Any]], console: Any) -> None:

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from walras.sim.workload import Workload
+
+if TYPE_CHECKING:  # the per-tenant report needs the core, which Gavel's mechanics never import
+    from walras.sim.guarantees import TenantReport
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +48,8 @@ class Tally:
         self.solve_s: list[float] = []
         self.solve_cpu_s: list[float] = []
         self.finished = 0
+        # --tenants (walras.sim.tenants): each job's tenant and the guarantees, round by round.
+        self.tenants: TenantReport | None = None
 
     def remaining(self, job: int) -> int:
         return int(self.workload.total_steps[job]) - self.steps_done[job]

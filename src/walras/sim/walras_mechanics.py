@@ -37,9 +37,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from walras.core import crd, cycle, policies
+from walras.core import crd, cycle, governance, policies
 from walras.core.snapshot import Store
 from walras.sim import declared as declarations
+from walras.sim import tenants as sim_tenants
 from walras.sim.cluster import Cluster
 from walras.sim.config import SimConfig
 from walras.sim.errors import SimInputError, SimulationStuckError
@@ -235,6 +236,8 @@ def run(
         sim.store.upsert("node", node_manifest(node.name, node.gpu_type, len(node.gpu_ids)))
         sim.free_gpus[node.name] = sorted(node.gpu_ids, reverse=True)
         sim.node_type[node.name] = node.gpu_type
+    capacity = {t: float(c) for t, c in zip(cluster.gpu_types, cluster.counts, strict=True)}
+    tenants = sim_tenants.attach(config, capacity, sim.store, tally)
     arrivals = sorted(range(workload.n_jobs), key=lambda j: (float(workload.arrivals[j]), j))
     state = cycle.CycleState()
     round_s, restart_s = float(config.round_s), float(config.restart_s)
@@ -275,6 +278,8 @@ def run(
                 manifest = sim.declared.admit(j, manifest)
             key = (str(manifest["metadata"]["namespace"]), str(manifest["metadata"]["name"]))
             sim.index[key], sim.names[j] = j, key
+            if tally.tenants is not None and tenants is not None:
+                tally.tenants.job_tenant[j] = governance.tenant_of(key[0], tenants)
             sim.store.upsert("job", manifest)
             sim.admitted.add(j)
             ptr += 1
@@ -321,9 +326,22 @@ def run(
                 RoundRecord(now, now + round_s, tuple(busy), len(sim.running), waiting)
             )
             next_full = now + round_s
+            if tenants is not None:
+                sim_tenants.observe(tally, tenants, planned, _held_by_job(sim))
         if progress is not None:
             progress(tally.finished, n)
     return now
+
+
+def _held_by_job(sim: _Sim) -> dict[tuple[str, str], dict[str, int]]:
+    """GPUs per type each running job's pods hold (``--tenants``: the guarantees' measure)."""
+    out: dict[tuple[str, str], dict[str, int]] = {}
+    for j, run_ in sim.running.items():
+        per = out.setdefault(sim.names[j], {})
+        for g in run_.gpus:
+            gpu_type = sim.node_type[sim._node_of_gpu(g)]
+            per[gpu_type] = per.get(gpu_type, 0) + 1
+    return out
 
 
 def _stamp(epoch: float) -> str:
