@@ -38,7 +38,7 @@ lint: install ## ruff + mypy --strict + import contracts + shellcheck + hadolint
 	$(VENV)/bin/ruff format --check src tests bench
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
-	$(VENV)/bin/shellcheck --severity=warning hack/*.sh .ci/run
+	$(VENV)/bin/shellcheck --severity=warning hack/*.sh hack/lib/*.sh .ci/run
 	$(VENV)/bin/hadolint Dockerfile
 
 bench: install ## Benchmarks: one JSON line per case

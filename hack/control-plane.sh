@@ -55,6 +55,10 @@ CACHE="${WALRAS_CACHE:-$HOME/.cache/walras}"
 # Other engineers share this machine's cores: build two packages at a time unless told otherwise.
 GO_PARALLEL="${WALRAS_GO_PARALLEL:-2}"
 HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=hack/lib/kubeconfig.sh
+source "$HACK_DIR/lib/kubeconfig.sh"
+# shellcheck source=hack/lib/pki.sh
+source "$HACK_DIR/lib/pki.sh"
 
 APISERVER_BIN="$CACHE/kube-apiserver-$K8S_VERSION/bin/kube-apiserver"
 KCM_BIN="$CACHE/kube-controller-manager-$K8S_VERSION/bin/kube-controller-manager"
@@ -262,6 +266,26 @@ pid_runs() {
 	tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$needle"
 }
 
+# signal_and_wait NAME PID BINARY SIGNAL: send SIGNAL, allow up to 10 s to exit, then SIGKILL and
+# wait up to 10 s more until it is gone (pid_runs: a PID reused by another program counts as
+# gone). Bounded, so that a process stuck in the kernel cannot hang a stop.
+signal_and_wait() {
+	local name="$1" pid="$2" binary="$3" signal="$4"
+	kill "-$signal" "$pid" 2>/dev/null || true
+	local i
+	for ((i = 0; i < 100; i++)); do
+		pid_runs "$pid" "$binary" || return 0
+		sleep 0.1
+	done
+	log "$name (pid $pid) ignored SIG$signal; sending SIGKILL"
+	kill -KILL "$pid" 2>/dev/null || true
+	for ((i = 0; i < 200; i++)); do
+		pid_runs "$pid" "$binary" || return 0
+		sleep 0.05
+	done
+	log "$name (pid $pid) still there 10 s after SIGKILL"
+}
+
 # Stop one component by its PID file: SIGTERM, up to 10 s grace, then SIGKILL.
 stop_component() {
 	local dir="$1" name="$2" binary="$3"
@@ -270,16 +294,7 @@ stop_component() {
 	local pid
 	pid="$(cat "$file")"
 	if pid_runs "$pid" "$binary"; then
-		kill -TERM "$pid" 2>/dev/null || true
-		local i
-		for ((i = 0; i < 100; i++)); do
-			pid_runs "$pid" "$binary" || break
-			sleep 0.1
-		done
-		if pid_runs "$pid" "$binary"; then
-			log "$name (pid $pid) ignored SIGTERM; sending SIGKILL"
-			kill -KILL "$pid" 2>/dev/null || true
-		fi
+		signal_and_wait "$name" "$pid" "$binary" TERM
 	fi
 	rm -f "$file"
 }
@@ -296,31 +311,6 @@ stop_all() {
 	stop_component "$dir" kube-controller-manager "$KCM_BIN"
 	stop_component "$dir" kube-apiserver "$APISERVER_BIN"
 	stop_component "$dir" etcd "$ETCD_BIN"
-}
-
-write_kubeconfig() {
-	local path="$1" server="$2" ca="$3" user="$4" token="$5"
-	umask 077
-	cat >"$path" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: walras-dev
-  cluster:
-    server: $server
-    certificate-authority: $ca
-users:
-- name: $user
-  user:
-    token: $token
-contexts:
-- name: walras-dev
-  context:
-    cluster: walras-dev
-    user: $user
-    namespace: default
-current-context: walras-dev
-EOF
 }
 
 make_certs() {
@@ -342,14 +332,8 @@ make_certs() {
 	openssl x509 -req -in "$pki/apiserver.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" \
 		-CAcreateserial -out "$pki/apiserver.crt" -days 3650 -extfile "$pki/apiserver.ext" 2>/dev/null
 	# The API server's client certificate towards kubelets (logs, exec on real nodes).
-	openssl req -new -nodes -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 \
-		-keyout "$pki/apiserver-kubelet-client.key" -out "$pki/apiserver-kubelet-client.csr" \
-		-subj "/O=system:masters/CN=kube-apiserver-kubelet-client" 2>/dev/null
-	printf '%s\n' "basicConstraints=CA:FALSE" "keyUsage=critical,digitalSignature" \
-		"extendedKeyUsage=clientAuth" >"$pki/client.ext"
-	openssl x509 -req -in "$pki/apiserver-kubelet-client.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" \
-		-CAcreateserial -out "$pki/apiserver-kubelet-client.crt" -days 3650 -extfile "$pki/client.ext" \
-		2>/dev/null
+	client_cert "$pki/apiserver-kubelet-client" "$pki/ca.crt" "$pki/ca.key" \
+		"/O=system:masters/CN=kube-apiserver-kubelet-client" 3650
 	# Service-account token signing key pair (TokenRequest, projected tokens); tokens are ES256.
 	openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$pki/sa.key" 2>/dev/null
 	openssl pkey -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
@@ -492,8 +476,10 @@ cmd_start() {
 		"${WALRAS_APISERVER_READY_TIMEOUT:-60}"
 	log "kube-apiserver ready at $((SECONDS - t0)) s"
 
-	write_kubeconfig "$dir/admin.kubeconfig" "$server" "$dir/pki/ca.crt" walras-admin "$admin_token"
-	write_kubeconfig "$dir/operator.kubeconfig" "$server" "$dir/pki/ca.crt" walras-controller "$operator_token"
+	write_kubeconfig "$dir/admin.kubeconfig" "$server" "$dir/pki/ca.crt" walras-admin default \
+		"token=$admin_token"
+	write_kubeconfig "$dir/operator.kubeconfig" "$server" "$dir/pki/ca.crt" walras-controller \
+		default "token=$operator_token"
 
 	# kube-controller-manager with the controllers tests rely on: garbage collector (deleting a
 	# FungibleJob removes its pods through their ownerReferences), namespace (a deleted namespace is
@@ -787,17 +773,7 @@ cmd_stop_component() {
 	pid="$(cat "$dir/$name.pid" 2>/dev/null || true)"
 	pid_runs "$pid" "$binary" || die "$name is not running in $dir"
 	cp "/proc/$pid/cmdline" "$dir/$name.cmdline"
-	kill "-$signal" "$pid" 2>/dev/null || true
-	local i
-	for ((i = 0; i < 100; i++)); do
-		pid_runs "$pid" "$binary" || break
-		sleep 0.1
-	done
-	if pid_runs "$pid" "$binary"; then
-		log "$name (pid $pid) ignored SIG$signal; sending SIGKILL"
-		kill -KILL "$pid" 2>/dev/null || true
-		while pid_runs "$pid" "$binary"; do sleep 0.05; done
-	fi
+	signal_and_wait "$name" "$pid" "$binary" "$signal"
 	log "$name stopped (SIG$signal, pid $pid)"
 }
 

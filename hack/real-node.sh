@@ -58,6 +58,10 @@ set -o errexit -o nounset -o pipefail
 _self="${BASH_SOURCE[0]}"
 [[ "$_self" == */* ]] || _self="./$_self"
 HACK_DIR="$(cd "${_self%/*}" && pwd)"
+# shellcheck source=hack/lib/kubeconfig.sh
+source "$HACK_DIR/lib/kubeconfig.sh"
+# shellcheck source=hack/lib/pki.sh
+source "$HACK_DIR/lib/pki.sh"
 K8S_VERSION="${WALRAS_K8S_VERSION:-v1.36.3}"
 CACHE="${WALRAS_CACHE:-$HOME/.cache/walras}"
 KUBELET_BIN="$CACHE/kubelet-$K8S_VERSION/bin/kubelet"
@@ -287,33 +291,6 @@ cgroup_hierarchies() {
 # start
 # ---------------------------------------------------------------------------------------------
 
-write_kubelet_kubeconfig() {
-	local path="$1" server="$2" ca="$3" cert="$4" key="$5" name="$6"
-	(
-		umask 077
-		cat >"$path" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: walras-dev
-  cluster:
-    server: $server
-    certificate-authority: $ca
-users:
-- name: system:node:$name
-  user:
-    client-certificate: $cert
-    client-key: $key
-contexts:
-- name: walras-dev
-  context:
-    cluster: walras-dev
-    user: system:node:$name
-current-context: walras-dev
-EOF
-	)
-}
-
 node_dir() { printf '%s/nodes/%s\n' "$1" "$2"; }
 
 pid_alive() { [[ -n "$1" ]] && kill -0 "$1" 2>/dev/null; }
@@ -400,17 +377,11 @@ cmd_start() {
 	host_unlock
 
 	# Client certificate of the node.
-	openssl req -new -nodes -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 \
-		-keyout "$node/pki/kubelet-client.key" -out "$node/pki/kubelet-client.csr" \
-		-subj "/O=system:nodes/CN=system:node:$name" 2>/dev/null
-	printf '%s\n' "basicConstraints=CA:FALSE" "keyUsage=critical,digitalSignature" \
-		"extendedKeyUsage=clientAuth" >"$node/pki/client.ext"
-	openssl x509 -req -in "$node/pki/kubelet-client.csr" -CA "$ca" -CAkey "$dir/pki/ca.key" \
-		-CAcreateserial -out "$node/pki/kubelet-client.crt" -days 365 -extfile "$node/pki/client.ext" \
-		2>/dev/null
+	client_cert "$node/pki/kubelet-client" "$ca" "$dir/pki/ca.key" \
+		"/O=system:nodes/CN=system:node:$name" 365
 	chmod 0600 "$node/pki/kubelet-client.key"
-	write_kubelet_kubeconfig "$node/kubelet.kubeconfig" "$server" "$ca" \
-		"$node/pki/kubelet-client.crt" "$node/pki/kubelet-client.key" "$name"
+	write_kubeconfig "$node/kubelet.kubeconfig" "$server" "$ca" "system:node:$name" "" \
+		"client-certificate=$node/pki/kubelet-client.crt" "client-key=$node/pki/kubelet-client.key"
 
 	# containerd: overlayfs where the kernel mounts it, the native (copying) snapshotter otherwise.
 	local snapshotter=native probe

@@ -207,3 +207,44 @@ def test_loan_reclaim_and_maximum_are_shown(
             devcluster.request(kube, "DELETE", f"{BASE}/tenants/{body['metadata']['name']}")
         for namespace in ns.values():
             devcluster.delete_namespace(kube, namespace)
+
+
+def test_a_type_left_in_the_status_by_an_earlier_operator_is_removed(
+    kube: Any, control_plane: devcluster.ControlPlane, tmp_path: Path
+) -> None:
+    """An operator that never wrote the Tenant's status (a restart) still removes from
+    ``status.gpus`` a GPU type the tenant no longer has: the API server keeps every map key a
+    merge patch does not name, so only a ``null`` for it clears it."""
+    install(kube)
+    name = devcluster.unique_name("gv-old")
+    namespace = devcluster.unique_name("t-gv-old")
+    devcluster.create_namespace(kube, namespace)
+    devcluster.request(
+        kube, "POST", f"{BASE}/tenants", body=tenant(name, namespace, {TYPE: {"guaranteed": 2}})
+    )
+    create_nodes(kube, "gvo", TYPE, 1, 4)
+    create_pool(kube, pool_manifest(TYPE, TYPE))
+    stale = {"guaranteed": 0, "inUse": 2, "borrowed": 0, "lent": 0}
+    devcluster.request(
+        kube,
+        "PATCH",
+        f"{BASE}/tenants/{name}/status",
+        body={"status": {"gpus": {"gone-type": stale}, "summary": "gone-type 2/0"}},
+        content_type="application/merge-patch+json",
+    )
+    assert "gone-type" in gpus(kube, name)
+    op = start_operator(control_plane, tmp_path, round_seconds=2.0)
+    try:
+        shown = wait_for(
+            lambda: (g := gpus(kube, name)) and "gone-type" not in g and g,
+            60,
+            "the stale type removed from the Tenant's status",
+        )
+        # Idle, and nobody borrows: free GPUs are not lent (walras.core.tenant_usage).
+        assert shown == {TYPE: {"guaranteed": 2, "inUse": 0, "borrowed": 0, "lent": 0}}
+        assert summary(kube, name) == f"{TYPE} 0/2"
+        assert "Traceback" not in op.log_text()
+    finally:
+        op.terminate()
+        devcluster.request(kube, "DELETE", f"{BASE}/tenants/{name}")
+        devcluster.delete_namespace(kube, namespace)

@@ -89,6 +89,9 @@ class TenantSpec:
     parent: str | None = None
     # PriorityClasses its users may use beyond the default (walras.core.priorities).
     priority_classes: frozenset[str] = frozenset()
+    # GPU types its ``status.gpus`` lists on the API server: the status writer nulls those no
+    # longer shown, also after a restart, when it no longer remembers what it wrote.
+    shown_gpus: frozenset[str] = frozenset()
 
 
 def _number(value: object, default: float) -> float:
@@ -115,6 +118,7 @@ def _map(value: object) -> Mapping[str, Any]:
 def parse_tenant(obj: Mapping[str, Any]) -> TenantSpec:
     """Parse a ``Tenant`` dict; values the schema would reject fall back to the defaults."""
     meta, spec = _map(obj.get("metadata")), _map(obj.get("spec"))
+    shown = _map(_map(obj.get("status")).get("gpus"))
     raw_ns = spec.get("namespaces")
     namespaces = tuple(sorted({str(n) for n in raw_ns})) if isinstance(raw_ns, list) else ()
     jw = _map(spec.get("jobWeight"))
@@ -142,6 +146,7 @@ def parse_tenant(obj: Mapping[str, Any]) -> TenantSpec:
         if isinstance(spec.get("parent"), str) and spec["parent"]
         else None,
         priority_classes=priority_classes,
+        shown_gpus=frozenset(str(t) for t, row in shown.items() if row is not None),
     )
 
 

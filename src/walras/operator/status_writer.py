@@ -229,11 +229,13 @@ class StatusWriter:
         guarantees are refused (it runs as a flat tenant without quotas), else True. Written when it
         changes (this process remembers what it wrote) and in a refresh round; with it, the
         tenant's GPUs per type (``walras.operator.quota_status``), by the same rule at the
-        precision they are shown (``walras.operator.visible``)."""
+        precision they are shown (``walras.operator.visible``). A type the API server still
+        shows (``TenantSpec.shown_gpus``) or this process wrote, and the tenant no longer has, is
+        nulled, so a restart leaves no stale type behind."""
         problems = planned.snapshot.tenant_problems
         usage = planned.quotas.usage
         quota_status.export(usage)
-        for name in planned.snapshot.tenants:
+        for name, spec in planned.snapshot.tenants.items():
             problem = problems.get(name)
             if problem is None:
                 condition = {
@@ -253,11 +255,17 @@ class StatusWriter:
             said = (condition["status"], condition["reason"], condition["message"])
             gpus = quota_status.tenant_gpus(usage.get(name, {}))
             told = self.tenants_told.get(name)
+            # Types shown on the API server (or written by this process) the tenant no longer
+            # has; the server's view counts too, as a restarted process remembers nothing.
+            gone = {
+                t: None for t in spec.shown_gpus | set(told[1] if told else ()) if t not in gpus
+            }
             if (
                 not batch.scratch.refresh
                 and told is not None
                 and told[0] == said
                 and visible.same(gpus, told[1])
+                and not spec.shown_gpus - gpus.keys()
             ):
                 continue
             # lastTransitionTime moves only when the condition's status flips, not when a GPU
@@ -266,7 +274,6 @@ class StatusWriter:
             self.tenants_told[name] = (said, gpus, since)
             stamp = {**condition, "lastTransitionTime": since}
             # A merge patch keeps map keys it does not name: a type no longer shown is nulled.
-            gone = {t: None for t in (told[1] if told else {}) if t not in gpus}
             body = {
                 "conditions": [stamp],
                 "gpus": {**gone, **gpus},
