@@ -168,17 +168,17 @@ class JobSpec:
     workload_uid: str = ""
     # (namespace, name), built once: every phase of a round looks jobs up by it.
     key: JobKey = dataclasses.field(init=False, repr=False, compare=False)
+    # Whether ``status.phase`` is terminal, also built once: every round asks it of every job
+    # several times (a status is never changed in place; ``dataclasses.replace`` rebuilds it).
+    finished: bool = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key", (self.namespace, self.name))
+        object.__setattr__(self, "finished", self.phase in crd.TERMINAL_PHASES)
 
     @property
     def phase(self) -> str:
         return str(self.status.get("phase") or "")
-
-    @property
-    def finished(self) -> bool:
-        return self.phase in crd.TERMINAL_PHASES
 
     def gpus_per_pod(self, resource_name: str) -> int:
         """GPUs each pod asks of a pool using ``resource_name`` (the pod's request, or 1)."""
