@@ -405,7 +405,7 @@ class _NodeUse:
 
     def __init__(self, sol: policies.Solution, view: snapshot.ClusterView) -> None:
         self.sol, self.view = sol, view
-        self.capacity = Capacity(view)
+        self.capacity = Capacity.of(view)
         self.used: dict[int, dict[str, float]] = {}
 
     def usage(self, k: int) -> dict[str, float]:
@@ -588,7 +588,7 @@ def _backfill_mask(
     """Where each solved job could run: positive throughput on the group's GPU type and some
     node of the group passing the job's filters (kube-scheduler's, as ``_enforce_filters``
     applies them); jobs an incremental round keeps in place are left out."""
-    capacity = Capacity(view)
+    capacity = Capacity.of(view)
     mask = np.zeros((len(sol.jobs), len(sol.group_type)), dtype=bool)
     types = sorted(set(sol.group_type))
     # A row depends on the job only through its shape and the types it has throughput on, so
