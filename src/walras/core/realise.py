@@ -452,6 +452,7 @@ class _Maximums:
         self._tenants = snap.tenants
         self._used: dict[tuple[str, str], float] = {}
         self._chains: dict[int, list[str]] = {}
+        self._configs: dict[str, governance.TenantSpec] = {}
 
     def _chain(self, r: int) -> list[str]:
         if r not in self._chains:
@@ -459,13 +460,20 @@ class _Maximums:
             self._chains[r] = [t, *governance.ancestors(t, self._tenants)]
         return self._chains[r]
 
+    def _config(self, t: str) -> governance.TenantSpec:
+        # Looked up once per tenant and round (every placement asks it of its whole chain).
+        found = self._configs.get(t)
+        if found is None:
+            found = self._configs[t] = governance.config(t, self._tenants)
+        return found
+
     def _gpus(self, r: int) -> float:
         return float(self._sol.jobs[r].replicas * int(self._sol.gpus_per_pod[r]))
 
     def full(self, r: int, gpu_type: str) -> str:
         """Why job ``r``'s gang may not take ``gpu_type`` this round ("" if it may)."""
         for t in self._chain(r):
-            q = governance.config(t, self._tenants).quotas.get(gpu_type)
+            q = self._config(t).quotas.get(gpu_type)
             if q is None or q.maximum is None:
                 continue
             used = self._used.get((t, gpu_type), 0.0)
