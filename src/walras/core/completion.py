@@ -38,7 +38,8 @@ def completions(
     out: dict[model.JobKey, Completion] = {}
     pods_by_job = snap.pods_by_job()
     for job in snap.active_jobs:
-        pods = [p for p in pods_by_job.get(job.key, []) if not p.terminating]
+        all_pods = pods_by_job.get(job.key)
+        pods = [p for p in all_pods if not p.terminating] if all_pods else []
         failed = [p for p in pods if p.phase == crd.PHASE_FAILED]
         done = [p for p in pods if p.phase == crd.PHASE_SUCCEEDED]
         hist = hists[job.key]

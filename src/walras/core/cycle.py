@@ -218,18 +218,16 @@ def plan(
     for uid in [u for u in state.histories if u not in live]:
         del state.histories[uid]
 
-    snap = dataclasses.replace(
-        snap,
-        progress={
-            job.key: snapshots.JobProgress(
-                work_done=hists[job.key].work_done,
-                elapsed=hists[job.key].elapsed,
-                received=sum(hists[job.key].received.values()),
-                arrival=job.created,
-            )
-            for job in active
-        },
-    )
+    progress: dict[model.JobKey, snapshots.JobProgress] = {}
+    for job in active:
+        hist = hists[job.key]
+        progress[job.key] = snapshots.JobProgress(
+            work_done=hist.work_done,
+            elapsed=hist.elapsed,
+            received=sum(hist.received.values()),
+            arrival=job.created,
+        )
+    snap = snap.with_progress(progress)
     finished = completion.completions(snap, hists)
     if finished:
         by_key = {j.key: j for j in active}

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -170,17 +170,32 @@ class JobSpec:
     priority_class: str = ""
     # (namespace, name), built once: every phase of a round looks jobs up by it.
     key: JobKey = dataclasses.field(init=False, repr=False, compare=False)
+    # Whether ``status.phase`` is terminal, also built once: every round asks it of every job
+    # several times (a status is never changed in place; ``dataclasses.replace`` rebuilds it).
+    finished: bool = dataclasses.field(init=False, repr=False, compare=False)
+    # What kube-scheduler's filters read of the job (``walras.core.policies.eligibility``'s
+    # ``job_shape``), hashable: jobs of one shape share every per-node answer. Built once, as
+    # the placement phases ask it of every job several times a round.
+    filter_shape: Hashable = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key", (self.namespace, self.name))
+        object.__setattr__(self, "finished", self.phase in crd.TERMINAL_PHASES)
+        object.__setattr__(
+            self,
+            "filter_shape",
+            (
+                tuple(sorted(self.node_selector.items())),
+                self.tolerations,
+                self.affinity,
+                tuple(sorted(self.requests.items())),
+                tuple(sorted(self.gpu_limits.items())),
+            ),
+        )
 
     @property
     def phase(self) -> str:
         return str(self.status.get("phase") or "")
-
-    @property
-    def finished(self) -> bool:
-        return self.phase in crd.TERMINAL_PHASES
 
     def gpus_per_pod(self, resource_name: str) -> int:
         """GPUs each pod asks of a pool using ``resource_name`` (the pod's request, or 1)."""

@@ -433,7 +433,7 @@ class _NodeUse:
 
     def __init__(self, sol: policies.Solution, view: snapshot.ClusterView) -> None:
         self.sol, self.view = sol, view
-        self.capacity = Capacity(view)
+        self.capacity = Capacity.of(view)
         self.used: dict[int, dict[str, float]] = {}
 
     def usage(self, k: int) -> dict[str, float]:
@@ -480,6 +480,7 @@ class _Maximums:
         self._tenants = snap.tenants
         self._used: dict[tuple[str, str], float] = {}
         self._chains: dict[int, list[str]] = {}
+        self._configs: dict[str, governance.TenantSpec] = {}
 
     def _chain(self, r: int) -> list[str]:
         if r not in self._chains:
@@ -487,13 +488,20 @@ class _Maximums:
             self._chains[r] = [t, *governance.ancestors(t, self._tenants)]
         return self._chains[r]
 
+    def _config(self, t: str) -> governance.TenantSpec:
+        # Looked up once per tenant and round (every placement asks it of its whole chain).
+        found = self._configs.get(t)
+        if found is None:
+            found = self._configs[t] = governance.config(t, self._tenants)
+        return found
+
     def _gpus(self, r: int) -> float:
         return float(self._sol.jobs[r].replicas * int(self._sol.gpus_per_pod[r]))
 
     def full(self, r: int, gpu_type: str) -> str:
         """Why job ``r``'s gang may not take ``gpu_type`` this round ("" if it may)."""
         for t in self._chain(r):
-            q = governance.config(t, self._tenants).quotas.get(gpu_type)
+            q = self._config(t).quotas.get(gpu_type)
             if q is None or q.maximum is None:
                 continue
             used = self._used.get((t, gpu_type), 0.0)
@@ -664,7 +672,7 @@ def _backfill_mask(
     """Where each solved job could run: positive throughput on the group's GPU type and some
     node of the group passing the job's filters (kube-scheduler's, as ``_enforce_filters``
     applies them); jobs an incremental round keeps in place are left out."""
-    capacity = Capacity(view)
+    capacity = Capacity.of(view)
     mask = np.zeros((len(sol.jobs), len(sol.group_type)), dtype=bool)
     types = sorted(set(sol.group_type))
     # A row depends on the job only through its shape and the types it has throughput on, so

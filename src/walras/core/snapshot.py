@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -77,6 +77,12 @@ class Snapshot:
             object.__setattr__(self, "_active", active)
         return active
 
+    def with_progress(self, progress: Mapping[model.JobKey, JobProgress]) -> Snapshot:
+        """This snapshot with ``progress`` filled in (same jobs, so its active jobs carry over)."""
+        out = dataclasses.replace(self, progress=progress)
+        object.__setattr__(out, "_active", self._active)
+        return out
+
     def pods_by_job(self) -> dict[model.JobKey, list[model.PodInfo]]:
         out: dict[model.JobKey, list[model.PodInfo]] = {}
         for pod in self.pods:
@@ -84,18 +90,78 @@ class Snapshot:
         return out
 
 
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class _Index(dict[K, V]):
+    """A dict that counts its changes, so that :meth:`Store.freeze` rebuilds only the sorted
+    tuples of the kinds that changed since the last round (most rounds change pods only)."""
+
+    __slots__ = ("changes",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.changes = 0
+
+    def __setitem__(self, key: K, value: V) -> None:
+        self.changes += 1
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: K) -> None:
+        self.changes += 1
+        super().__delitem__(key)
+
+    def pop(self, key: K, *default: Any) -> Any:
+        self.changes += 1
+        return super().pop(key, *default)
+
+    def popitem(self) -> tuple[K, V]:
+        self.changes += 1
+        return super().popitem()
+
+    def clear(self) -> None:
+        self.changes += 1
+        super().clear()
+
+    def setdefault(self, key: K, default: Any = None) -> Any:
+        self.changes += 1
+        return super().setdefault(key, default)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        self.changes += 1
+        super().update(*args, **kwargs)
+
+    def __ior__(self, other: Any) -> _Index[K, V]:  # type: ignore[override,misc]
+        self.changes += 1
+        super().update(other)
+        return self
+
+
 class Store:
     """Mutable indexes fed by the watch handlers (one event loop, so no locking)."""
 
     def __init__(self) -> None:
-        self.jobs: dict[model.JobKey, model.JobSpec | model.JobDefect] = {}
-        self.pools: dict[str, model.PoolSpec] = {}
-        self.nodes: dict[str, model.NodeInfo] = {}
-        self.pods: dict[model.JobKey, model.PodInfo] = {}
-        self.foreign: dict[model.JobKey, model.PodInfo] = {}
-        self.tenants: dict[str, governance.TenantSpec] = {}
-        self.priority_classes: dict[str, priorities.PriorityClass] = {}
+        self.jobs: dict[model.JobKey, model.JobSpec | model.JobDefect] = _Index()
+        self.pools: dict[str, model.PoolSpec] = _Index()
+        self.nodes: dict[str, model.NodeInfo] = _Index()
+        self.pods: dict[model.JobKey, model.PodInfo] = _Index()
+        self.foreign: dict[model.JobKey, model.PodInfo] = _Index()
+        self.tenants: dict[str, governance.TenantSpec] = _Index()
+        self.priority_classes: dict[str, priorities.PriorityClass] = _Index()
         self.version = 0
+        # What freeze built last, and the change counts of the indexes it was built from: the
+        # parts whose indexes did not change are reused as they are (they are immutable).
+        self._frozen: dict[str, tuple[tuple[int, ...], Any]] = {}
+
+    def _reuse(self, part: str, *indexes: Mapping[Any, Any]) -> tuple[tuple[int, ...], Any]:
+        """``(stamp, value)``: the stamp of ``indexes`` now, and the part built at that stamp
+        (None when it must be rebuilt). An index replaced by a plain dict is never reused."""
+        stamp = tuple(i.changes if isinstance(i, _Index) else -1 - n for n, i in enumerate(indexes))
+        hit = self._frozen.get(part)
+        if hit is not None and hit[0] == stamp and min(stamp) >= 0:
+            return stamp, hit[1]
+        return stamp, None
 
     def upsert(self, kind: str, obj: Mapping[str, Any]) -> None:
         """Record the latest state of an object (``kind``: job | pool | node | pod | tenant |
@@ -149,30 +215,57 @@ class Store:
             raise ValueError(f"unknown kind {kind!r} for {name}")
 
     def freeze(self, now: float) -> Snapshot:
-        """The immutable, sorted snapshot the round works on."""
-        jobs = sorted(
-            (j for j in self.jobs.values() if isinstance(j, model.JobSpec)), key=lambda j: j.key
-        )
-        defects = sorted(
-            (j for j in self.jobs.values() if isinstance(j, model.JobDefect)), key=lambda j: j.key
-        )
-        # The tenant of a job is its namespace or the Tenant listing it, never its spec.tenant.
-        pools = sorted(self.pools.values(), key=lambda p: p.name)
-        tenants, problems = tenant_tree.validate(
-            dict(sorted(self.tenants.items())), pool_gpus(self.nodes.values(), pools)
-        )
-        defects = [
-            dataclasses.replace(d, tenant=governance.tenant_of(d.namespace, tenants))
-            for d in defects
-        ]
+        """The immutable, sorted snapshot the round works on.
+
+        Each part (jobs, pools and nodes with the tenants, pods, foreign pods) is rebuilt only
+        when an index it is built from changed since the last freeze; otherwise the last tuple
+        is handed out again, the same object, so :func:`cluster_view` can reuse its view too.
+        """
+        stamp, cluster = self._reuse("cluster", self.pools, self.nodes, self.tenants)
+        if cluster is None:
+            pools = tuple(sorted(self.pools.values(), key=lambda p: p.name))
+            nodes = tuple(sorted(self.nodes.values(), key=lambda n: n.name))
+            # The tenant of a job is its namespace or the Tenant listing it, never its spec.tenant.
+            tenants, problems = tenant_tree.validate(
+                dict(sorted(self.tenants.items())), pool_gpus(self.nodes.values(), pools)
+            )
+            cluster = (pools, nodes, tenants, problems)
+            self._frozen["cluster"] = (stamp, cluster)
+        pools, nodes, tenants, problems = cluster
+        stamp, parsed = self._reuse("jobs", self.jobs, self.pools, self.nodes, self.tenants)
+        if parsed is None:
+            jobs = sorted(
+                (j for j in self.jobs.values() if isinstance(j, model.JobSpec)),
+                key=lambda j: j.key,
+            )
+            defects = sorted(
+                (j for j in self.jobs.values() if isinstance(j, model.JobDefect)),
+                key=lambda j: j.key,
+            )
+            parsed = (
+                governance.resolve(jobs, tenants),
+                tuple(
+                    dataclasses.replace(d, tenant=governance.tenant_of(d.namespace, tenants))
+                    for d in defects
+                ),
+            )
+            self._frozen["jobs"] = (stamp, parsed)
+        stamp, pods = self._reuse("pods", self.pods)
+        if pods is None:
+            pods = tuple(sorted(self.pods.values(), key=lambda p: p.key))
+            self._frozen["pods"] = (stamp, pods)
+        stamp, foreign = self._reuse("foreign", self.foreign)
+        if foreign is None:
+            foreign = tuple(sorted(self.foreign.values(), key=lambda p: p.key))
+            self._frozen["foreign"] = (stamp, foreign)
         return Snapshot(
             taken_at=now,
-            jobs=governance.resolve(jobs, tenants),
-            defects=tuple(defects),
-            pools=tuple(sorted(self.pools.values(), key=lambda p: p.name)),
-            nodes=tuple(sorted(self.nodes.values(), key=lambda n: n.name)),
-            pods=tuple(sorted(self.pods.values(), key=lambda p: p.key)),
-            foreign_pods=tuple(sorted(self.foreign.values(), key=lambda p: p.key)),
+            jobs=parsed[0],
+            defects=parsed[1],
+            pools=pools,
+            nodes=nodes,
+            pods=pods,
+            foreign_pods=foreign,
             tenants=tenants,
             tenant_problems=problems,
             priority_classes=dict(sorted(self.priority_classes.items())),
@@ -298,8 +391,29 @@ def node_usage(pods: Sequence[model.PodInfo]) -> dict[str, dict[str, float]]:
     return out
 
 
+# The last view and the tuples it was built from: a round whose nodes, pools and foreign pods are
+# the very tuples of the last one (``Store.freeze`` hands them out again while unchanged) gets
+# that view again. Holding the tuples keeps their ids from being reused.
+_LAST_VIEW: list[tuple[tuple[object, ...], ClusterView]] = []
+
+
 def cluster_view(snap: Snapshot) -> ClusterView:
-    """Usable nodes, their pools and GPU counts, and the capacity of every GPU type."""
+    """Usable nodes, their pools and GPU counts, and the capacity of every GPU type.
+
+    A view is immutable (its arrays are read-only), so the view of the last snapshot built from
+    the same node, pool and foreign-pod tuples is handed back instead of being rebuilt."""
+    parts = (snap.nodes, snap.pools, snap.foreign_pods)
+    last = _LAST_VIEW[0] if _LAST_VIEW else None
+    if last is not None and all(a is b for a, b in zip(last[0], parts, strict=True)):
+        return last[1]
+    view = _build_view(snap)
+    for array in (view.node_type, view.node_gpus, view.node_foreign, view.type_capacity):
+        array.flags.writeable = False
+    _LAST_VIEW[:] = [(parts, view)]
+    return view
+
+
+def _build_view(snap: Snapshot) -> ClusterView:
     foreign = node_usage(snap.foreign_pods)
     states: dict[str, dict[str, Any]] = {
         p.name: {"nodes": [], "capacity": 0, "matching": 0, "not_ready": 0, "cordoned": 0}

@@ -159,6 +159,7 @@ class _Sim:
     names: dict[int, tuple[str, str]] = field(default_factory=dict)
     # --throughput-noise/--hide-fraction: what the policy sees (None: the true throughputs).
     declared: declarations.Declared | None = None
+    gpu_node: dict[int, str] = field(default_factory=dict)  # GPU id → its node, built once
 
     def settle(self, j: int, now: float) -> None:
         """Account job ``j``'s work and busy time up to ``now``."""
@@ -187,10 +188,9 @@ class _Sim:
             self.free_gpus[self._node_of_gpu(g)].append(g)
 
     def _node_of_gpu(self, g: int) -> str:
-        for node in self.cluster.nodes:
-            if g in node.gpu_ids:
-                return node.name
-        raise KeyError(g)
+        if not self.gpu_node:
+            self.gpu_node = {i: node.name for node in self.cluster.nodes for i in node.gpu_ids}
+        return self.gpu_node[g]
 
 
 def run(

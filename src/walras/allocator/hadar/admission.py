@@ -44,7 +44,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from walras.allocator.hadar.find_alloc import States, best_many
+from walras.allocator.hadar.find_alloc import States, best_many, best_one
 from walras.allocator.hadar.prices import price
 
 FloatArray = npt.NDArray[np.float64]
@@ -181,16 +181,9 @@ def _forward(
             # never admitted, so skip its evaluation (most of the queue once the GPUs are taken).
             continue
         prices = market.prices(state)
-        one = States(state[None, :], prices[None, :])
-        best = best_many(one, q.speed[None, :], np.array([q.gang]), q.utils[None, :], counts=True)
-        pick = Admitted(
-            q.job,
-            best.counts[0, 0],
-            float(best.rate[0, 0]),
-            float(best.utility[0, 0]),
-            float(best.cost[0, 0]),
-            float(best.payoff[0, 0]),
-        )
+        # FIND_ALLOC at this one state (best_many's numbers, without its array set-up).
+        payoff, counts, rate, utility, cost = best_one(q.speed, q.gang, state, prices, q.utils)
+        pick = Admitted(q.job, counts, rate, utility, cost, payoff)
         if q.stay is not None:
             stay_pay = float(
                 _stay_payoff(q.stay, q.stay_utility, state[None, :], prices[None, :])[0]

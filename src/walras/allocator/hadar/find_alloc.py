@@ -31,6 +31,7 @@ price order is shared by all jobs (:class:`States`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -200,6 +201,57 @@ def best_many(
     if details:
         best_rate = np.where(np.isfinite(best_pay), best_rate, 0.0)
     return Best(best_pay, best_counts, best_rate, best_util, best_cost, best_after)
+
+
+def best_one(
+    speed: FloatArray, gang: int, free: IntArray, prices: FloatArray, utils: FloatArray
+) -> tuple[float, IntArray, float, float, float]:
+    """FIND_ALLOC for one job at one state: ``(payoff, counts (T,), rate, utility, cost)``,
+    what :func:`best_many` returns at ``S = 1`` (``payoff = -inf`` and the rest 0 when no gang
+    fits), computed on Python floats in the same order of operations, so the numbers are the
+    same to the last bit.
+
+    Why a second form: the queue's forward pass evaluates one job at one state at a time, tens
+    of thousands of times a run, where ``best_many``'s array set-up costs more than its work on
+    a handful of types.
+    """
+    sp: list[float] = speed.tolist()
+    fr: list[int] = free.tolist()
+    pr: list[float] = prices.tolist()
+    ut: list[float] = utils.tolist()
+    n_types = len(sp)
+    # Bottlenecks fastest first, ties in speed one bottleneck (as best_many's groups).
+    order = sorted(range(n_types), key=lambda t: -sp[t])
+    n_positive = sum(1 for x in sp if x > 0)
+    best_pay, best_rate, best_util, best_cost = -math.inf, 0.0, 0.0, 0.0
+    best_counts = [0] * n_types
+    for n_allowed in range(1, n_positive + 1):
+        if n_allowed < n_positive and sp[order[n_allowed]] == sp[order[n_allowed - 1]]:
+            continue
+        allowed = order[:n_allowed]
+        # Cheapest first, ties in the allowed (fastest-first) order: a stable sort, as argsort.
+        types = sorted(allowed, key=lambda t: pr[t])
+        before, cost, slow, total = 0, 0.0, -1, 0
+        counts = [0] * n_types
+        for i, t in enumerate(types):
+            f = fr[t]
+            take = min(max(gang - before, 0), f)
+            po = pr[t] if f > 0 else 0.0
+            cost = take * po if i == 0 else cost + take * po
+            if take > 0 and (slow < 0 or sp[t] < sp[slow]):
+                slow = t  # first of the slowest taken types (argmin)
+            counts[t] = take
+            before += f
+            total += f
+        if slow < 0:
+            slow = types[0]  # nothing taken: argmin over all-inf picks the first
+        pay = ut[slow] - cost if total >= gang else -math.inf
+        if pay > best_pay:
+            best_pay, best_rate, best_util, best_cost = pay, sp[slow], ut[slow], cost
+            best_counts = counts
+    if not math.isfinite(best_pay):
+        best_rate = 0.0
+    return best_pay, np.array(best_counts, dtype=np.int64), best_rate, best_util, best_cost
 
 
 def layout(

@@ -138,9 +138,11 @@ def plan_round(
         wanted_gpus = int((p.replicas * p.gpus_per_pod)[np.unique(jj)].sum())
         if wanted_gpus <= int(p.node_free.sum()):
             credit = fit[jj]  # every job can run at once: only *where* is at stake
+    # Where each job runs now, once: the credit below and the visit further down both read it.
+    now_placed = _current_placements(p)
     if np.any(np.asarray(credit) > 0) and p.current is not None:
         # Only a job that can be kept where it is (whole gang, one group) earns the credit.
-        running = _current_placements(p)[0]
+        running = now_placed[0]
         on_own = np.array([running[j] == g for j, g in zip(jj.tolist(), gg.tolist(), strict=True)])
         if on_own.size:
             # "behind" keys in seconds of the job's own schedule, so its credit (seconds of
@@ -193,7 +195,7 @@ def plan_round(
     replicas_of: list[int] = p.replicas.tolist()
     demand = [r * q for r, q in zip(replicas_of, gpus_of, strict=True)]
 
-    cur_group, cur_nodes, reserved_by_node = _current_placements(p)
+    cur_group, cur_nodes, reserved_by_node = now_placed
     reserved = [reserved_by_node[nodes] for nodes in group_nodes]
     group_reserved: list[int] = [int(r.sum()) for r in reserved]
     holds = [g >= 0 for g in cur_group]  # does job j still reserve its current GPUs?

@@ -56,26 +56,35 @@ class TypeFit:
 
 
 def job_shape(job: model.JobSpec) -> Hashable:
-    """What the filters read of a job: jobs of one shape share every per-node answer."""
-    return (
-        tuple(sorted(job.node_selector.items())),
-        job.tolerations,
-        job.affinity,
-        tuple(sorted(job.requests.items())),
-        tuple(sorted(job.gpu_limits.items())),
-    )
+    """What the filters read of a job: jobs of one shape share every per-node answer (its node
+    selector, tolerations, affinity, requests and GPU limits; built with the job)."""
+    return job.filter_shape
 
 
 class Capacity:
     """Per GPU type, the nodes and how many pods of a given job shape fit, memoised per round.
 
     Jobs mostly share a few shapes, so a round with thousands of jobs answers each (type, shape)
-    once instead of filtering every node per job.
+    once instead of filtering every node per job. Every answer depends on the view alone, so
+    :meth:`of` shares one instance among all phases of a round, and among rounds that reuse the
+    same view (``snapshot.cluster_view`` hands back the last one while the nodes, pools and
+    foreign pods are unchanged).
     """
+
+    @classmethod
+    def of(cls, view: snapshot.ClusterView) -> Capacity:
+        """The shared instance for ``view`` (a new one when the view is not the last one's)."""
+        last = _LAST[0] if _LAST else None
+        if last is not None and last.view is view:
+            return last
+        made = cls(view)
+        _LAST[:] = [made]
+        return made
 
     def __init__(self, view: snapshot.ClusterView) -> None:
         self.view = view
         self.free = np.maximum(view.node_gpus - view.node_foreign, 0)
+        self.free.flags.writeable = False  # shared (see ``of``)
         self.type_nodes = {
             t: np.flatnonzero(view.node_type == g) for g, t in enumerate(view.gpu_types)
         }
@@ -108,9 +117,10 @@ class Capacity:
                     nodes.append(k)
                     pods.append(count)
             diag.add(verdict)
-        fit = TypeFit(
-            np.array(nodes, dtype=np.int64), np.array(pods, dtype=np.int64), passed_static, diag
-        )
+        node_array = np.array(nodes, dtype=np.int64)
+        pod_array = np.array(pods, dtype=np.int64)
+        node_array.flags.writeable = pod_array.flags.writeable = False  # shared (see ``of``)
+        fit = TypeFit(node_array, pod_array, passed_static, diag)
         self._memo[key] = fit
         return fit
 
@@ -122,6 +132,10 @@ class Capacity:
         """(some node passes the job's filters, pods of the job's shape that fit at once)."""
         found = self.type_fit(job, gpu_type)
         return found.passed_static, found.total
+
+
+# The instance Capacity.of handed out last (one: a round works on one view).
+_LAST: list[Capacity] = []
 
 
 def _filter_field(job: model.JobSpec, main: str) -> str:
@@ -141,7 +155,7 @@ def usable_types(
 
     The answer depends on the job only through its shape (:func:`job_shape`), its gang size and
     the types it has a throughput on, so ``capacity`` remembers it per those for the round."""
-    capacity = capacity or Capacity(view)
+    capacity = capacity or Capacity.of(view)
     positive = [t for t, a in job.throughput.items() if a > 0]
     memo_key = (job_shape(job), job.replicas, tuple(positive))
     found = capacity._usable.get(memo_key)

@@ -153,7 +153,7 @@ class GavelBaseline:
         from walras.allocator import gavel
 
         types = view.gpu_types
-        capacity = Capacity(view)
+        capacity = Capacity.of(view)
         issues: list[JobIssue] = []
         rows: list[model.JobSpec] = []
         masks: list[list[bool]] = []

@@ -133,7 +133,7 @@ class Hadar:
         from walras.allocator import hadar
 
         types = view.gpu_types
-        capacity = Capacity(view)
+        capacity = Capacity.of(view)
         issues: list[JobIssue] = []
         rows: list[model.JobSpec] = []
         masks: list[list[bool]] = []

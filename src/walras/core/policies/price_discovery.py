@@ -138,7 +138,7 @@ class PriceDiscovery:
         issues: list[JobIssue] = []
         rows: list[model.JobSpec] = []
         masks: list[list[bool]] = []
-        capacity = Capacity(view)
+        capacity = Capacity.of(view)
         for job in snap.active_jobs:
             usable, issue = usable_types(job, view, capacity)
             if issue is not None:

@@ -93,7 +93,7 @@ class PSDSF:
         fits: dict[model.JobKey, npt.NDArray[np.bool_]] = {}
         jobs: list[model.JobSpec] = []
         free = np.maximum(view.node_gpus - view.node_foreign, 0)
-        capacity = Capacity(view)
+        capacity = Capacity.of(view)
         for job in snap.active_jobs:
             _, issue = usable_types(job, view, capacity)
             if issue is not None and issue.reason != "GangTooLarge":

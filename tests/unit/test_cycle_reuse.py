@@ -1,0 +1,152 @@
+"""The cycle's reuse across rounds is exact: the slow path (everything rebuilt every round) is
+the oracle.
+
+What is reused: ``Store.freeze``'s sorted parts whose indexes did not change, the last cluster
+view of the same node/pool/foreign-pod tuples (``snapshot.cluster_view``), one ``Capacity`` per
+view (``Capacity.of``), and Hadar's forward pass evaluating FIND_ALLOC with ``best_one``. Each is
+switched off here (rebuilt every time, ``best_many`` in the forward pass), and a simulated run
+must make the same plan in every round and finish every job at the same time.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import types
+from typing import Any
+
+import numpy as np
+import pytest
+from tests.unit import snapshot_helpers as helpers
+
+from walras.allocator.hadar import admission
+from walras.allocator.hadar.find_alloc import States, best_many
+from walras.core import crd, cycle, snapshot
+from walras.core.policies import eligibility
+from walras.sim import walras_mechanics
+from walras.sim.config import SimConfig
+from walras.sim.scenario import load_scenario
+from walras.sim.tally import Tally
+
+TRACE = pathlib.Path(__file__).parents[1] / "data" / "gavel" / "static_multi_seed0_n100.trace"
+
+
+def _slow(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rebuild everything every round (the code before the reuse)."""
+    monkeypatch.setattr(snapshot.Store, "_reuse", lambda self, part, *idx: ((), None))
+    monkeypatch.setattr(snapshot, "cluster_view", snapshot._build_view)
+    monkeypatch.setattr(eligibility.Capacity, "of", classmethod(lambda cls, view: cls(view)))
+
+    def best_one(
+        speed: Any, gang: int, free: Any, prices: Any, utils: Any
+    ) -> tuple[float, Any, float, float, float]:
+        b = best_many(
+            States(free[None, :], prices[None, :]),
+            speed[None, :],
+            np.array([gang]),
+            utils[None, :],
+            counts=True,
+        )
+        return (
+            float(b.payoff[0, 0]),
+            b.counts[0, 0],
+            float(b.rate[0, 0]),
+            float(b.utility[0, 0]),
+            float(b.cost[0, 0]),
+        )
+
+    monkeypatch.setattr(admission, "best_one", best_one)
+
+
+def _run(policy: str, jobs: int, tmp: pathlib.Path) -> tuple[list[tuple[object, ...]], list[float]]:
+    """Every round's plan (time, kind, pods created where, pods deleted why) and each job's
+    completion time, on the trace's first ``jobs`` jobs at 8:8:8 with 4 GPUs per node."""
+    path = tmp / "head.trace"
+    path.write_text("\n".join(TRACE.read_text().splitlines()[:jobs]) + "\n")
+    sc = load_scenario(path, cluster="8:8:8", gpus_per_node="4:4:4")
+    tally = Tally(sc.workload, sc.cluster.n_gpus)
+    rounds: list[tuple[object, ...]] = []
+
+    def seen(planned: cycle.CyclePlan) -> None:
+        real = planned.realisation
+        rounds.append(
+            (
+                planned.now,
+                planned.incremental,
+                tuple(sorted((c.name, c.node) for c in real.creates)),
+                tuple(sorted((d.pod.name, d.reason) for d in real.deletes)),
+            )
+        )
+
+    config = SimConfig(round_s=360.0, restart_s=10.0, seed=0, semantics="walras")
+    walras_mechanics.run(
+        sc.workload, sc.cluster, types.SimpleNamespace(name=policy), config, tally, observer=seen
+    )
+    return rounds, list(tally.completion_s)
+
+
+@pytest.mark.parametrize("policy", ["max-min-fairness", "hadar"])
+def test_reuse_makes_the_same_rounds_as_rebuilding(
+    policy: str, monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
+) -> None:
+    fast = _run(policy, 30, tmp_path)
+    with monkeypatch.context() as m:
+        _slow(m)
+        slow = _run(policy, 30, tmp_path)
+    assert len(fast[0]) > 20  # enough rounds to reuse something
+    assert fast == slow
+
+
+def _pod(job_name: str, node_name: str) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "namespace": "ns",
+            "name": f"{job_name}-r1-0",
+            "labels": {crd.LABEL_JOB: job_name, crd.LABEL_REPLICA: "0"},
+        },
+        "spec": {"nodeName": node_name},
+        "status": {"phase": "Running"},
+    }
+
+
+def _fresh(store: snapshot.Store, now: float) -> snapshot.Snapshot:
+    """The oracle: a freeze that reuses nothing."""
+    saved = dict(store._frozen)
+    store._frozen.clear()
+    try:
+        return store.freeze(now)
+    finally:
+        store._frozen.update(saved)
+
+
+def test_freeze_sees_every_change_of_an_index() -> None:
+    store = helpers.cluster([helpers.job("a", {"v100": 1.0}), helpers.job("b", {"k80": 1.0})])
+    first = store.freeze(0.0)
+    again = store.freeze(1.0)
+    assert again.nodes is first.nodes and again.jobs is first.jobs  # unchanged: reused
+    assert snapshot.cluster_view(again) is snapshot.cluster_view(first)
+    steps = [
+        lambda: store.upsert("pod", _pod("a", "v100-0")),
+        lambda: store.upsert("job", helpers.job("c", {"v100": 2.0})),
+        lambda: store.upsert("node", helpers.node("v100-2", "v100", 8)),
+        lambda: store.delete("job", "ns", "b"),
+        # Writes straight into an index (as some tests do) are seen too.
+        lambda: store.pods.pop(("ns", "a-r1-0")),
+        lambda: store.nodes.__delitem__("v100-2"),
+    ]
+    for n, step in enumerate(steps, start=2):
+        step()
+        got, want = store.freeze(float(n)), _fresh(store, float(n))
+        assert got == want
+        assert _same_view(snapshot.cluster_view(got), snapshot._build_view(want))
+
+
+def _same_view(a: snapshot.ClusterView, b: snapshot.ClusterView) -> bool:
+    return (
+        a.gpu_types == b.gpu_types
+        and a.nodes == b.nodes
+        and all(
+            np.array_equal(getattr(a, f), getattr(b, f))
+            for f in ("node_type", "node_gpus", "node_foreign", "type_capacity")
+        )
+        and a.pools == b.pools
+    )
