@@ -511,6 +511,8 @@ def _guaranteed(
     workload's grace period); a gang inside its minimum run time is fixed before this and keeps
     its GPUs. No gang is split: one that does not fit whole on the group's free GPUs waits.
     """
+    if not any(q.guaranteed for spec in snap.tenants.values() for q in spec.quotas.values()):
+        return []  # the common case, at no cost per job
     chains = {
         r: [j.tenant, *governance.ancestors(j.tenant, snap.tenants)] for r, j in enumerate(sol.jobs)
     }
