@@ -79,7 +79,7 @@ class Case:
     """A random cluster, tenants ``own`` (guaranteed ``G`` of ``gtype``), ``org`` (a maximum of
     each type) with children ``b`` (maybe a maximum of one type) and ``c``."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, *, over: bool = False) -> None:
         rng = np.random.default_rng(seed)
         self.types = ["v100", "k80"][: int(rng.integers(1, 3))]
         self.store = snapshot.Store()
@@ -128,16 +128,21 @@ class Case:
             tput = {t: float(rng.uniform(0.5, 3.0)) for t in self.types}
             replicas = int(rng.choice([1, 2, 4]))
             self.store.upsert("job", _job(f"j{j}", ns, replicas, tput, 0.0))
-        # The owner's jobs: gangs of 1-2 pods, only on its guaranteed type, at most G in all.
+        # The owner's jobs, only on its guaranteed type: gangs of 1-2 pods, at most G in all; or
+        # (``over``) gangs of 1-3 pods asking for more than G.
         self.owner_jobs: list[dict[str, Any]] = []
-        left = self.guaranteed
+        left = self.guaranteed + (int(rng.integers(1, 5)) if over else 0)
         while left > 0:
-            r = min(int(rng.integers(1, 3)), left)
+            r = int(rng.integers(1, 4)) if over else min(int(rng.integers(1, 3)), left)
             name = f"o{len(self.owner_jobs)}"
             self.owner_jobs.append(_job(name, "own", r, {self.gtype: 1.0}, ROUND_S))
             left -= r
-            if rng.random() < 0.3:
+            if not over and rng.random() < 0.3:
                 break
+        gangs = [int(o["spec"]["replicas"]) for o in self.owner_jobs]
+        inside = [r for r in gangs if r <= self.guaranteed]
+        self.carve = min(self.guaranteed, sum(inside))
+        self.largest = max(inside, default=0)
 
 
 def _apply(store: snapshot.Store, plan: cycle.CyclePlan) -> None:
@@ -190,6 +195,26 @@ def _policy(name: str, store: snapshot.Store) -> policies.Policy:
     )
 
 
+def _two_rounds(name: str, case: Case, min_run_s: float) -> tuple[cycle.CyclePlan, Any]:
+    """Round 1 at 0 s with the borrowers alone, round 2 at 360 s with the owner's jobs too;
+    maximums and whole gangs checked in both. Returns round 2's plan and holdings."""
+    policy = _policy(name, case.store)
+    state = cycle.CycleState()
+    options = cycle.CycleOptions(min_run_s=min_run_s)
+    plan = cycle.plan(
+        state, policy, case.store.freeze(now=0.0), now=0.0, round_no=1, options=options
+    )
+    _check_maximums(case, _held(case, plan))
+    _apply(case.store, plan)
+    for obj in case.owner_jobs:
+        case.store.upsert("job", obj)
+    snap = case.store.freeze(now=ROUND_S)
+    plan = cycle.plan(state, policy, snap, now=ROUND_S, round_no=2, options=options)
+    held = _held(case, plan)
+    _check_maximums(case, held)
+    return plan, held
+
+
 @pytest.mark.parametrize("name", policies.registry.names())
 @SETTINGS
 @given(seed=st.integers(0, 2**31 - 1), min_run_s=st.sampled_from([0.0, 300.0]))
@@ -197,22 +222,7 @@ def test_every_policy_keeps_maximums_and_reclaims_a_guarantee_within_a_round(
     name: str, seed: int, min_run_s: float
 ) -> None:
     case = Case(seed)
-    policy = _policy(name, case.store)
-    state = cycle.CycleState()
-    options = cycle.CycleOptions(min_run_s=min_run_s)
-    # Round 1: the borrowers alone.
-    plan = cycle.plan(
-        state, policy, case.store.freeze(now=0.0), now=0.0, round_no=1, options=options
-    )
-    _check_maximums(case, _held(case, plan))
-    _apply(case.store, plan)
-    # Round 2: the owner's demand is back.
-    for obj in case.owner_jobs:
-        case.store.upsert("job", obj)
-    snap = case.store.freeze(now=ROUND_S)
-    plan = cycle.plan(state, policy, snap, now=ROUND_S, round_no=2, options=options)
-    held = _held(case, plan)
-    _check_maximums(case, held)
+    plan, held = _two_rounds(name, case, min_run_s)
     if name == "psdsf-distributed":
         return
     owner = {j.key for j in plan.snapshot.jobs if j.namespace == "own"}
@@ -222,3 +232,26 @@ def test_every_policy_keeps_maximums_and_reclaims_a_guarantee_within_a_round(
             f"{key} waits in round 2 ({jr.why}); owner holds {held.get(('own', case.gtype), 0)} "
             f"of its guarantee {case.guaranteed}"
         )
+
+
+@pytest.mark.parametrize("name", policies.registry.names())
+@SETTINGS
+@given(seed=st.integers(0, 2**31 - 1))
+def test_an_owner_asking_more_than_its_guarantee_holds_it_up_to_one_gang(
+    name: str, seed: int
+) -> None:
+    # The bound with whole gangs. The guaranteed gangs are placed first (the realiser's
+    # ``_guaranteed``, Hadar's gang repair): the owner's jobs that can run on the type, each while
+    # its gang fits in what is still owed, on a type with R ≥ 2G GPUs that no minimum run time
+    # holds (min_run_s = 0), so every such gang finds room. They stop when every owner gang
+    # left over is larger than what is still owed: the owner is owed less than its largest gang
+    # ``s_max ≤ G`` among those that fit in G, so it holds more than ``G − s_max``, i.e. at least
+    # ``G − s_max + 1`` (whole GPUs); or every gang that fits in G runs: it holds ``f ≥ c``.
+    # Hence ``h ≥ min(c, G − s_max + 1)``.
+    case = Case(seed, over=True)
+    _, held = _two_rounds(name, case, 0.0)
+    if name == "psdsf-distributed":
+        return
+    h = held.get(("own", case.gtype), 0)
+    bound = min(case.carve, case.guaranteed - case.largest + 1)
+    assert h >= bound, f"owner holds {h} of {case.gtype}, bound {bound} (G = {case.guaranteed})"

@@ -503,9 +503,10 @@ def _guaranteed(
     A policy with quotas gives a tenant's jobs their carve-out as targets (long-run fractions);
     the plan alone would serve a job that just arrived after the borrowers it owes, so the owner
     would wait rounds for GPUs it is guaranteed. Here, per tenant ``u`` with ``guaranteed`` of a
-    type, the jobs of its subtree with a positive target on that type (largest ``deficit``, the
-    time the plan owes them there, first: the owner's jobs take turns) take whole gangs on the
-    group of their largest target while their gang fits in what ``u`` is
+    type, the jobs of its subtree that can run on that type (those the policy gives time there
+    first, by largest ``deficit``, the time the plan owes them there: the owner's jobs take
+    turns; then the others, as the guarantee is the tenant's whatever the policy's targets) take
+    whole gangs on the group of their largest target while their gang fits in what ``u`` is
     still owed (``guaranteed`` minus its gangs already fixed: the minimum-run ones). The
     borrowers' gangs are then stopped by the plan as any slice that ends (their pods deleted, the
     workload's grace period); a gang inside its minimum run time is fixed before this and keeps
@@ -545,16 +546,26 @@ def _guaranteed(
         rows = [
             r
             for r in range(len(sol.jobs))
-            if r not in done and u in chains[r] and float(targets[r, cols].max()) > 0
+            if r not in done and u in chains[r] and sol.jobs[r].throughput.get(gpu_type, 0.0) > 0
         ]
-        rows.sort(key=lambda r: (-float(deficit[r, cols].sum()), -float(targets[r, cols].max()), r))
+        # Jobs the policy gives time on the type first, by what the plan owes them there.
+        rows.sort(
+            key=lambda r: (
+                not float(targets[r, cols].max()) > 0,
+                -float(deficit[r, cols].sum()),
+                r,
+            )
+        )
         for r in rows:
             if gang[r] > owed[(u, gpu_type)] + 1e-9:
                 continue
-            g = int(cols[int(np.argmax(targets[r, cols]))])
-            nodes = _fit_gang(
-                int(sol.jobs[r].replicas), int(sol.gpus_per_pod[r]), g, sol, free, current[r]
-            )
+            nodes = None
+            for g in sorted(cols.tolist(), key=lambda c: (-float(targets[r, c]), c)):
+                nodes = _fit_gang(
+                    int(sol.jobs[r].replicas), int(sol.gpus_per_pod[r]), g, sol, free, current[r]
+                )
+                if nodes is not None:
+                    break
             if nodes is None:
                 continue
             for k, n in nodes:
