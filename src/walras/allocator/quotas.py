@@ -38,8 +38,8 @@ unchanged:
 3. a private column its owner leaves idle (its jobs are saturated or want other types) is
    shrunk to what it uses, so unused guaranteed GPUs are lent (to its parent's column: its
    siblings first; from a root, to everyone); a lent carve-out whose owner fills it and still
-   wants more is restored to ``c_tg`` (once per pair, so passes cannot cycle between lending
-   and reclaiming).
+   wants more is restored to ``c_tg``, a barred pair's to its confinement (once per pair, so
+   passes cannot cycle between lending and reclaiming).
 
 When no pair changes, the allocation is the policy's optimum of the problem above with the
 final carve-outs (``Outcome.carve``, at most ``c_tg``, smaller only where t did not use them):
@@ -297,6 +297,10 @@ def enforce(
     parent = quotas.parents()
     barred = np.zeros((T, m), dtype=bool)
     private = first.copy()
+    # What each pair's own column is restored to when its owner wants it back: its carve-out, or,
+    # once barred, its confinement (a confined column lent while idle must come back too, or the
+    # pair would stay confined to nothing).
+    entitled = first.copy()
     frozen = np.zeros((T, m), dtype=bool)
     passes = 0
     while True:
@@ -326,11 +330,10 @@ def enforce(
         # A lent carve-out whose owner wants it back (full, with a job that could use more of it
         # short of time): restored, once (so passes cannot cycle between lending and reclaiming).
         short = (
-            ~barred
-            & ~frozen
-            & (private < first - lend_slack)
+            ~frozen
+            & (private < entitled - lend_slack)
             & (used >= private - lend_slack)
-            & _wanting(x, throughput, demand, quotas, carve, lend_slack)
+            & _wanting(x, throughput, demand, quotas, np.maximum(carve, entitled), lend_slack)
         )
         if not over.any() and not idle.any() and not short.any():
             break
@@ -345,16 +348,28 @@ def enforce(
             private[t, g] = keep[t, g]
             if parent[t] >= 0:
                 private[parent[t], g] += freed
-        # Reclaim: from the parent's column first (where a loan went), then from the shared pool.
+        # Reclaim: from the columns on the way up (the parent's first, where a loan went), up to
+        # the nearest confined ancestor (its subtree may reach nothing else, or its maximum would
+        # be exceeded), else also from the shared pool.
         for t, g in zip(*np.nonzero(short), strict=True):
-            need = first[t, g] - private[t, g]
-            if parent[t] >= 0:
-                back = min(need, private[parent[t], g])
-                private[parent[t], g] -= back
+            need = entitled[t, g] - private[t, g]
+            if barred[t, g]:
+                # A confined pair: never past what its maximum leaves beyond the columns below
+                # it now (a child's confinement may have taken from it since).
+                room = quotas.maximum[t, g] - private[below[t], g].sum() - private[t, g]
+                need = min(need, max(float(room), 0.0))
+            a = int(parent[t])
+            while need > 0 and a >= 0:
+                back = min(need, private[a, g])
+                private[a, g] -= back
                 private[t, g] += back
                 need -= back
-            left = capacity[g] - private[:, g].sum()
-            private[t, g] += min(need, max(left, 0.0))
+                if barred[a, g]:
+                    break
+                a = int(parent[a])
+            if need > 0 and a < 0:
+                left = capacity[g] - private[:, g].sum()
+                private[t, g] += min(need, max(left, 0.0))
         frozen |= short
         # Confine a subtree over its maximum: its own column holds what its maximum leaves
         # beyond the columns below it. Ancestors first: the GPUs come from the columns on its
@@ -364,6 +379,7 @@ def enforce(
         for t, g in sorted(zip(*np.nonzero(over), strict=True), key=lambda p: depth[p[0]]):
             barred[t, g] = True
             goal = max(float(quotas.maximum[t, g] - private[below[t], g].sum()), 0.0)
+            entitled[t, g] = goal
             if goal <= private[t, g]:
                 private[t, g] = goal  # the rest is lent as any idle column's would be
                 continue

@@ -50,7 +50,6 @@ from walras.core import (
     crd,
     filters,
     governance,
-    guarantee_first,
     history,
     model,
     pod_env,
@@ -287,6 +286,14 @@ def realise(
             frozen.append(rounds.JobPlacement(job=r, group=int(groups[0]), nodes=nodes, kept=True))
             targets[r] = 0.0
         node_free = np.maximum(node_free, 0)
+    if not incremental:
+        # Guarantees are reclaimed this round, before the plan shares the rest (_guaranteed).
+        owed_first = targets * elapsed[:, None] - received  # the plan's deficit order
+        for fixed in _guaranteed(sol, snap, targets, owed_first, node_free, current, frozen):
+            for k, n in fixed.nodes:
+                node_free[k] -= n * int(sol.gpus_per_pod[fixed.job])
+            frozen.append(fixed)
+            targets[fixed.job] = 0.0
     plan_current = current.copy()
     for fixed in frozen:
         plan_current[fixed.job] = 0
@@ -307,7 +314,6 @@ def realise(
             order=how.order,
             hold_fit=_fit_credit(sol, targets, elapsed, restart_s if costs is None else costs, how),
             **_ranks(sol, classes),
-            first=guarantee_first.guaranteed_pairs(sol, snap, targets, received, elapsed),
         )
         placements = {p.job: p for p in (*plan.placements, *frozen)}
         unplaced: Sequence[int] = plan.unplaced
@@ -555,6 +561,127 @@ def _ranks(sol: policies.Solution, classes: Sequence[priorities.Effective]) -> d
         "rank": np.array(values, dtype=np.float64),
         "rank_group": np.array(groups, dtype=np.int64),
     }
+
+
+def _guaranteed(
+    sol: policies.Solution,
+    snap: snapshot.Snapshot,
+    targets: npt.NDArray[np.float64],
+    deficit: npt.NDArray[np.float64],
+    node_free: npt.NDArray[np.int64],
+    current: npt.NDArray[np.int64],
+    frozen: Sequence[rounds.JobPlacement],
+) -> list[rounds.JobPlacement]:
+    """Gangs placed first because a guarantee entitles them to run now (reclaim within a round).
+
+    A policy with quotas gives a tenant's jobs their carve-out as targets (long-run fractions);
+    the plan alone would serve a job that just arrived after the borrowers it owes, so the owner
+    would wait rounds for GPUs it is guaranteed. Here, per tenant ``u`` with ``guaranteed`` of a
+    type, the jobs of its subtree that can run on that type (those the policy gives time there
+    first, by largest ``deficit``, the time the plan owes them there: the owner's jobs take
+    turns; then the others, as the guarantee is the tenant's whatever the policy's targets) take
+    whole gangs on the group of their largest target while their gang fits in what ``u`` is
+    still owed (``guaranteed`` minus its gangs already fixed: the minimum-run ones). The
+    borrowers' gangs are then stopped by the plan as any slice that ends (their pods deleted, the
+    workload's grace period); a gang inside its minimum run time is fixed before this and keeps
+    its GPUs. No gang is split: one that does not fit whole on the group's free GPUs waits.
+    """
+    if not any(q.guaranteed for spec in snap.tenants.values() for q in spec.quotas.values()):
+        return []  # the common case, at no cost per job
+    chains = {
+        r: [j.tenant, *governance.ancestors(j.tenant, snap.tenants)] for r, j in enumerate(sol.jobs)
+    }
+    owed: dict[tuple[str, str], float] = {}
+    for u in {u for chain in chains.values() for u in chain}:
+        for gpu_type, q in governance.config(u, snap.tenants).quotas.items():
+            if q.guaranteed:
+                owed[(u, gpu_type)] = float(q.guaranteed)
+    if not owed:
+        return []
+    gang = np.array([j.replicas for j in sol.jobs]) * sol.gpus_per_pod
+
+    def take(r: int, gpu_type: str) -> None:
+        for u in chains[r]:
+            if (u, gpu_type) in owed:
+                owed[(u, gpu_type)] -= float(gang[r])
+
+    for fixed in frozen:
+        take(fixed.job, sol.group_type[fixed.group])
+    done = {fixed.job for fixed in frozen}
+    out: list[rounds.JobPlacement] = []
+    group_type = np.array(sol.group_type, dtype=object)
+    free = node_free.copy()  # the caller subtracts the gangs returned from its own
+    # Deepest tenants first: a child's guarantee lies inside its parent's.
+    depth = {u: len(governance.ancestors(u, snap.tenants)) for u, _ in owed}
+    for u, gpu_type in sorted(owed, key=lambda pair: (-depth[pair[0]], pair)):
+        cols = np.flatnonzero(group_type == gpu_type)
+        if cols.size == 0:
+            continue
+        rows = [
+            r
+            for r in range(len(sol.jobs))
+            if r not in done and u in chains[r] and sol.jobs[r].throughput.get(gpu_type, 0.0) > 0
+        ]
+        # Jobs the policy gives time on the type first, by what the plan owes them there.
+        rows.sort(
+            key=lambda r: (
+                not float(targets[r, cols].max()) > 0,
+                -float(deficit[r, cols].sum()),
+                r,
+            )
+        )
+        for r in rows:
+            if gang[r] > owed[(u, gpu_type)] + 1e-9:
+                continue
+            nodes = None
+            for g in sorted(cols.tolist(), key=lambda c: (-float(targets[r, c]), c)):
+                nodes = _fit_gang(
+                    int(sol.jobs[r].replicas), int(sol.gpus_per_pod[r]), g, sol, free, current[r]
+                )
+                if nodes is not None:
+                    break
+            if nodes is None:
+                continue
+            for k, n in nodes:
+                free[k] -= n * int(sol.gpus_per_pod[r])
+            kept = (
+                all(current[r, k] == n for k, n in nodes)
+                and current[r].sum() == sol.jobs[r].replicas
+            )
+            out.append(rounds.JobPlacement(job=r, group=g, nodes=nodes, kept=kept))
+            done.add(r)
+            take(r, gpu_type)
+    return out
+
+
+def _fit_gang(
+    replicas: int,
+    gpp: int,
+    group: int,
+    sol: policies.Solution,
+    node_free: npt.NDArray[np.int64],
+    current: npt.NDArray[np.int64],
+) -> tuple[tuple[int, int], ...] | None:
+    """``replicas`` pods of ``gpp`` GPUs on the group's nodes: where the job runs now if it runs
+    there whole, else the fewest nodes (best fit, then largest first); ``None`` if they do not
+    fit."""
+    ks = np.flatnonzero(sol.node_group == group)
+    if current[ks].sum() == replicas and all(node_free[k] >= current[k] * gpp for k in ks):
+        return tuple((int(k), int(current[k])) for k in ks if current[k] > 0)
+    room = {int(k): int(node_free[k]) // gpp for k in ks}
+    single = [k for k, n in room.items() if n >= replicas]
+    if single:
+        k = min(single, key=lambda k: (room[k], k))
+        return ((k, replicas),)
+    chosen, left = [], replicas
+    for k in sorted(room, key=lambda k: (-room[k], k)):
+        take = min(room[k], left)
+        if take > 0:
+            chosen.append((k, take))
+            left -= take
+        if left == 0:
+            return tuple(sorted(chosen))
+    return None
 
 
 def _enforce_filters(

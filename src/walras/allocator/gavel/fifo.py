@@ -65,6 +65,13 @@ class Fifo:
 
         for job in sorted(self._assigned):
             rank = self._assigned[job]
+            if rank >= T:
+                # Fewer types than when it was assigned (a tenant's quota columns come and go):
+                # the job queues again, in id order.
+                del self._assigned[job]
+                if job in row_of:
+                    queue = sorted([*queue, job])
+                continue
             if job in row_of:
                 free[rank] -= gang[job]
                 continue

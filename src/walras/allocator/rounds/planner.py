@@ -58,7 +58,6 @@ def plan_round(
     hold_fit: float | object | None = None,
     rank: object | None = None,
     rank_group: object | None = None,
-    first: object | None = None,
 ) -> RoundPlan:
     """Choose this round's gang placements from fractional targets and the rounds history.
 
@@ -99,9 +98,6 @@ def plan_round(
             order gives them, but take them higher rank first (ties: in that order). So a rank
             group's share of the visit is unchanged, and its lowest ranks are the ones left out
             when it gets fewer GPUs. ``None``: every job the same rank.
-        first: ``(J, G)`` bool, pairs visited before every other (in the order above among
-            themselves, ranks included): the pairs that carry a tenant's guarantee this round
-            (``walras.core.guarantee_first``). ``None``: none.
 
     Returns:
         The placements (sorted by job) and the jobs with a positive target left unplaced.
@@ -163,22 +159,10 @@ def plan_round(
         prio = deficit / np.sqrt(t_pair)  # t_pair > 0 here
     else:
         prio = _priority(t_pair, e_pair, r_pair)
-    if first is None:
-        ahead = np.zeros(jj.shape[0], dtype=bool)
-    else:
-        first_arr = np.asarray(first, dtype=bool)
-        if first_arr.shape != (n_jobs, n_groups):
-            raise InvalidProblem(
-                f"first must have the shape of targets {(n_jobs, n_groups)}, got {first_arr.shape}",
-                field="first",
-            )
-        ahead = first_arr[jj, gg]
     # np.lexsort sorts by the last key first.
     visit = np.lexsort((gg, jj, -t_pair, -deficit, -prio))
     if rank is not None:
         visit = _by_rank(visit, jj, gg, rank, rank_group, n_jobs)
-    if ahead.any():
-        visit = visit[np.argsort(~ahead[visit], kind="stable")]  # first pairs ahead, order kept
     pair_jobs: list[int] = jj[visit].tolist()
     pair_groups: list[int] = gg[visit].tolist()
 

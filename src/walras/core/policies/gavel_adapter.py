@@ -128,8 +128,17 @@ class GavelBaseline:
             reference = next(
                 (n for n in names if n.split("@")[0] == REFERENCE_TYPE), REFERENCE_TYPE
             )
+            rates = cols.expand(thr)[live]
+            if self.name.endswith("-agnostic") and REFERENCE_TYPE in types:
+                # An agnostic policy reads each job's reference-type rate from that one column for
+                # every type; a job barred from it by its maximum still has its rate there (the
+                # columns it may not use get nothing of it: quotas.enforce drops them).
+                k = names.index(reference) if reference in names else -1
+                if k >= 0:
+                    own = thr[live, types.index(REFERENCE_TYPE)]
+                    rates[:, k] = np.where(rates[:, k] > 0, rates[:, k], own)
             inputs = gavel.GavelInputs(
-                throughputs=cols.expand(thr)[live],
+                throughputs=rates,
                 capacity=cols.capacity,
                 type_names=names,
                 reference_type=reference,

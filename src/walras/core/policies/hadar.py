@@ -38,11 +38,13 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 
-from walras.core import crd, model, snapshot
+from walras.core import crd, governance, model, snapshot
 from walras.core.policies.args import PolicyArgs
 from walras.core.policies.base import (
     Handle,
@@ -59,6 +61,10 @@ from walras.core.policies.eligibility import (
     usable_types,
 )
 from walras.core.policies.registry import register
+
+if TYPE_CHECKING:
+    from walras.allocator import hadar as hadar_alloc
+    from walras.allocator import quotas
 
 REPLAN_ROUNDS = 4
 """Hadar re-plans at least once in this many rounds when no job arrives or finishes (``plan_key``):
@@ -197,21 +203,35 @@ class Hadar:
             preempt=self.replan,
             horizon=hadar.Horizon() if self.use_horizon else None,
         )
+        # Per job: its gangs as (nodes, rate, steps), and whether it was forked.
+        gangs: dict[int, list[tuple[tuple[tuple[int, int], ...], float, float]]] = {
+            jp.job: [(g.nodes, float(g.rate), float(g.steps)) for g in jp.gangs] for jp in plan.jobs
+        }
+        forked = {jp.job for jp in plan.jobs if jp.forked}
+        quota = governance.quota_arrays(rows, types, snap.tenants)
+        if quota is not None:
+            gangs = _with_quotas(quota, gangs, inputs, thr, current, elapsed, backfill=self.replan)
         targets = np.zeros((len(rows), len(types)))
         placements: dict[model.JobKey, tuple[tuple[str, int], ...]] = {}
         rates: dict[model.JobKey, float] = {}
         forks: dict[model.JobKey, tuple[tuple[tuple[tuple[str, int], ...], float], ...]] = {}
-        for jp in plan.jobs:
-            job = rows[jp.job]
-            pods = sum(n for _, n in jp.placement)
-            for k, n in jp.placement:
-                targets[jp.job, int(view.node_type[k])] += n / max(pods, 1)
-            placements[job.key] = tuple((view.nodes[k].name, int(n)) for k, n in jp.placement)
-            rates[job.key] = float(jp.rate)
-            if jp.forked:
+        for j, job_gangs in sorted(gangs.items()):
+            job = rows[j]
+            per_node: dict[int, int] = {}
+            for nodes, _, _ in job_gangs:
+                for k, n in nodes:
+                    per_node[k] = per_node.get(k, 0) + n
+            pods = sum(per_node.values())
+            for k, n in per_node.items():
+                targets[j, int(view.node_type[k])] += n / max(pods, 1)
+            placements[job.key] = tuple(
+                (view.nodes[k].name, int(n)) for k, n in sorted(per_node.items())
+            )
+            rates[job.key] = float(sum(rate for _, rate, _ in job_gangs))
+            if j in forked and len(job_gangs) > 1:
                 forks[job.key] = tuple(
-                    (tuple((view.nodes[k].name, int(n)) for k, n in gang.nodes), float(gang.steps))
-                    for gang in jp.gangs
+                    (tuple((view.nodes[k].name, int(n)) for k, n in nodes), steps)
+                    for nodes, _, steps in job_gangs
                 )
         prices = {
             t: float(p) for t, p in zip(types, plan.type_prices, strict=True) if np.isfinite(p)
@@ -243,3 +263,64 @@ class HadarE(Hadar):
     fork = True
     replan = False
     replan_rounds = 2 * REPLAN_ROUNDS
+
+
+Gangs = dict[int, list[tuple[tuple[tuple[int, int], ...], float, float]]]
+
+
+def _with_quotas(
+    quota: quotas.Quotas,
+    gangs: Gangs,
+    inputs: hadar_alloc.HadarInputs,
+    thr: npt.NDArray[np.float64],
+    current: npt.NDArray[np.int64],
+    elapsed: Sequence[float],
+    *,
+    backfill: bool,
+) -> Gangs:
+    """The plan's gangs repaired to the tenants' quotas (``walras.allocator.gang_quotas``):
+    gangs over a maximum dropped, waiting jobs of tenants short of a guarantee placed on free or
+    borrowed GPUs (whole gangs preempted), then free GPUs backfilled when Hadar backfills. A new
+    gang runs at the job's rate on its type and gets all its remaining work."""
+    from walras.allocator import gang_quotas
+    from walras.allocator.hadar.find_alloc import layout
+
+    node_type = inputs.node_type
+    m = thr.shape[1]
+    index: list[tuple[int, int]] = []  # (job, gang number) of each GangUse
+    uses: list[gang_quotas.GangUse] = []
+    for j, job_gangs in sorted(gangs.items()):
+        for n, (nodes, _, _) in enumerate(job_gangs):
+            counts = np.zeros(m, dtype=np.int64)
+            for k, pods in nodes:
+                counts[int(node_type[k])] += pods
+            here = np.zeros_like(current[j])
+            for k, pods in nodes:
+                here[k] += pods
+            index.append((j, n))
+            uses.append(gang_quotas.GangUse(j, counts, kept=bool((here == current[j]).all())))
+    capacity = np.bincount(node_type, weights=inputs.node_free, minlength=m).astype(np.int64)
+    # Hadar's queue order: longest waiting first.
+    order = sorted(range(thr.shape[0]), key=lambda j: (-float(elapsed[j]), j))
+    fixed = gang_quotas.repair(
+        quota,
+        uses,
+        inputs.replicas.astype(np.int64),
+        (thr > 0) & (inputs.remaining > 0)[:, None],
+        capacity,
+        order=order,
+        backfill=backfill,
+    )
+    out: Gangs = {}
+    free = inputs.node_free.astype(np.int64).copy()
+    for (j, n), keep in zip(index, fixed.kept, strict=True):
+        if keep:
+            out.setdefault(j, []).append(gangs[j][n])
+            for k, pods in gangs[j][n][0]:
+                free[k] -= pods
+    for j, g in fixed.added:
+        counts = np.zeros(m, dtype=np.int64)
+        counts[g] = int(inputs.replicas[j])
+        nodes = layout(counts, free, node_type, current[j] if current[j].any() else None)
+        out.setdefault(j, []).append((nodes, float(thr[j, g]), float(inputs.remaining[j])))
+    return out

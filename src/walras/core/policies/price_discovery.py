@@ -30,7 +30,7 @@ the solver's own ``InvalidProblem`` naming a row), and the rest are solved.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -53,6 +53,15 @@ from walras.core.policies.base import (
 )
 from walras.core.policies.eligibility import Capacity, usable_types
 from walras.core.policies.registry import register
+
+
+@dataclass(frozen=True, slots=True)
+class _Unsolved:
+    """What a round reports when quotas leave no job anything to solve."""
+
+    gap: float = 0.0
+    converged: bool = True
+    timings: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,6 +327,10 @@ class PriceDiscovery:
             problem.demand_matrix(),
             np.asarray(problem.capacity, dtype=np.float64),
         )
+        if not last:
+            # No job may hold any column (every gang is over a maximum on its way up): nothing
+            # was solved, and no GPU has a price.
+            return _Unsolved(), out.allocation, np.zeros(len(types)), 0
         column_prices = np.asarray(last[-1].prices, dtype=np.float64)
         prices = np.zeros(len(types))
         for g in range(len(types)):

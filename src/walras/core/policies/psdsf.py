@@ -30,7 +30,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from walras.core import model, snapshot, tenants
+from walras.core import governance, model, snapshot, tenants
 from walras.core.policies.args import PolicyArgs
 from walras.core.policies.base import (
     DistributedReader,
@@ -145,8 +145,15 @@ class PSDSF:
                 )
             tasks = align_tasks(tm, *self.reader())
         else:
-            result = fairness.solve(problem, mode=self.mode)
-            tasks = np.asarray(result.tasks, dtype=np.float64)
+            limits = _quotas(tm, jobs, fits, gpp, view, snap)
+            if limits is None:
+                result = fairness.solve(problem, mode=self.mode)
+                tasks = np.asarray(result.tasks, dtype=np.float64)
+            else:
+                from walras.allocator.fairness import quota_nodes
+
+                quota = quota_nodes.solve(problem, view.node_type, *limits, mode=self.mode)
+                result, tasks = quota.result, quota.tasks
             iterations, converged = int(result.sweeps), bool(result.converged)
         gamma = fairness.monopoly_tasks(problem)
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -192,3 +199,42 @@ class PSDSF:
             iterations=iterations,
             converged=converged,
         )
+
+
+def _quotas(
+    tm: tenants.TenantModel,
+    jobs: list[model.JobSpec],
+    fits: dict[model.JobKey, npt.NDArray[np.bool_]],
+    gpp: npt.NDArray[np.int64],
+    view: snapshot.ClusterView,
+    snap: snapshot.Snapshot,
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]] | None:
+    """``(carve, maximum)`` per tenant of the model and GPU type, or ``None`` without quotas.
+
+    ``carve = min(G, f)``: ``f`` the GPUs (replicas × GPUs per pod) of the tenant's jobs whose
+    gang fits on some node of the type and in ``G``. A tenant's own quotas; those of its
+    ancestors are kept by the realiser's maximums (``walras.core.realise``)."""
+    types = view.gpu_types
+    carve = np.zeros((len(tm.tenants), len(types)))
+    maximum = np.full((len(tm.tenants), len(types)), np.inf)
+    by_key = {job.key: r for r, job in enumerate(jobs)}
+    for n, tenant in enumerate(tm.tenants):
+        q = governance.config(tenant, snap.tenants).quotas
+        for g, gpu_type in enumerate(types):
+            limit = q.get(gpu_type)
+            if limit is None:
+                continue
+            if limit.maximum is not None:
+                maximum[n, g] = limit.maximum
+            if limit.guaranteed:
+                on = view.node_type == g
+                gangs = [
+                    float(jobs[by_key[k]].replicas * gpp[by_key[k]])
+                    for k in tm.tenant_jobs[tenant]
+                    if k in by_key and bool(fits[k][on].any())
+                ]
+                f = sum(x for x in gangs if x <= limit.guaranteed)
+                carve[n, g] = min(limit.guaranteed, f)
+    if not (carve > 0).any() and not np.isfinite(maximum).any():
+        return None
+    return carve, maximum

@@ -1,6 +1,5 @@
-"""Guarantees per round: ``plan_round``'s ``first`` pairs, and a tenant that keeps its guarantee
-in every round although the realiser's order alone would slice it out (``walras.core.
-guarantee_first``)."""
+"""Guarantees per round: a tenant keeps its guarantee in every round although the realiser's
+deficit order alone would slice it out (the realiser's guarantee pass, ``realise._guaranteed``)."""
 
 from __future__ import annotations
 
@@ -8,45 +7,11 @@ import json
 import pathlib
 from typing import Any
 
-import numpy as np
-import pytest
 import yaml
 from typer.testing import CliRunner
 
-from walras.allocator import rounds
-from walras.allocator.errors import InvalidProblem
 from walras.cli import simulate as _simulate  # noqa: F401  (registers the command on app)
 from walras.cli.app import app
-
-
-def _plan(first: Any = None) -> rounds.RoundPlan:
-    """One group, one node of 2 free GPUs, three 1-GPU jobs at target 2/3 after one round in
-    which jobs 0 and 1 ran: Gavel's priorities are 2/3, 2/3 and +inf, so job 2 runs with one
-    of 0 and 1 (the package docstring's worked example, round 2)."""
-    return rounds.plan_round(
-        targets=np.full((3, 1), 2 / 3),
-        received=np.array([[1.0], [1.0], [0.0]]),
-        elapsed=np.ones(3),
-        replicas=[1, 1, 1],
-        gpus_per_pod=[1, 1, 1],
-        node_group=[0],
-        node_free=[2],
-        first=first,
-    )
-
-
-def test_first_pairs_go_before_the_priority_order() -> None:
-    assert sorted(p.job for p in _plan().placements) == [0, 2]
-    # Job 1 first: it runs, and the one GPU left goes to the highest priority (job 2).
-    assert sorted(p.job for p in _plan(np.array([[False], [True], [False]])).placements) == [1, 2]
-    # Jobs 0 and 1 first: they take both GPUs, job 2's +inf priority waits.
-    both = np.array([[True], [True], [False]])
-    assert sorted(p.job for p in _plan(both).placements) == [0, 1]
-
-
-def test_first_must_have_the_shape_of_targets() -> None:
-    with pytest.raises(InvalidProblem, match="first"):
-        _plan(np.ones((2, 1), dtype=bool))
 
 
 def test_a_guaranteed_job_keeps_its_gpu_when_targets_change(tmp_path: pathlib.Path) -> None:
