@@ -251,13 +251,13 @@ def _respond(b: Backend, g: Group, p: Any, s: int, e: int) -> Response:
 
     # Next hull vertex after each point, scanning right to left. (Only throughputs and types
     # are carried: the cost of the response is p^T use, from the per-type use below.)
+    pick = _picker(b)
     nxt_a, nxt_t = zero, T[0] * 0 - 1
     edges = []  # (lo_a, hi_a, slope, lo_type, hi_type, valid), left to right
     for j in range(m - 1, -1, -1):
         valid = vertex[j] & (nxt_t >= 0)
         edges.append((A[j], nxt_a, right[j], T[j], nxt_t, valid))
-        nxt_a = xp.where(vertex[j], A[j], nxt_a)
-        nxt_t = xp.where(vertex[j], T[j], nxt_t)
+        nxt_a, nxt_t = pick(vertex[j], (A[j], nxt_a), (T[j], nxt_t))
     edges.append((zero, nxt_a, right_origin, nxt_t * 0 - 1, nxt_t, nxt_t >= 0))
     edges.reverse()
 
@@ -265,7 +265,8 @@ def _respond(b: Backend, g: Group, p: Any, s: int, e: int) -> Response:
     t = zero
     for lo_a, hi_a, sl, _, _, valid in edges:
         tau = g.util.best_t(b, sl, lo_a, hi_a, par)
-        t = t + xp.where(valid, tau - lo_a, 0.0)
+        (t_e,) = pick(valid, (tau - lo_a, zero))
+        t = t + t_e
 
     # The edge holding t*: the last valid edge starting at or before t*.
     e_lo_a, e_hi_a = zero, zero
@@ -273,10 +274,9 @@ def _respond(b: Backend, g: Group, p: Any, s: int, e: int) -> Response:
     e_hi_t = e_lo_t
     for lo_a, hi_a, _, lo_t, hi_t, valid in edges:
         sel = valid & (lo_a <= t)
-        e_lo_a = xp.where(sel, lo_a, e_lo_a)
-        e_hi_a = xp.where(sel, hi_a, e_hi_a)
-        e_lo_t = xp.where(sel, lo_t, e_lo_t)
-        e_hi_t = xp.where(sel, hi_t, e_hi_t)
+        e_lo_a, e_hi_a, e_lo_t, e_hi_t = pick(
+            sel, (lo_a, e_lo_a), (hi_a, e_hi_a), (lo_t, e_lo_t), (hi_t, e_hi_t)
+        )
 
     span = e_hi_a - e_lo_a
     x_hi = xp.where(e_hi_t >= 0, xp.fmin(xp.fmax((t - e_lo_a) / span, zero), zero + 1.0), zero)
@@ -296,6 +296,49 @@ def _respond(b: Backend, g: Group, p: Any, s: int, e: int) -> Response:
     use = np.asarray(b.to_numpy(cnt)[1:], dtype=np.float64)
     value = g.util.total(b, tt, par) - float(b.to_numpy(p) @ use)
     return Response(tt, value, e_lo_t, e_hi_t, x_lo, x_hi, y_lo, y_hi, use)
+
+
+def _picker(b: Backend) -> Any:
+    """``pick(mask, (a, b), ...)``: ``where(mask, a, b)`` for each pair, on ``b``'s arrays.
+
+    The hull masks (which point is a vertex, which edge holds t*) differ from job to job at
+    random, and numpy's ``where`` branches per element: at 16 384-element chunks it costs about
+    4 ms per 10⁶ jobs with such a mask, against 0.5 ms with a predictable one, and the hull walk
+    does some 30 of them per evaluation. On numpy the pairs are blended without branches
+    instead: float pairs as a·f + b·(1 − f) with f the mask as 0/1 floats (exact: one product
+    is exactly a or b, the other ±0; every operand here is finite), int8 type pairs as
+    b + k·(a − b) with k the mask as 0/1 (exact modulo 256, and the result is a type index).
+    About 1.4 ms (float) and 0.2 ms (int8) per 10⁶ jobs. torch keeps ``where``: its kernel
+    does not branch, and both backends get the same numbers.
+
+    Pairs that share a mask share f and 1 − f.
+    """
+    xp = b.xp
+    if b.name != "numpy":
+
+        def pick_where(mask: Any, *pairs: tuple[Any, Any]) -> tuple[Any, ...]:
+            return tuple(xp.where(mask, x, y) for x, y in pairs)
+
+        return pick_where
+
+    def pick_blend(mask: Any, *pairs: tuple[Any, Any]) -> tuple[Any, ...]:
+        f = nf = k = None
+        out = []
+        for x, y in pairs:
+            if x.dtype == np.int8:
+                if k is None:
+                    k = mask.view(np.int8)
+                out.append(y + k * (x - y))
+                continue
+            if f is None:
+                f = mask.astype(np.float64)
+                nf = 1.0 - f
+            r = x * f
+            r += y * nf
+            out.append(r)
+        return tuple(out)
+
+    return pick_blend
 
 
 SCALE_BLOCK = 65_536
