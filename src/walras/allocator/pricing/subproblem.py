@@ -161,13 +161,19 @@ def sort_rows(
                 lo = np.fmin(a[i], a[j])
                 np.fmax(a[i], a[j], out=a[j])
                 a[i] = lo
-                # np.where, not copyto(where=): the masked copy is ~4× slower per element.
-                ti = np.where(swap, t[j], t[i])
-                t[j] = np.where(swap, t[i], t[j])
-                t[i] = ti
+                # Exchange without branches (``_picker``: the swap mask is random, and
+                # ``np.where`` or a masked copy branch per element): the types move by
+                # k·(t_j − t_i), k the mask as 0/1, exact modulo 256 for int8.
+                k = swap.view(np.int8)
+                move = t[j] - t[i]
+                move *= k
+                t[i] += move
+                t[j] -= move
                 if d is not None:
-                    di = np.where(swap, d[j], d[i])
-                    d[j] = np.where(swap, d[i], d[j])
+                    f = swap.astype(np.float64)
+                    di = d[j] * f
+                    di += d[i] * (1.0 - f)
+                    d[j] = d[i] * f + d[j] * (1.0 - f)
                     d[i] = di
     return As, T, Ds
 
@@ -280,7 +286,7 @@ def _respond(b: Backend, g: Group, p: Any, s: int, e: int) -> Response:
 
     span = e_hi_a - e_lo_a
     x_hi = xp.where(e_hi_t >= 0, xp.fmin(xp.fmax((t - e_lo_a) / span, zero), zero + 1.0), zero)
-    x_lo = xp.where(e_lo_t >= 0, 1.0 - x_hi, 0.0)
+    (x_lo,) = pick(e_lo_t >= 0, (1.0 - x_hi, zero))
     y_lo = e_lo_a * x_lo
     y_hi = e_hi_a * x_hi
     tt = y_lo + y_hi
@@ -299,19 +305,21 @@ def _respond(b: Backend, g: Group, p: Any, s: int, e: int) -> Response:
 
 
 def _picker(b: Backend) -> Any:
-    """``pick(mask, (a, b), ...)``: ``where(mask, a, b)`` for each pair, on ``b``'s arrays.
+    """``pick(mask, (x, y), ...)``: ``where(mask, x, y)`` for each pair, on the backend's arrays.
 
     The hull masks (which point is a vertex, which edge holds t*) differ from job to job at
-    random, and numpy's ``where`` branches per element: at 16 384-element chunks it costs about
-    4 ms per 10⁶ jobs with such a mask, against 0.5 ms with a predictable one, and the hull walk
-    does some 30 of them per evaluation. On numpy the pairs are blended without branches
-    instead: float pairs as a·f + b·(1 − f) with f the mask as 0/1 floats (exact: one product
-    is exactly a or b, the other ±0; every operand here is finite), int8 type pairs as
-    b + k·(a − b) with k the mask as 0/1 (exact modulo 256, and the result is a type index).
-    About 1.4 ms (float) and 0.2 ms (int8) per 10⁶ jobs. torch keeps ``where``: its kernel
-    does not branch, and both backends get the same numbers.
+    random, and numpy's ``where`` branches per element: on 16 384-element chunks it costs about
+    4 ms per 10⁶ jobs with such a mask against 0.5 ms with a predictable one, and the hull walk
+    makes some 30 of them per evaluation. On numpy the pairs are blended without branches
+    instead (about 1.4 ms per 10⁶ float pairs, 0.2 ms per int8 pair):
 
-    Pairs that share a mask share f and 1 − f.
+    - float pairs as x·f + y·(1 − f), f the mask as 0/1 floats: exact, as one product is x or
+      y itself and the other ±0. Every float operand here is finite (throughputs, edge lengths
+      clipped by ``best_t``, shares in [0, 1]); an infinite one would give NaN.
+    - integer (type index) pairs as y + k·(x − y), k the mask as 0/1 integers: exact (int8
+      wraps modulo 256 in between, and the result is a type index again).
+
+    Pairs that share a mask share f. torch keeps ``where``; both give the same numbers.
     """
     xp = b.xp
     if b.name != "numpy":
@@ -325,7 +333,7 @@ def _picker(b: Backend) -> Any:
         f = nf = k = None
         out = []
         for x, y in pairs:
-            if x.dtype == np.int8:
+            if x.dtype.kind == "i":  # type indices (int8; int64 from a torch problem)
                 if k is None:
                     k = mask.view(np.int8)
                 out.append(y + k * (x - y))
@@ -354,14 +362,16 @@ def scaled_throughput(
     n-element temporaries (at n = 10⁶, 32 MB of new pages the kernel must zero each time).
     Same operations in the same order as the whole-array expression: the same numbers.
     """
-    s_ext = np.append(np.asarray(scale, dtype=np.float64), 0.0)  # index −1 reads the 0
+    # Index 0 is the idle "type" −1: np.take wraps negative indices element by element, which
+    # costs three times as much as shifting the int8 types by one first.
+    s_ext = np.append(0.0, np.asarray(scale, dtype=np.float64))
     n = y_lo.shape[0]
     out = np.empty(n)
     for s in range(0, n, SCALE_BLOCK):
         e = min(n, s + SCALE_BLOCK)
-        lo = np.take(s_ext, type_lo[s:e])
+        lo = np.take(s_ext, type_lo[s:e] + 1)
         lo *= y_lo[s:e]
-        hi = np.take(s_ext, type_hi[s:e])
+        hi = np.take(s_ext, type_hi[s:e] + 1)
         hi *= y_hi[s:e]
         np.add(lo, hi, out=out[s:e])
     return out
