@@ -51,7 +51,6 @@ if TYPE_CHECKING:  # the solver imports this module; only its types are needed h
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
-TypeArray = npt.NDArray[np.integer[Any]]  # type indices, −1 idle (int8 from a numpy solve)
 
 NEWTON_STEPS = 12
 # Relative residual |r_j − R_j| / R_j at which Newton stops: the scaling after it then costs
@@ -70,8 +69,8 @@ class Polished:
     """
 
     rows: IntArray
-    lo: TypeArray
-    hi: TypeArray
+    lo: IntArray
+    hi: IntArray
     share_lo: FloatArray
     share_hi: FloatArray
     scale: FloatArray
@@ -93,13 +92,14 @@ class _Elastic:
     group: Any  # the ``subproblem.Group`` the jobs belong to
     util: Any
     par: Any
-    lo: TypeArray  # −1: the origin
-    hi: TypeArray
+    lo: IntArray  # −1: the origin
+    hi: IntArray
     pair: IntArray
     count: FloatArray  # jobs per pair, (m + 1)²
     a_lo: FloatArray
     a_hi: FloatArray
-    inv_span: FloatArray  # 1 / (a_hi − a_lo)
+    span: FloatArray
+    inv_span: FloatArray
     d_lo: FloatArray | None  # None when ``unit`` (then d_hi = 1, d_lo = 1 where lo ≥ 0)
     d_hi: FloatArray | None
     unit: bool  # every demand is 1: π = p
@@ -301,10 +301,8 @@ def _elastic(prep: _Prepared, g: Any, it: _Iterate) -> _Elastic | None:
     if local.size == 0:
         return None
     rows = local + g.start if g.start else local
-    # The iterate's own type arrays (int8 on numpy): an int64 copy of each is 2.8 MB of fresh
-    # pages at n = 1e6, and the polish's temporaries are what grows the heap.
-    lo = it.type_lo[rows]
-    hi = it.type_hi[rows]
+    lo = it.type_lo[rows].astype(np.int64)
+    hi = it.type_hi[rows].astype(np.int64)
     m = prep.m
     size = m + 1
     # Exact throughputs from the (masked) problem data, not y / x: the utility reported for
@@ -312,7 +310,8 @@ def _elastic(prep: _Prepared, g: Any, it: _Iterate) -> _Elastic | None:
     A = prep.A.reshape(-1)
     has_lo = lo >= 0
     at_hi = rows * m
-    at_lo = at_hi + np.maximum(lo, 0)
+    at_lo = np.maximum(lo, 0)
+    at_lo += at_hi
     at_hi += hi
     a_hi = A[at_hi]
     a_lo = A[at_lo] * has_lo  # exact (finite throughputs); np.where branches on a random mask
@@ -328,13 +327,11 @@ def _elastic(prep: _Prepared, g: Any, it: _Iterate) -> _Elastic | None:
         D = prep.D.reshape(-1)
         d_hi = D[at_hi]
         d_lo = np.where(has_lo, D[at_lo], 0.0)
-    pair = hi.astype(np.int64)  # (m + 1)² exceeds int8
-    pair += 1
+    pair = hi + 1
     pair *= size
     pair += lo
     pair += 1  # (hi + 1)(m + 1) + (lo + 1)
-    inv_span = a_hi - a_lo
-    np.divide(1.0, inv_span, out=inv_span)
+    span = a_hi - a_lo
     return _Elastic(
         rows=rows,
         b=prep.b,
@@ -347,7 +344,8 @@ def _elastic(prep: _Prepared, g: Any, it: _Iterate) -> _Elastic | None:
         count=np.bincount(pair, minlength=size * size).astype(np.float64),
         a_lo=a_lo,
         a_hi=a_hi,
-        inv_span=inv_span,
+        span=span,
+        inv_span=1.0 / span,
         d_lo=d_lo,
         d_hi=d_hi,
         unit=unit,
