@@ -124,6 +124,9 @@ def run_solve(
     out: pathlib.Path | None,
 ) -> None:
     """Solve the price-discovery problem stored in ``problem`` and print the result."""
+    from walras import memory
+
+    memory.small_pages_for_numpy()  # before numpy's import, which reads the setting
     import numpy as np
 
     from walras.allocator.errors import InvalidProblem

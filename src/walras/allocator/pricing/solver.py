@@ -479,7 +479,8 @@ def _dense(b: Backend, it: _Iterate, n: int, m: int, scale: FloatArray | None = 
             xl = xl * s_ext[lo]
             xh = xh * s_ext[hi]
         row = base[: e - s] + s * m
-        flat[row + np.where(lo >= 0, lo, hi)] = xl
+        # lo where it is a type, else hi: lo + (hi − lo)·[lo < 0], no branch on a random mask.
+        flat[row + lo + (hi - lo) * (lo < 0)] = xl
         flat[row + hi] = xh
     return X
 
