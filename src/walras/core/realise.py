@@ -620,7 +620,10 @@ def _guaranteed(
         rows = [
             r
             for r in range(len(sol.jobs))
-            if r not in done and u in chains[r] and sol.jobs[r].throughput.get(gpu_type, 0.0) > 0
+            if r not in done
+            and u in chains[r]
+            and sol.jobs[r].throughput.get(gpu_type, 0.0) > 0
+            and not _served_elsewhere(targets[r], group_type, gpu_type)
         ]
         # Jobs the policy gives time on the type first, by what the plan owes them there.
         rows.sort(
@@ -652,6 +655,26 @@ def _guaranteed(
             done.add(r)
             take(r, gpu_type)
     return out
+
+
+# Time fraction: targets adding up to within this of 1 give a job all its time (solver round-off).
+_SATURATED = 1e-6
+
+
+def _served_elsewhere(
+    target: npt.NDArray[np.float64], group_type: npt.NDArray[Any], gpu_type: str
+) -> bool:
+    """Whether the policy gives the job all its time (``Σ targets = 1``) with its largest share on
+    another type: then it is not the guarantee's demand (as in the quota layer, which never
+    forces a saturated job onto a type), and pulling it onto ``gpu_type`` would slow it down
+    (a job at home on V100s run on a guaranteed K80 every round)."""
+    total = float(target.sum())
+    if total < 1.0 - _SATURATED:
+        return False
+    per_type: dict[str, float] = {}
+    for c, t in enumerate(group_type.tolist()):
+        per_type[t] = per_type.get(t, 0.0) + float(target[c])
+    return max(per_type, key=lambda t: (per_type[t], t == gpu_type)) != gpu_type
 
 
 def _fit_gang(
