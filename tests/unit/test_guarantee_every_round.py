@@ -45,3 +45,33 @@ def test_a_guaranteed_job_keeps_its_gpu_when_targets_change(tmp_path: pathlib.Pa
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout.strip().splitlines()[-1])["tenants"]
     assert out["g"]["guarantee_met"] == 1.0
+
+
+def test_a_job_the_policy_serves_on_a_faster_type_is_not_pulled_onto_a_guarantee(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Tenant g is guaranteed 2 K80s; its one 1-GPU job runs 10 steps/s on a V100 and 1 on a
+    K80, and the V100s are free, so the policy gives it all its time on a V100. The guarantee
+    pass must not pull it onto the K80 it is guaranteed: 36,000 steps take 3,600 s on a V100
+    (10 rounds of 360 s) and 36,000 s on a K80, so a JCT below 7,200 s (twice the V100 time:
+    room for rounding to whole rounds, never reached if it ran on the K80 for more than a
+    tenth of its work) says it ran on the V100."""
+    job = {
+        "apiVersion": "walras.dev/v1alpha1",
+        "kind": "FungibleJob",
+        "metadata": {"namespace": "g", "name": "fast"},
+        "spec": {"replicas": 1, "throughput": {"v100": 10.0, "k80": 1.0}, "totalWork": 36_000.0,
+                 "template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}},
+    }  # fmt: skip
+    tenant = {"apiVersion": "walras.dev/v1alpha1", "kind": "Tenant", "metadata": {"name": "g"},
+              "spec": {"quotas": {"k80": {"guaranteed": 2}}}}  # fmt: skip
+    (tmp_path / "jobs.yaml").write_text(yaml.safe_dump(job))
+    (tmp_path / "tenants.yaml").write_text(yaml.safe_dump(tenant))
+    res = CliRunner().invoke(
+        app,
+        ["simulate", str(tmp_path / "jobs.yaml"), "--tenants", str(tmp_path / "tenants.yaml"),
+         "--policy", "price-discovery", "--cluster", "v100=2,k80=2", "--json"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["avg_jct_s"] < 7_200, out
