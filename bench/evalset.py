@@ -224,6 +224,21 @@ def summarise(rows: list[dict[str, Any]], traces: tuple[Trace, ...]) -> list[dic
     return lines
 
 
+def longest_alone_h(path: pathlib.Path) -> float:
+    """A lower bound on any policy's makespan (h): max over jobs of arrival + steps ÷ best rate.
+
+    No job finishes before it has run all its steps alone on its fastest GPU type (every policy
+    here gives a job at most one type's throughput at a time).
+    """
+    from walras.sim.throughputs import load_throughputs
+    from walras.sim.trace import read_trace
+
+    table = load_throughputs()
+    jobs = read_trace(path).jobs
+    rates = table.matrix(jobs, table.gpu_types, trace=str(path)).max(axis=1)
+    return max(j.arrival_s + j.total_steps / r for j, r in zip(jobs, rates, strict=True)) / 3600
+
+
 SHORT = {
     "hadar": "hadar",
     "min-total-duration": "mtd",
@@ -232,19 +247,24 @@ SHORT = {
 }
 
 
-def markdown(rows: list[dict[str, Any]], traces: tuple[Trace, ...]) -> str:
+def markdown(rows: list[dict[str, Any]], traces: tuple[Trace, ...], directory: pathlib.Path) -> str:
     """The evaluation page's tables: makespan / average JCT (hours) per trace, then targets."""
     cell = {(r["trace"], r["policy"]): r for r in rows if "error" not in r}
-    head = " | ".join(f"{SHORT[p]} makespan / JCT" for p in POLICIES)
-    out = [f"| trace | {head} |", "|---|" + "---:|" * len(POLICIES)]
+    head = " | ".join(f"{SHORT[p]} makespan / JCT (util.)" for p in POLICIES)
+    out = [f"| trace | {head} | longest job alone |", "|---|" + "---:|" * (len(POLICIES) + 1)]
     for t in traces:
         parts = []
         for p in POLICIES:
             r = cell.get((t.name, p))
             parts.append(
-                "—" if r is None else f"{r['makespan_s'] / 3600:.1f} / {r['avg_jct_s'] / 3600:.1f}"
+                "—"
+                if r is None
+                else f"{r['makespan_s'] / 3600:.1f} / {r['avg_jct_s'] / 3600:.1f} "
+                f"({r['utilization']:.2f})"
             )
-        out.append(f"| `{t.name}` | " + " | ".join(parts) + " |")
+        path = trace_path(t, directory)
+        bound = f"{longest_alone_h(path):.1f}" if path.exists() else "—"
+        out.append(f"| `{t.name}` | " + " | ".join(parts) + f" | {bound} |")
     out += [
         "",
         "| target | threshold | mean | worst | passed | missed on |",
@@ -283,7 +303,7 @@ def main() -> int:
         return 2
     traces = tuple(t for t in TRACES if not names or t.name in names)
     if args.markdown:
-        print(markdown(load_rows(args.out), traces))
+        print(markdown(load_rows(args.out), traces, args.traces_dir))
         return 0
     if args.commands:
         for t in traces:
