@@ -294,7 +294,7 @@ def main() -> int:
         print("--workers: must be ≥ 1", file=sys.stderr)
         return 2
     names = [n for n in args.traces.split(",") if n]
-    known = {t.name for t in TRACES}
+    known = [t.name for t in TRACES]
     unknown = [n for n in names if n not in known]
     if unknown:
         print(
