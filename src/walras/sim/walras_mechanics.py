@@ -150,6 +150,9 @@ class _Sim:
     running: dict[int, _Running] = field(default_factory=dict)
     free_gpus: dict[str, list[int]] = field(default_factory=dict)
     node_type: dict[str, str] = field(default_factory=dict)
+    # GPU id → its node: looked up for every GPU a gang frees and every busy GPU of a full round,
+    # so a scan of the nodes here would make each round O(GPUs²).
+    gpu_node: dict[int, str] = field(default_factory=dict)
     admitted: set[int] = field(default_factory=set)
     done: set[int] = field(default_factory=set)
     finish_heap: list[tuple[float, int]] = field(default_factory=list)
@@ -186,10 +189,7 @@ class _Sim:
             self.free_gpus[self._node_of_gpu(g)].append(g)
 
     def _node_of_gpu(self, g: int) -> str:
-        for node in self.cluster.nodes:
-            if g in node.gpu_ids:
-                return node.name
-        raise KeyError(g)
+        return self.gpu_node[g]
 
 
 def run(
@@ -233,6 +233,7 @@ def run(
         sim.store.upsert("node", node_manifest(node.name, node.gpu_type, len(node.gpu_ids)))
         sim.free_gpus[node.name] = sorted(node.gpu_ids, reverse=True)
         sim.node_type[node.name] = node.gpu_type
+        sim.gpu_node.update(dict.fromkeys(node.gpu_ids, node.name))
     arrivals = sorted(range(workload.n_jobs), key=lambda j: (float(workload.arrivals[j]), j))
     state = cycle.CycleState()
     round_s, restart_s = float(config.round_s), float(config.restart_s)
