@@ -127,6 +127,11 @@ def pool_manifest(gpu_type: str) -> dict[str, Any]:
     }
 
 
+def gpu_nodes(cluster: Cluster) -> dict[int, str]:
+    """Each GPU id of ``cluster`` → the name of the node holding it."""
+    return {g: node.name for node in cluster.nodes for g in node.gpu_ids}
+
+
 @dataclass(slots=True)
 class _Running:
     """A job's gang on its GPUs: since when, when it starts working, at what rate."""
@@ -227,13 +232,13 @@ def run(
         raise SimInputError(f"--policy-arg: {exc}") from None
     sim = _Sim(workload, cluster, config, tally, work=[0.0] * workload.n_jobs)
     sim.declared = declarations.from_config(workload, config)
+    sim.gpu_node = gpu_nodes(cluster)
     for gpu_type in cluster.gpu_types:
         sim.store.upsert("pool", pool_manifest(gpu_type))
     for node in cluster.nodes:
         sim.store.upsert("node", node_manifest(node.name, node.gpu_type, len(node.gpu_ids)))
         sim.free_gpus[node.name] = sorted(node.gpu_ids, reverse=True)
         sim.node_type[node.name] = node.gpu_type
-        sim.gpu_node.update(dict.fromkeys(node.gpu_ids, node.name))
     arrivals = sorted(range(workload.n_jobs), key=lambda j: (float(workload.arrivals[j]), j))
     state = cycle.CycleState()
     round_s, restart_s = float(config.round_s), float(config.restart_s)
