@@ -13,12 +13,18 @@ Each run is one ``/usr/bin/time -v`` process under ``nice -n 10``: ``cpu_s`` (us
 wall seconds and the maximum RSS, with the run's rounds from its JSON line. One JSON line per
 size. On a machine shared with other work, compare ``cpu_s`` between sizes, not wall time.
 
-Usage: ``python bench/bench_scale.py [N ...]`` (default: 1000 3000 10000); traces and logs go to
-``$TMPDIR/walras-scale``.
+``--cycles K [N]`` instead measures the per-cycle cost at full size: the first K cycles of the
+N-job trace (default 100,000, on its 2,000 GPUs) in this process, as ``cpu_s`` per cycle and the
+largest number of active jobs and pods a cycle saw; the whole run's cost is then about
+(full rounds + 2N) × that.
+
+Usage: ``python bench/bench_scale.py [N ...]`` (default: 1000 3000 10000) or ``python
+bench/bench_scale.py --cycles K [N]``; traces and logs go to ``$TMPDIR/walras-scale``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
@@ -26,6 +32,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from typing import Any
 
 SIZES = (1_000, 3_000, 10_000)
 SHARES = (0.35, 0.35, 0.30)  # V100, P100, K80
@@ -58,24 +65,8 @@ def _seconds(clock: str) -> float:
 
 def run_size(jobs: int, work: pathlib.Path) -> dict[str, object]:
     walras = [str(pathlib.Path(sys.executable).parent / "walras")]  # the console script
-    trace = work / f"j{jobs}.trace"
+    trace = _trace(jobs, work)
     rate = 30 * jobs / 100_000
-    subprocess.run(
-        [
-            *walras,
-            "simulate",
-            "generate",
-            str(trace),
-            "--jobs",
-            str(jobs),
-            "--rate",
-            f"{rate:g}",
-            "--seed",
-            "1",
-        ],
-        check=True,
-        capture_output=True,
-    )
     cluster = cluster_for(jobs)
     timed = subprocess.run(
         [
@@ -127,10 +118,85 @@ def run_size(jobs: int, work: pathlib.Path) -> dict[str, object]:
     }
 
 
+def _trace(jobs: int, work: pathlib.Path) -> pathlib.Path:
+    trace = work / f"j{jobs}.trace"
+    rate = 30 * jobs / 100_000
+    walras = str(pathlib.Path(sys.executable).parent / "walras")
+    subprocess.run(
+        [
+            walras,
+            "simulate",
+            "generate",
+            str(trace),
+            "--jobs",
+            str(jobs),
+            "--rate",
+            f"{rate:g}",
+            "--seed",
+            "1",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return trace
+
+
+class _EnoughCyclesError(Exception):
+    """Raised by the observer once the wanted number of cycles ran."""
+
+
+def per_cycle(cycles: int, jobs: int, work: pathlib.Path) -> dict[str, object]:
+    """The first ``cycles`` cycles of the ``jobs``-job trace, timed in this process."""
+    import time
+
+    from walras.sim import walras_mechanics
+    from walras.sim.config import SimConfig
+    from walras.sim.scenario import load_scenario
+    from walras.sim.tally import Tally
+
+    cluster = cluster_for(jobs)
+    scenario = load_scenario(_trace(jobs, work), cluster=cluster, gpus_per_node="4:4:8")
+    seen: list[tuple[int, int]] = []
+
+    def observe(plan: Any) -> None:
+        seen.append((len(plan.active), len(plan.snapshot.pods)))
+        if len(seen) >= cycles:
+            raise _EnoughCyclesError
+
+    tally = Tally(scenario.workload, scenario.cluster.n_gpus)
+    started = time.process_time()
+    with contextlib.suppress(_EnoughCyclesError):
+        walras_mechanics.run(
+            scenario.workload,
+            scenario.cluster,
+            "price-discovery",
+            SimConfig(semantics="walras"),
+            tally,
+            observer=observe,
+        )
+    cpu = time.process_time() - started
+    return {
+        "jobs": jobs,
+        "gpus": sum(int(c) for c in cluster.split(":")),
+        "cycles": len(seen),
+        "cpu_s": round(cpu, 1),
+        "ms_per_cycle": round(1e3 * cpu / len(seen), 2),
+        "max_active_jobs": max(a for a, _ in seen),
+        "max_pods": max(p for _, p in seen),
+        "jobs_arrived": sum(1 for a in scenario.workload.arrivals if a <= tally.rounds[-1].end_s)
+        if tally.rounds
+        else 0,
+    }
+
+
 def main(argv: list[str]) -> None:
-    sizes = [int(a) for a in argv] or list(SIZES)
     work = pathlib.Path(os.environ.get("TMPDIR", tempfile.gettempdir())) / "walras-scale"
     work.mkdir(parents=True, exist_ok=True)
+    if argv[:1] == ["--cycles"]:
+        jobs = int(argv[2]) if len(argv) > 2 else 100_000
+        print(json.dumps(per_cycle(int(argv[1]), jobs, work)), flush=True)
+        return
+    sizes = [int(a) for a in argv] or list(SIZES)
     for jobs in sizes:
         print(json.dumps(run_size(jobs, work)), flush=True)
 
