@@ -12,13 +12,13 @@ from __future__ import annotations
 import json
 import pathlib
 import sys
-import time
 import types
 from typing import Annotated, Any
 
 import typer
 
 from walras import plotting
+from walras.cli import sim_progress
 from walras.cli.app import app
 
 DEFAULT_CLUSTER = "v100=20,p100=20,k80=20"
@@ -146,6 +146,10 @@ def simulate_command(
         ),
     ] = True,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    quiet: Annotated[
+        bool,
+        typer.Option("--quiet", "-q", help="No progress bar (it is shown only on a terminal)."),
+    ] = False,
     out: Annotated[
         pathlib.Path | None, typer.Option(help="Write jobs.csv, summary.json and PNG plots here.")
     ] = None,
@@ -279,7 +283,9 @@ def simulate_command(
             window=_window(window),
             tenants=tenants,
             quotas=quotas,
-            progress=not json_output and sys.stderr.isatty(),
+            progress=sim_progress.wanted(
+                json_output=json_output, quiet=quiet, stderr_is_tty=sys.stderr.isatty()
+            ),
         )
     except (SimInputError, SimulationStuckError) as exc:
         raise _fail(escape(str(exc))) from exc  # literal text: "[ecos]" is no markup
@@ -373,7 +379,7 @@ def _run(trace: pathlib.Path, *, progress: bool, **kw: Any) -> Any:
             policy: Any = _core_policy(kw["policy"])
         else:
             policy = GavelPolicy(kw["policy"], seed=kw["seed"], lp_solver=kw["lp_solver"])
-        with _Progress(enabled=progress) as bar:
+        with sim_progress.SimProgress(enabled=progress) as bar:
             return engine.run(workload, built, policy, config, bar.update)
     except InvalidProblem as exc:
         raise SimInputError(f"policy {kw['policy']}: {exc}") from exc
@@ -414,46 +420,6 @@ def _core_policy(name: str) -> Any:
         return types.SimpleNamespace(name=policies.canonical(name))
     except policies.UnknownPolicyError as exc:
         raise SimInputError(f"--policy: {exc}") from None
-
-
-class _Progress:
-    """A rich progress bar on stderr that appears only once a run has lasted 2 s."""
-
-    DELAY_S = 2.0
-
-    def __init__(self, *, enabled: bool) -> None:
-        self.enabled = enabled
-        self.started = time.perf_counter()
-        self.bar: Any = None
-        self.task: Any = None
-
-    def __enter__(self) -> _Progress:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.bar is not None:
-            self.bar.stop()
-
-    def update(self, done: int, total: int) -> None:
-        if not self.enabled:
-            return
-        if self.bar is None:
-            if time.perf_counter() - self.started < self.DELAY_S:
-                return
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
-            self.bar = Progress(
-                "jobs done",
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                console=Console(stderr=True),
-                transient=True,
-            )
-            self.bar.start()
-            self.task = self.bar.add_task("simulate", total=total)
-        self.bar.update(self.task, completed=done)
 
 
 def _print_summary(result: Any) -> None:

@@ -128,6 +128,11 @@ def pool_manifest(gpu_type: str) -> dict[str, Any]:
     }
 
 
+def gpu_nodes(cluster: Cluster) -> dict[int, str]:
+    """Each GPU id of ``cluster`` → the name of the node holding it."""
+    return {g: node.name for node in cluster.nodes for g in node.gpu_ids}
+
+
 @dataclass(slots=True)
 class _Running:
     """A job's gang on its GPUs: since when, when it starts working, at what rate."""
@@ -151,6 +156,9 @@ class _Sim:
     running: dict[int, _Running] = field(default_factory=dict)
     free_gpus: dict[str, list[int]] = field(default_factory=dict)
     node_type: dict[str, str] = field(default_factory=dict)
+    # GPU id → its node: looked up for every GPU a gang frees and every busy GPU of a full round,
+    # so a scan of the nodes here would make each round O(GPUs²).
+    gpu_node: dict[int, str] = field(default_factory=dict)
     admitted: set[int] = field(default_factory=set)
     done: set[int] = field(default_factory=set)
     finish_heap: list[tuple[float, int]] = field(default_factory=list)
@@ -159,7 +167,6 @@ class _Sim:
     names: dict[int, tuple[str, str]] = field(default_factory=dict)
     # --throughput-noise/--hide-fraction: what the policy sees (None: the true throughputs).
     declared: declarations.Declared | None = None
-    gpu_node: dict[int, str] = field(default_factory=dict)  # GPU id → its node, built once
 
     def settle(self, j: int, now: float) -> None:
         """Account job ``j``'s work and busy time up to ``now``."""
@@ -188,8 +195,6 @@ class _Sim:
             self.free_gpus[self._node_of_gpu(g)].append(g)
 
     def _node_of_gpu(self, g: int) -> str:
-        if not self.gpu_node:
-            self.gpu_node = {i: node.name for node in self.cluster.nodes for i in node.gpu_ids}
         return self.gpu_node[g]
 
 
@@ -228,6 +233,7 @@ def run(
         raise SimInputError(f"--policy-arg: {exc}") from None
     sim = _Sim(workload, cluster, config, tally, work=[0.0] * workload.n_jobs)
     sim.declared = declarations.from_config(workload, config)
+    sim.gpu_node = gpu_nodes(cluster)
     for gpu_type in cluster.gpu_types:
         sim.store.upsert("pool", pool_manifest(gpu_type))
     for pc in getattr(workload, "priority_classes", ()):  # a manifest file's (sim.manifests)
