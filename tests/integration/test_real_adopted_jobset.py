@@ -157,7 +157,8 @@ def test_a_jobset_runs_as_one_gang_on_a_real_node_and_completes(
     rounds: dict[int, set[str]] = {}
     for name, seen in pods.items():
         rounds.setdefault(seen.round, set()).add(name.rsplit("-", 2)[0])
-    ran_rounds = set()
+    any_ran: set[int] = set()  # rounds in which some container of the JobSet ran
+    both_ran: set[int] = set()  # rounds in which one sample shows the leader's and the worker's
     for sample in observer.samples:
         running: dict[int, set[str]] = {}
         for cs in sample.containers.values():
@@ -165,9 +166,13 @@ def test_a_jobset_runs_as_one_gang_on_a_real_node_and_completes(
                 seen = observer.pods.get(c.pod)
                 if c.namespace == ns and seen is not None and seen.job == "pair":
                     running.setdefault(seen.round, set()).add(c.pod.rsplit("-", 2)[0])
-        ran_rounds |= {r for r, kids in running.items() if kids == set(children)}
-    assert ran_rounds, "the leader and the worker never ran at the same time"
-    for r in ran_rounds:
+        any_ran |= set(running)
+        both_ran |= {r for r, kids in running.items() if kids == children}
+    assert any_ran, "no container of the JobSet ran"
+    # Never some without the others: a round whose leader ran without its worker (or the
+    # reverse) through a whole slice would be in any_ran only.
+    assert any_ran == both_ran, (sorted(any_ran), sorted(both_ran))
+    for r in both_ran:
         assert rounds[r] == children, (r, rounds)
 
     # The workload's own account: the leader (replica 0) started from step 0 and finished the
