@@ -73,13 +73,18 @@ def has_status(api: Any, namespace: str, name: str) -> bool:
 def rounds_until_status(
     op: OperatorProcess, api: Any, namespace: str, name: str, gpu_type: str, limit: int
 ) -> int:
-    """Create job ``name`` and count the operator's rounds that end before its status shows;
-    gives up (returns ``limit + 1``) once ``limit + 1`` rounds have ended without it."""
-    start = op.rounds()
+    """Create job ``name`` and count the operator's full rounds that end before its status
+    shows; gives up (returns ``limit + 1``) once ``limit + 1`` have ended without it.
+
+    Full rounds only: they come one per round length, so they are a clock that a slow machine
+    stretches with the operator. Incremental rounds run on events (a new leader runs one at once,
+    then its first full round), so two can end within a second after an outage, before the
+    watches have resumed: counting them would make the bound depend on when events arrive."""
+    start = op.full_rounds()
     create_job(api, namespace, job_manifest(name, {gpu_type: 1.0}, replicas=2))
 
     def settled() -> int | None:
-        ended = op.rounds() - start  # read first: a status seen after it is no later
+        ended = op.full_rounds() - start  # read first: a status seen after it is no later
         if has_status(api, namespace, name):
             return ended + 1  # +1: a truthy value for wait_for (subtracted below)
         return limit + 2 if ended > limit else None

@@ -3,8 +3,9 @@ a row. Afterwards a new job gets its status within a bounded number of operator 
 invariants hold (``walras.testing.invariants``: no node over its GPUs, no duplicate or partial
 gang, no lost job, no traceback in the operator's log).
 
-The bounds, in rounds of ``ROUND_S`` = 10 s (rounds, not seconds, so a slow machine does not make
-the test flaky; the operator's own rounds counter is the clock):
+The bounds, in full rounds of ``ROUND_S`` = 10 s (rounds, not seconds, so a slow machine does not
+make the test flaky; the operator's own full rounds are the clock, not its incremental rounds,
+which run on events: ``chaos_helpers.rounds_until_status``):
 
 - A watch that fails waits ``1 · 2^min(n, 5)`` s after its n-th failure in a row
   (``walras.kube.watch``), so after an outage of D seconds it retries at most D + 1 s after the

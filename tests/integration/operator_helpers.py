@@ -98,6 +98,11 @@ class OperatorProcess:
     def rounds(self) -> int:
         return int(self.metrics().get("walras_rounds_total", 0.0))
 
+    def full_rounds(self) -> int:
+        """Full (not incremental) rounds logged so far: one per ``round_seconds`` while leading,
+        where incremental rounds run on events in between."""
+        return self.log_text().count('"incremental": false')
+
     def alive(self) -> bool:
         return self.process.poll() is None
 
