@@ -70,7 +70,9 @@ class Setup:
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
+def setup(
+    tmp_path_factory: pytest.TempPathFactory, real_cluster: realnodes.RealCluster
+) -> Iterator[Setup]:
     _require(devcluster.binaries_available(), "kube-apiserver/etcd/kwok are not built: make tools")
     missing = realnodes.missing_capability()
     _require(missing is None, str(missing))
@@ -88,14 +90,22 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     assert proc.returncode == 0, proc.stderr[-6000:]
     report = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
     report["image_step_s"] = f"{time.monotonic() - started:.1f}"  # build (or reuse) + archive
-    cp = devcluster.start(real_nodes=True)
+    # One more real node on the session's real-node control plane: the service address pods use
+    # (10.96.0.1) can be held by one control plane per machine, so a second one could not start
+    # nodes while the session's is up.
+    cp = real_cluster.control_plane
+    node = realnodes.add_real_node(
+        cp, "sweep-0", gpu_type="fake-sweep", gpus=1, images=[str(archive)], timeout=900
+    )
     try:
-        node = realnodes.add_real_node(
-            cp, "sweep-0", gpu_type="fake-sweep", gpus=1, images=[str(archive)], timeout=900
-        )
         yield Setup(cp, node, report)
     finally:
-        devcluster.stop(cp)
+        realnodes.stop_real_node(cp, node)
+        api = cp.admin_client()
+        try:
+            devcluster.delete_nodes(api, [node.name])
+        finally:
+            api.close()
 
 
 class Binder(threading.Thread):
