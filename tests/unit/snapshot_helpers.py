@@ -103,3 +103,31 @@ def assert_type_feasible(sol: policies.Solution, store: snapshot.Store) -> None:
     # Capacity per type is what the view offers; 1e-6 relative slack is the solvers' tolerance.
     assert np.all(use <= view.type_capacity * (1 + 1e-6) + 1e-9), (use, view.type_capacity)
     assert np.all(sol.targets >= 0) and np.all(sol.targets.sum(axis=1) <= 1 + 1e-9)
+
+
+def eight_v100(
+    tenant_objs: list[dict[str, Any]], job_objs: list[dict[str, Any]], now: float = 0.0
+) -> snapshot.Snapshot:
+    """8 v100 GPUs on one node (64 CPUs, 512 Gi), the tenants and the jobs, frozen at ``now``."""
+    store = snapshot.Store()
+    for obj in tenant_objs:
+        store.upsert("tenant", obj)
+    store.upsert("pool", pool("v100"))
+    store.upsert(
+        "node",
+        {
+            "metadata": {"name": "n0", "labels": {"walras.dev/gpu-type": "v100"}},
+            "status": {
+                "allocatable": {
+                    "nvidia.com/gpu": "8",
+                    "cpu": "64",
+                    "memory": "512Gi",
+                    "pods": "110",
+                },
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
+        },
+    )
+    for obj in job_objs:
+        store.upsert("job", obj)
+    return store.freeze(now)

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from snapshot_helpers import eight_v100
 
 from walras.allocator import gang_quotas, quotas
 
@@ -204,31 +205,6 @@ def test_one_gang_that_frees_enough_is_preempted_rather_than_several() -> None:
 GPU = "nvidia.com/gpu"
 
 
-def _cluster(tenant_objs: list[dict[str, Any]], job_objs: list[dict[str, Any]], now: float) -> Any:
-    """8 v100 GPUs on one node, the tenants and the jobs, frozen at ``now``."""
-    from walras.core import snapshot
-
-    store = snapshot.Store()
-    for obj in tenant_objs:
-        store.upsert("tenant", obj)
-    store.upsert(
-        "pool", {"metadata": {"name": "v100", "generation": 1}, "spec": {"gpuType": "v100"}}
-    )
-    store.upsert(
-        "node",
-        {
-            "metadata": {"name": "n0", "labels": {"walras.dev/gpu-type": "v100"}},
-            "status": {
-                "allocatable": {GPU: "8", "cpu": "64", "memory": "512Gi", "pods": "110"},
-                "conditions": [{"type": "Ready", "status": "True"}],
-            },
-        },
-    )
-    for obj in job_objs:
-        store.upsert("job", obj)
-    return store.freeze(now)
-
-
 def _job(name: str, ns: str, replicas: int = 1) -> dict[str, Any]:
     return {
         "metadata": {"namespace": ns, "name": name, "uid": f"uid-{ns}-{name}", "generation": 1},
@@ -252,7 +228,7 @@ def test_hadar_keeps_a_maximum_and_gives_a_guarantee(name: str) -> None:
     # runs four 2-GPU jobs; tenant "c" (no quota) four more: 24 GPUs asked of 8.
     from walras.core import policies, snapshot
 
-    snap = _cluster(
+    snap = eight_v100(
         [
             {"metadata": {"name": "a"}, "spec": {"quotas": {"v100": {"guaranteed": 4}}}},
             {"metadata": {"name": "b"}, "spec": {"quotas": {"v100": {"maximum": 2}}}},

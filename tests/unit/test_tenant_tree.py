@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from snapshot_helpers import eight_v100
 
 from walras.allocator import quotas
 from walras.core import governance, policies, snapshot, tenant_tree
@@ -96,28 +97,6 @@ def test_hierarchical_weights_share_the_parents_share_among_active_children() ->
 # ---------------------------------------------------------------- quotas through the tree
 
 
-def _cluster(tenant_objs: list[dict[str, Any]], job_objs: list[dict[str, Any]]) -> Any:
-    store = snapshot.Store()
-    for obj in tenant_objs:
-        store.upsert("tenant", obj)
-    store.upsert(
-        "pool", {"metadata": {"name": "v100", "generation": 1}, "spec": {"gpuType": "v100"}}
-    )
-    store.upsert(
-        "node",
-        {
-            "metadata": {"name": "n0", "labels": {"walras.dev/gpu-type": "v100"}},
-            "status": {
-                "allocatable": {GPU: "8", "cpu": "64", "memory": "512Gi", "pods": "110"},
-                "conditions": [{"type": "Ready", "status": "True"}],
-            },
-        },
-    )
-    for obj in job_objs:
-        store.upsert("job", obj)
-    return store.freeze(0.0)
-
-
 def _job(name: str, ns: str, replicas: int = 1) -> dict[str, Any]:
     return {
         "metadata": {"namespace": ns, "name": name, "uid": f"uid-{ns}-{name}", "generation": 1},
@@ -155,7 +134,7 @@ def test_teams_hold_their_guarantees_and_the_organisation_its_maximum(policy: st
         _job("n", "nlp", replicas=2),
         *(_job(f"o{i}", "outside", replicas=2) for i in range(6)),
     ]
-    h = _held(_cluster(ORG, jobs), policy)
+    h = _held(eight_v100(ORG, jobs), policy)
     assert h["vision"] >= 3 - quotas.LEND_SLACK
     assert h["nlp"] >= 2 - quotas.LEND_SLACK
     assert h["vision"] + h["nlp"] <= 6 + 1e-9
@@ -169,7 +148,7 @@ def test_an_idle_teams_guarantee_goes_to_its_sibling_first() -> None:
         *(_job(f"v{i}", "vision") for i in range(8)),
         *(_job(f"o{i}", "outside") for i in range(8)),
     ]
-    h = _held(_cluster(ORG, jobs))
+    h = _held(eight_v100(ORG, jobs))
     assert h["vision"] == pytest.approx(6.0, abs=quotas.LEND_SLACK)
     assert h["outside"] == pytest.approx(2.0, abs=quotas.LEND_SLACK)
 
@@ -230,5 +209,5 @@ def test_the_worked_example_of_docs_governance(
 ) -> None:
     # The table of docs/governance.md's worked example: this test keeps the page and the code
     # in agreement (its numbers, to the two decimals it shows).
-    h = _held(_cluster(EXAMPLE, _jobs(**jobs)), policy)
+    h = _held(eight_v100(EXAMPLE, _jobs(**jobs)), policy)
     assert {k: round(v, 2) for k, v in h.items()} == expected
