@@ -5,19 +5,20 @@ Oracles, independent of the pieces-of-nodes construction:
 - a cvxpy Eisenberg–Gale model with the quota rows written directly over the time shares ``y``:
   per node ``Σ_n max(y_{n,i} − a_{n,i}, 0) ≤ 1 − Σ_n a_{n,i}`` with ``a_{n,i} = c_ng / R_ng``
   recomputed here, and per tenant and type ``Σ_{i of g} C_i y_{n,i} ≤ M_ng``. With guarantees
-  alone its tenant totals must equal the solver's to ``rtol = 1e-4``, the tolerance the PS-DSF
-  tests hold the unconstrained solver to against the same kind of model (both are exact up to
-  their solvers' tolerances: the accepted certificate is ≤ 1e-9, Clarabel's gap ≤ 1e-8); the
+  alone the solver's objective must lie within the oracle's error bound of the model's, and its
+  tenant totals within the distance that bound allows by strong concavity (both derived in the
+  test); the
   instances have no caps (PS-DSF places a capped tenant by its own rule, not the program's, with
   or without quotas), and a share is lent (smaller than ``a``) only by a tenant at its cap
   (checked on instances with caps). With maximums the construction is a restriction of the
-  program (module docstring), so its objective can only be lower: checked, with the same
-  tolerance, plus every maximum;
+  program (module docstring), so its objective can only be lower: checked, with the
+  same bound on the oracle's error, plus every maximum;
 - the admin's numbers: a tenant holds ``c_ng`` GPUs of a type unless it is at its cap.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -26,8 +27,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from walras.allocator.fairness import FairnessProblem, monopoly_tasks, quota_nodes
-
-RTOL = 1e-4
 
 
 def instance(seed: int, *, maximums: bool, caps: bool = True) -> dict[str, Any]:
@@ -82,8 +81,9 @@ def shares(inst: dict[str, Any]) -> np.ndarray[Any, Any]:
     return a
 
 
-def cvxpy_model(inst: dict[str, Any], a: np.ndarray[Any, Any]) -> tuple[float, Any]:
-    """``(objective, totals)`` of the quota-constrained Eisenberg–Gale program."""
+def cvxpy_model(inst: dict[str, Any], a: np.ndarray[Any, Any]) -> tuple[float, Any, float]:
+    """``(objective, totals, tolerance)`` of the quota-constrained Eisenberg–Gale program: solved
+    to Clarabel gap and feasibility tolerances of 1e-10, or 1e-8 where 1e-10 is not reached."""
     import cvxpy as cp
 
     p, node_type, maximum = inst["problem"], inst["node_type"], inst["maximum"]
@@ -100,9 +100,16 @@ def cvxpy_model(inst: dict[str, Any], a: np.ndarray[Any, Any]) -> tuple[float, A
     for n, g in zip(*np.nonzero(np.isfinite(maximum)), strict=True):
         cons.append(cp.sum(cp.multiply(p.capacity[:, 0] * (node_type == g), y[n])) <= maximum[n, g])
     prob = cp.Problem(cp.Maximize(cp.sum(cp.multiply(p.phi, cp.log(x)))), cons)
-    prob.solve(solver=cp.CLARABEL, tol_gap_abs=1e-8, tol_gap_rel=1e-8, tol_feas=1e-8)
+    tol = 0.0
+    for tol in (1e-10, 1e-8):
+        with warnings.catch_warnings():  # a tolerance not reached is retried looser, not hidden
+            warnings.simplefilter("ignore", UserWarning)
+            prob.solve(solver=cp.CLARABEL, tol_gap_abs=tol, tol_gap_rel=tol, tol_feas=tol)
+        if prob.status == cp.OPTIMAL:
+            break
+    assert prob.status == cp.OPTIMAL, prob.status
     totals = np.asarray(gamma * y.value).sum(axis=1)
-    return float(prob.value), totals
+    return float(prob.value), totals, tol
 
 
 def objective(inst: dict[str, Any], totals: np.ndarray[Any, Any]) -> float:
@@ -156,9 +163,24 @@ def test_tdm_with_guarantees_is_the_quota_constrained_eisenberg_gale_optimum(see
     assert sol.result.certificate_violation <= 1e-6
     np.testing.assert_allclose(sol.share, shares(inst), atol=1e-12)
     totals = sol.tasks.sum(axis=1)
-    value, oracle = cvxpy_model(inst, shares(inst))
-    np.testing.assert_allclose(totals, oracle, rtol=RTOL)
-    assert abs(objective(inst, totals) - value) <= RTOL * inst["problem"].phi.sum()
+    value, oracle, tol = cvxpy_model(inst, shares(inst))
+    phi = inst["problem"].phi
+    # How far the model's optimum may be from the oracle's value: Clarabel tests its gap and
+    # residuals on its equilibrated problem (row/column scalings within [1e-4, 1e4], its
+    # defaults) with log written as exponential cones, so on the program as written here a
+    # tolerance ``tol`` bounds the error by 1e4·tol relative, not tol (at 1e-8 the oracle was
+    # seen 1.2e-7 below the certified solver).
+    eps = 1e4 * tol * max(1.0, abs(value))
+    f = objective(inst, totals)
+    assert abs(f - value) <= eps
+    # Totals: the objective is strongly concave in x, so a feasible point ε below the optimum is
+    # close to it: f(x*) − f(x) ≥ Σ_n φ_n (x_n − x*_n)² / (2 ξ_n²), ξ_n the largest x_n on the
+    # segment (the first-order term is ≥ 0 at a constrained optimum). Both points are within
+    # ε of f* (above), so |x_n − x*_n| ≤ ξ_n √(2ε/φ_n) each and they differ by at most twice
+    # that: 0.3% at tol = 1e-10.
+    xi = np.maximum(totals, oracle) * 1.01  # the bound is < 1% relative, so ξ ≤ 1.01·max
+    bound = 2 * xi * np.sqrt(2 * eps / phi)
+    assert (np.abs(totals - oracle) <= bound).all(), (totals, oracle, bound)
 
 
 def test_an_idle_piece_is_lent_only_by_a_tenant_at_its_cap() -> None:
@@ -179,8 +201,8 @@ def test_tdm_with_maximums_is_feasible_for_the_model_and_never_above_it(seed: in
     sol = quota_nodes.solve(inst["problem"], inst["node_type"], inst["carve"], inst["maximum"])
     totals = sol.tasks.sum(axis=1)
     assert (sol.held <= inst["maximum"] + 1e-6).all()
-    value, _ = cvxpy_model(inst, shares(inst))
-    assert objective(inst, totals) <= value + RTOL * inst["problem"].phi.sum()
+    value, _, tol = cvxpy_model(inst, shares(inst))
+    assert objective(inst, totals) <= value + 1e4 * tol * max(1.0, abs(value))
 
 
 def test_a_guarantee_is_carved_from_every_node_of_its_type() -> None:
