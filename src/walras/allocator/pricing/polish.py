@@ -265,7 +265,7 @@ def polish(prep: _Prepared, it: _Iterate, p: FloatArray, r: FloatArray) -> Polis
         scale = np.where(use > R, R / np.maximum(use, 1e-300), 1.0)
     s_ext = np.append(scale, 0.0)  # index −1 (idle) reads the appended 0
     if np.all(scale >= 1.0):
-        t = np.array(it.t, dtype=np.float64)  # a copy: the iterate's buffer is reused
+        t = np.asarray(it.y_lo + it.y_hi, dtype=np.float64)  # the responses' t
     else:
         t = subproblem.scaled_throughput(it.type_lo, it.type_hi, it.y_lo, it.y_hi, scale)
     rows = _joined([e.rows for e in groups])

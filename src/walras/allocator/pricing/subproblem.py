@@ -21,7 +21,7 @@ we build the hull itself, with O(m²) cheap elementwise operations per job and o
 4. x interpolates the end points of the edge holding t*, so at most two types are used.
 
 Smooth utilities (log, α-fair: u' > 0 falling, u'(0) = ∞) on jobs without equal throughputs
-skip steps 3's walk (``_edge_by_derivative``): σ_v (the slope leaving vertex v) rises along the
+skip step 3's walk (``_edge_by_derivative``): σ_v (the slope leaving vertex v) rises along the
 hull and u'(a_v) falls, so t* lies on the edge from the last vertex with σ_v < u'(a_v) to the
 next one, and t* = best_t(σ, lo, hi) there: about 40 % fewer passes over the jobs.
 
