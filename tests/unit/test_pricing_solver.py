@@ -18,8 +18,9 @@ from pricing_helpers import (
 )
 
 from walras.allocator import pricing
-from walras.allocator.pricing import subproblem
+from walras.allocator.pricing import solver, subproblem
 from walras.allocator.pricing.backend import get_backend
+from walras.allocator.pricing.instances import paper_problem
 from walras.allocator.pricing.utilities import UTILITIES, Params
 
 KINDS = ["linear", "log", "alpha", "target"]
@@ -267,3 +268,33 @@ def test_smooth_responses_without_ties_are_optimal(
         assert ours == pytest.approx(_best_on_simplex_edges(A[i], pi, u), abs=1e-9)
         assert X[i].min() >= 0 and X[i].sum() <= 1 + 1e-12
         assert (X[i] > 0).sum() <= 2
+
+
+@pytest.mark.parametrize(
+    ("n", "kinds"),
+    [
+        (600, "mixed"),  # one chunk: the same ties, the same path, the same numbers
+        (solver.COARSE_MIN_JOBS, "log"),  # sampled start and the polish's re-sorted subsets
+    ],
+)
+def test_sorting_per_evaluation_changes_nothing(
+    n: int, kinds: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lazy group (each evaluation sorts its chunks) solves exactly like a sorted one."""
+    if kinds == "mixed":
+        rng = np.random.default_rng(31)
+        problem = random_problem(
+            rng, n, 4, [KINDS[i % 4] for i in range(n)], per_type_demand=True, zeros=0.2
+        )
+    else:
+        problem = paper_problem(n, seed=5, utility=kinds)
+    monkeypatch.setattr(solver, "SORT_PER_EVALUATION_MIN_JOBS", 10**12)
+    eager = pricing.solve(problem)
+    monkeypatch.setattr(solver, "SORT_PER_EVALUATION_MIN_JOBS", 1)
+    lazy = pricing.solve(problem)
+    assert lazy.iterations == eager.iterations
+    assert lazy.timings["polish_steps"] == eager.timings["polish_steps"]
+    np.testing.assert_array_equal(lazy.prices, eager.prices)
+    np.testing.assert_array_equal(lazy.allocation, eager.allocation)
+    np.testing.assert_array_equal(lazy.throughput, eager.throughput)
+    assert (lazy.utility, lazy.dual_bound) == (eager.utility, eager.dual_bound)

@@ -76,6 +76,10 @@ COARSE_SAMPLE = 50_000
 # Nested stride samples for the start prices: each solve starts from the next smaller one's.
 COARSE_SAMPLES = (COARSE_SAMPLE, 5_000)
 COARSE_EPS_FACTOR = 0.1
+# Groups of at least this many jobs are sorted chunk by chunk in each evaluation, not once:
+# above ``COARSE_MIN_JOBS`` the whole problem is usually evaluated once, and the sorted copy
+# would be 36 bytes of fresh memory per job (a second evaluation sorts again: ~10 ms per 10⁶).
+SORT_PER_EVALUATION_MIN_JOBS = COARSE_MIN_JOBS
 # Up to this many jobs per type, each iteration also recovers from a running average of the
 # responses (the plain recovery loses O(m) jobs' worth of utility, which matters when n/m is small).
 AVERAGE_MAX_JOBS_PER_TYPE = 5_000
@@ -178,7 +182,10 @@ def _prepare(
         common = float(w[0]) if np.all(w == w[0]) else None
         par = Params(b.asarray(w), b.asarray(target[s:e]), b.asarray(alpha[s:e]), common)
         util = UTILITIES[KINDS[int(codes[s])]]
-        groups.append(subproblem.prepare(b, util, s, A[s:e], D[s:e], par))
+        # A large numpy problem is evaluated about once (after the sampled start): each
+        # evaluation sorts its chunks instead of keeping a sorted copy (``subproblem.Group``).
+        lazy = b.name == "numpy" and e - s >= SORT_PER_EVALUATION_MIN_JOBS
+        groups.append(subproblem.prepare(b, util, s, A[s:e], D[s:e], par, lazy=lazy))
     return _Prepared(
         b, tuple(groups), len(codes), A.shape[1], R, job_order, A, D, codes, weight, target, alpha
     )
