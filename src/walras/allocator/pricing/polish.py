@@ -62,17 +62,17 @@ TOLERANCE = 1e-7
 class Polished:
     """The polished candidate: elastic jobs ``rows`` (solver order) on their edge types.
 
-    ``share_lo``/``share_hi`` are the final (scaled) time shares on ``lo``/``hi`` (lo = −1:
-    idle), ``throughput`` the whole problem's throughput (solver order), ``scale`` the column
-    scaling applied to every job, ``prices`` where Newton stopped (near market clearing:
-    a good next price vector), ``steps`` the Newton steps taken.
+    ``x_hi`` is each one's share of ``hi`` before scaling (the rest, 1 − x_hi, is on ``lo``;
+    lo = −1: idle), as in ``subproblem.Response``; ``throughput`` the whole problem's
+    throughput (solver order), ``scale`` the column scaling applied to every job, ``prices``
+    where Newton stopped (near market clearing: a good next price vector), ``steps`` the
+    Newton steps taken.
     """
 
     rows: IntArray
     lo: IntArray
     hi: IntArray
-    share_lo: FloatArray
-    share_hi: FloatArray
+    x_hi: FloatArray
     scale: FloatArray
     throughput: FloatArray
     prices: FloatArray
@@ -271,7 +271,6 @@ def polish(prep: _Prepared, it: _Iterate, p: FloatArray, r: FloatArray) -> Polis
     rows = _joined([e.rows for e in groups])
     lo_all, hi_all = _joined(lo), _joined(hi)
     sl, sh = s_ext[lo_all], s_ext[hi_all]
-    share_lo, share_hi = sl * _joined(x_lo), sh * _joined(x_hi)
     # The factors become the scaled throughputs in place (no more 2.8 MB temporaries).
     sl *= _joined(y_lo)
     sh *= _joined(y_hi)
@@ -281,8 +280,7 @@ def polish(prep: _Prepared, it: _Iterate, p: FloatArray, r: FloatArray) -> Polis
         rows=rows,
         lo=lo_all,
         hi=hi_all,
-        share_lo=share_lo,
-        share_hi=share_hi,
+        x_hi=_joined(x_hi),
         scale=scale,
         throughput=t,
         prices=q,

@@ -471,11 +471,18 @@ def _dense(b: Backend, it: _Iterate, n: int, m: int, scale: FloatArray | None = 
     a wholly idle job, whose x are 0). Boolean-masked scatters cost 4× more at n = 1e6. Block
     by block, so that the index temporaries stay in cache instead of faulting in fresh pages.
     """
+    type_lo, type_hi = b.to_numpy(it.type_lo), b.to_numpy(it.type_hi)
+    return _dense_rows(type_lo, type_hi, b.to_numpy(it.x_hi), m, scale)
+
+
+def _dense_rows(
+    type_lo: Any, type_hi: Any, x_hi: Any, m: int, scale: FloatArray | None
+) -> FloatArray:
+    """``_dense`` of the responses given as numpy arrays (types, share of "hi")."""
+    n = x_hi.shape[0]
     X = np.zeros((n, m))
     flat = X.reshape(-1)
     s_ext = None if scale is None else np.append(scale, 0.0)  # index −1 (idle) reads 0
-    type_lo, type_hi = b.to_numpy(it.type_lo), b.to_numpy(it.type_hi)
-    x_hi = b.to_numpy(it.x_hi)
     block = 65_536
     base = np.arange(0, block * m, m, dtype=np.int64)
     for s in range(0, n, block):
@@ -783,21 +790,20 @@ def _finish(run: _Run) -> dict[str, Any]:
             r = _known(run.last_r)
         pol = run.best_polished
         scale = _scales(prep.R, r) if pol is None else pol.scale
-        X = _dense(b, run.it, prep.n, prep.m, None if np.all(scale >= 1.0) else scale)
+        type_lo, type_hi, x_hi = (
+            b.to_numpy(x) for x in (run.it.type_lo, run.it.type_hi, run.it.x_hi)
+        )
         if pol is None:
             t = np.asarray(b.to_numpy(_recovered_t(prep, run.it, scale)), dtype=np.float64)
         else:
-            # The polished jobs keep their types (overwritten below) except those that moved to
-            # another edge: their old entries are cleared first.
-            it_np = run.on_numpy()[1]
-            moved = (it_np.type_lo[pol.rows] != pol.lo) | (it_np.type_hi[pol.rows] != pol.hi)
-            X[pol.rows[moved]] = 0.0
-            flat = X.reshape(-1)
-            base = pol.rows * prep.m
-            flat[base + pol.hi] = pol.share_hi
-            has_lo = pol.lo >= 0
-            flat[base[has_lo] + pol.lo[has_lo]] = pol.share_lo[has_lo]
+            # The polished jobs' edges and shares replace their responses (the solve is over:
+            # the iterate's buffers, or their host copies, are free to take them), so that one
+            # pass writes every job's row, all scaled alike.
+            type_lo[pol.rows] = pol.lo
+            type_hi[pol.rows] = pol.hi
+            x_hi[pol.rows] = pol.x_hi
             t = pol.throughput
+        X = _dense_rows(type_lo, type_hi, x_hi, prep.m, None if np.all(scale >= 1.0) else scale)
     if prep.job_order is not None:
         X_out, t_out = np.empty_like(X), np.empty_like(t)
         X_out[prep.job_order], t_out[prep.job_order] = X, t
