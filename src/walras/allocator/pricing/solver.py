@@ -29,7 +29,8 @@ When the scaled responses miss the gap by less than ``POLISH_WITHIN``·eps, the 
 polish (``polish.py``: Newton on the prices of the jobs inside a hull edge, the others fixed)
 gives another feasible allocation: after the sampled start, scaling alone leaves the first full
 evaluation a few eps from certifying, the polish brings it below eps/10, so one evaluation of
-the whole problem is enough.
+the whole problem is enough. That first evaluation after the samples therefore polishes first,
+and computes the scaled candidate only if the polished one does not certify the gap.
 
 With few jobs per type (n ≤ 5000·m) g is far from smooth and the scaled response wastes capacity
 on the types that jobs pile onto at p*; there each iteration also tries the scaled running
