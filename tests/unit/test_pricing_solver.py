@@ -18,8 +18,9 @@ from pricing_helpers import (
 )
 
 from walras.allocator import pricing
-from walras.allocator.pricing import subproblem
+from walras.allocator.pricing import solver, subproblem
 from walras.allocator.pricing.backend import get_backend
+from walras.allocator.pricing.instances import paper_problem
 from walras.allocator.pricing.utilities import UTILITIES, Params
 
 KINDS = ["linear", "log", "alpha", "target"]
@@ -212,3 +213,88 @@ def test_subgradient_fallback_keeps_bounds_valid() -> None:
     for dual, primal in result.history:
         assert primal <= dual + 1e-9 * max(1.0, abs(dual))
     assert_feasible(problem, result.allocation)
+
+
+def _best_on_simplex_edges(a: np.ndarray, pi: np.ndarray, u: object) -> float:
+    """max u(a^T x) − π^T x over x ≥ 0, 1^T x ≤ 1, independently of the hull walk.
+
+    Fixing t = a^T x leaves a linear program whose basic solutions have at most two nonzeros
+    among x and the idle time, so the optimum lies on an edge of the simplex (two types, or
+    one type and idle time); each edge is a 1-D concave problem, solved by bounded Brent.
+    """
+    from scipy.optimize import minimize_scalar
+
+    m = len(a)
+    best = -np.inf
+    for i in range(-1, m):
+        for j in range(i + 1, m):
+            lo_a, lo_p = (0.0, 0.0) if i < 0 else (a[i], pi[i])
+
+            def neg(s: float, lo_a: float = lo_a, lo_p: float = lo_p, j: int = j) -> float:
+                t = (1 - s) * lo_a + s * a[j]
+                return -(float(u(np.array([t]))[0]) - (1 - s) * lo_p - s * pi[j])
+
+            res = minimize_scalar(
+                neg, bounds=(0.0, 1.0), method="bounded", options={"xatol": 1e-12}
+            )
+            best = max(best, -res.fun, -neg(0.0), -neg(1.0))
+    return best
+
+
+@pytest.mark.parametrize("kind", ["log", "alpha"])
+@pytest.mark.parametrize("m", [1, 2, 3, 4])
+@pytest.mark.parametrize("per_type_demand", [False, True])
+def test_smooth_responses_without_ties_are_optimal(
+    kind: str, m: int, per_type_demand: bool
+) -> None:
+    """Smooth utilities and distinct throughputs take the edge found from the vertices alone
+    (``subproblem._edge_by_derivative``): each response is optimal on the whole simplex."""
+    rng = np.random.default_rng(40 + m)
+    problem = random_problem(rng, 80, m, kind, per_type_demand=per_type_demand, alpha=0.5)
+    A = np.asarray(problem.throughput)
+    assert all(len(set(row)) == m for row in A.tolist())  # no ties: that path is taken
+    prices = rng.uniform(0.0, 3.0, m)
+    X = pricing.best_response(problem, prices)
+    D = problem.demand_matrix()
+    w, tgt, al = problem.weight, problem.target, problem.alpha
+    for i in range(problem.n):
+        pi = D[i] * prices
+
+        def u(t: np.ndarray, i: int = i) -> np.ndarray:
+            return utility_one(kind, t, w[i], tgt[i], al[i])
+
+        ours = float(u(np.array([A[i] @ X[i]]))[0] - pi @ X[i])
+        # Brent's xatol 1e-12 on a share puts the oracle within ~1e-12 of each edge's maximum.
+        assert ours == pytest.approx(_best_on_simplex_edges(A[i], pi, u), abs=1e-9)
+        assert X[i].min() >= 0 and X[i].sum() <= 1 + 1e-12
+        assert (X[i] > 0).sum() <= 2
+
+
+@pytest.mark.parametrize(
+    ("n", "kinds"),
+    [
+        (600, "mixed"),  # one chunk: the same ties, the same path, the same numbers
+        (solver.COARSE_MIN_JOBS, "log"),  # sampled start and the polish's re-sorted subsets
+    ],
+)
+def test_sorting_per_evaluation_changes_nothing(
+    n: int, kinds: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lazy group (each evaluation sorts its chunks) solves exactly like a sorted one."""
+    if kinds == "mixed":
+        rng = np.random.default_rng(31)
+        problem = random_problem(
+            rng, n, 4, [KINDS[i % 4] for i in range(n)], per_type_demand=True, zeros=0.2
+        )
+    else:
+        problem = paper_problem(n, seed=5, utility=kinds)
+    monkeypatch.setattr(solver, "SORT_PER_EVALUATION_MIN_JOBS", 10**12)
+    eager = pricing.solve(problem)
+    monkeypatch.setattr(solver, "SORT_PER_EVALUATION_MIN_JOBS", 1)
+    lazy = pricing.solve(problem)
+    assert lazy.iterations == eager.iterations
+    assert lazy.timings["polish_steps"] == eager.timings["polish_steps"]
+    np.testing.assert_array_equal(lazy.prices, eager.prices)
+    np.testing.assert_array_equal(lazy.allocation, eager.allocation)
+    np.testing.assert_array_equal(lazy.throughput, eager.throughput)
+    assert (lazy.utility, lazy.dual_bound) == (eager.utility, eager.dual_bound)

@@ -62,17 +62,17 @@ TOLERANCE = 1e-7
 class Polished:
     """The polished candidate: elastic jobs ``rows`` (solver order) on their edge types.
 
-    ``share_lo``/``share_hi`` are the final (scaled) time shares on ``lo``/``hi`` (lo = −1:
-    idle), ``throughput`` the whole problem's throughput (solver order), ``scale`` the column
-    scaling applied to every job, ``prices`` where Newton stopped (near market clearing:
-    a good next price vector), ``steps`` the Newton steps taken.
+    ``x_hi`` is each one's share of ``hi`` before scaling (the rest, 1 − x_hi, is on ``lo``;
+    lo = −1: idle), as in ``subproblem.Response``; ``throughput`` the whole problem's
+    throughput (solver order), ``scale`` the column scaling applied to every job, ``prices``
+    where Newton stopped (near market clearing: a good next price vector), ``steps`` the
+    Newton steps taken.
     """
 
     rows: IntArray
-    lo: IntArray
-    hi: IntArray
-    share_lo: FloatArray
-    share_hi: FloatArray
+    lo: npt.NDArray[np.int8]
+    hi: npt.NDArray[np.int8]
+    x_hi: FloatArray
     scale: FloatArray
     throughput: FloatArray
     prices: FloatArray
@@ -103,6 +103,12 @@ class _Elastic:
     d_lo: FloatArray | None  # None when ``unit`` (then d_hi = 1, d_lo = 1 where lo ≥ 0)
     d_hi: FloatArray | None
     unit: bool  # every demand is 1: π = p
+
+    def release_newton_data(self) -> None:
+        """Drop the arrays only Newton's steps use (``theta``, ``use``, ``jacobian``)."""
+        none = np.empty(0)
+        self.pair = none.astype(np.int64)
+        self.span = self.inv_span = none
 
     def demands(self) -> tuple[FloatArray, FloatArray]:
         """(d_lo, d_hi) of every elastic job (0 for the origin end)."""
@@ -231,12 +237,18 @@ def polish(prep: _Prepared, it: _Iterate, p: FloatArray, r: FloatArray) -> Polis
         thetas = [e.theta(q) for e in groups]
         steps += 1
     use = use_at(thetas)
+    # Newton's own arrays are not needed any more: at n = 10⁶ they are 11 MB at the solve's
+    # peak of memory, which decides how many fresh pages the kernel zeroes.
+    for e in groups:
+        e.release_newton_data()
+    shares = [theta for theta, _ in thetas]  # the slopes' derivatives k are not needed
+    del thetas
     # A job whose share hit an end of its edge would rather, at q, be on a neighbouring edge
     # (or a vertex further on): it gets its full best response at q (the whole cost hull).
     # Without this the allocation keeps too many jobs on one type (13 % instead of 17 % on two
     # types at n = 1e5) although its gap is certified.
     lo, hi, x_lo, x_hi, y_lo, y_hi = [], [], [], [], [], []
-    for e, (theta, _) in zip(groups, thetas, strict=True):
+    for e, theta in zip(groups, shares, strict=True):
         # theta and the edge arrays are not used after this loop: no copies (at n = 1e6 the
         # elastic arrays are 2.8 MB each, below numpy's huge-page size: every copy faults).
         lo_e, hi_e = e.lo, e.hi
@@ -265,13 +277,12 @@ def polish(prep: _Prepared, it: _Iterate, p: FloatArray, r: FloatArray) -> Polis
         scale = np.where(use > R, R / np.maximum(use, 1e-300), 1.0)
     s_ext = np.append(scale, 0.0)  # index −1 (idle) reads the appended 0
     if np.all(scale >= 1.0):
-        t = np.array(it.t, dtype=np.float64)  # a copy: the iterate's buffer is reused
+        t = np.asarray(it.y_lo + it.y_hi, dtype=np.float64)  # the responses' t
     else:
         t = subproblem.scaled_throughput(it.type_lo, it.type_hi, it.y_lo, it.y_hi, scale)
     rows = _joined([e.rows for e in groups])
     lo_all, hi_all = _joined(lo), _joined(hi)
     sl, sh = s_ext[lo_all], s_ext[hi_all]
-    share_lo, share_hi = sl * _joined(x_lo), sh * _joined(x_hi)
     # The factors become the scaled throughputs in place (no more 2.8 MB temporaries).
     sl *= _joined(y_lo)
     sh *= _joined(y_hi)
@@ -279,10 +290,13 @@ def polish(prep: _Prepared, it: _Iterate, p: FloatArray, r: FloatArray) -> Polis
     t[rows] = sl
     return Polished(
         rows=rows,
-        lo=lo_all,
-        hi=hi_all,
-        share_lo=share_lo,
-        share_hi=share_hi,
+        # int8 like the iterate's types (numpy): 5 MB less held until the result is written.
+        lo=lo_all.astype(np.int8),
+        hi=hi_all.astype(np.int8),
+        # A copy made last: θ itself was allocated amid the Newton steps' temporaries, and
+        # kept alive there it splits their freed memory, so that the 32 MB dense allocation
+        # (``solver._finish``) at n = 10⁶ needs 6 400 fresh pages instead of none.
+        x_hi=_joined(x_hi).copy(),
         scale=scale,
         throughput=t,
         prices=q,

@@ -29,7 +29,8 @@ When the scaled responses miss the gap by less than ``POLISH_WITHIN``·eps, the 
 polish (``polish.py``: Newton on the prices of the jobs inside a hull edge, the others fixed)
 gives another feasible allocation: after the sampled start, scaling alone leaves the first full
 evaluation a few eps from certifying, the polish brings it below eps/10, so one evaluation of
-the whole problem is enough.
+the whole problem is enough. That first evaluation after the samples therefore polishes first,
+and computes the scaled candidate only if the polished one does not certify the gap.
 
 With few jobs per type (n ≤ 5000·m) g is far from smooth and the scaled response wastes capacity
 on the types that jobs pile onto at p*; there each iteration also tries the scaled running
@@ -76,6 +77,10 @@ COARSE_SAMPLE = 50_000
 # Nested stride samples for the start prices: each solve starts from the next smaller one's.
 COARSE_SAMPLES = (COARSE_SAMPLE, 5_000)
 COARSE_EPS_FACTOR = 0.1
+# Groups of at least this many jobs are sorted chunk by chunk in each evaluation, not once:
+# above ``COARSE_MIN_JOBS`` the whole problem is usually evaluated once, and the sorted copy
+# would be 36 bytes of fresh memory per job (a second evaluation sorts again: ~10 ms per 10⁶).
+SORT_PER_EVALUATION_MIN_JOBS = COARSE_MIN_JOBS
 # Up to this many jobs per type, each iteration also recovers from a running average of the
 # responses (the plain recovery loses O(m) jobs' worth of utility, which matters when n/m is small).
 AVERAGE_MAX_JOBS_PER_TYPE = 5_000
@@ -178,7 +183,10 @@ def _prepare(
         common = float(w[0]) if np.all(w == w[0]) else None
         par = Params(b.asarray(w), b.asarray(target[s:e]), b.asarray(alpha[s:e]), common)
         util = UTILITIES[KINDS[int(codes[s])]]
-        groups.append(subproblem.prepare(b, util, s, A[s:e], D[s:e], par))
+        # A large numpy problem is evaluated about once (after the sampled start): each
+        # evaluation sorts its chunks instead of keeping a sorted copy (``subproblem.Group``).
+        lazy = b.name == "numpy" and e - s >= SORT_PER_EVALUATION_MIN_JOBS
+        groups.append(subproblem.prepare(b, util, s, A[s:e], D[s:e], par, lazy=lazy))
     return _Prepared(
         b, tuple(groups), len(codes), A.shape[1], R, job_order, A, D, codes, weight, target, alpha
     )
@@ -213,12 +221,15 @@ def _from_problem(problem: PricingProblem, b: Backend, *, strict: bool) -> _Prep
 
 @dataclass
 class _Iterate:
-    """Per-job responses at one price vector, in solver order (backend arrays)."""
+    """Per-job responses at one price vector, in solver order (backend arrays).
 
-    t: Any
+    The throughput t = y_lo + y_hi and the share of the "lo" end, x_lo = 1 − x_hi where
+    type_lo ≥ 0 else 0 (``subproblem``), are not stored: at n = 10⁶ they would be 16 MB of
+    fresh pages per solve (about 4 000 page faults) for values recomputed in one pass.
+    """
+
     type_lo: Any
     type_hi: Any
-    x_lo: Any
     x_hi: Any
     y_lo: Any
     y_hi: Any
@@ -268,10 +279,8 @@ def _evaluate(prep: _Prepared, p_np: FloatArray, it: _Iterate) -> tuple[float, F
         g, s, e = task
         res = subproblem.respond(b, g, p, s, e)
         o, f = g.start + s, g.start + e
-        it.t[o:f] = res.t
         it.type_lo[o:f] = res.type_lo
         it.type_hi[o:f] = res.type_hi
-        it.x_lo[o:f] = res.x_lo
         it.x_hi[o:f] = res.x_hi
         it.y_lo[o:f] = res.y_lo
         it.y_hi[o:f] = res.y_hi
@@ -296,7 +305,7 @@ def _scales(R: FloatArray, r: FloatArray) -> FloatArray:
 def _recovered_t(prep: _Prepared, it: _Iterate, scale: FloatArray) -> Any:
     b = prep.b
     if np.all(scale >= 1.0):
-        return it.t
+        return it.y_lo + it.y_hi  # the responses' own t (``subproblem``: the same sum)
     if b.name == "numpy":
         return subproblem.scaled_throughput(it.type_lo, it.type_hi, it.y_lo, it.y_hi, scale)
     s_ext = b.asarray(np.append(scale, 0.0))  # index −1 (idle) reads the appended 0
@@ -338,6 +347,10 @@ class _Run:
     # Small problems also try the averaged responses (``_averaged``); the start-price samples of
     # smooth kinds need good prices, not their own allocation, and skip it.
     averaging: bool = True
+    # The first evaluation after sampled start prices tries the polish before the scaled
+    # responses: it usually certifies the gap, and then the scaled candidate (a pass over the
+    # jobs and n logs: ~3 ms at n = 10⁶) is not needed.
+    polish_first: bool = False
     history: list[tuple[float, float]] = field(default_factory=list)
     best_dual: float = math.inf
     best_dual_p: FloatArray | None = None
@@ -367,25 +380,27 @@ class _Run:
         t0 = time.perf_counter()
         g, r = _evaluate(self.prep, p, self.it)
         t1 = time.perf_counter()
-        scale = _scales(self.prep.R, r)
-        primal = _utility(self.prep, _recovered_t(self.prep, self.it, scale))
-        alloc, polished = None, None
-        if self.averaging and self.prep.n <= AVERAGE_MAX_JOBS_PER_TYPE * self.prep.m:
-            primal, alloc = self._averaged(primal, scale)
-        elif self.eps_n < min(
-            g, self.best_dual
-        ) - primal <= POLISH_WITHIN * self.eps_n and polish.applicable(self.prep):
-            # The scaled responses nearly certify the gap: polish the elastic jobs (one more
-            # candidate, its utility computed exactly; the dual bound stays g).
-            prep_np, it_np = self.on_numpy()
-            polished = polish.polish(prep_np, it_np, p, r)
-            if polished is not None:
-                self.polishes += polished.steps
-                value = _utility(prep_np, polished.throughput)
-                if value > primal:
-                    primal = value
-                else:
-                    polished = None
+        alloc, polished, first = None, None, None
+        if self.polish_first and polish.applicable(self.prep):
+            self.polish_first = False
+            first = self._polished(p, r)
+            if first is not None and min(g, self.best_dual) - first[0] <= self.eps_n:
+                primal, polished = first  # certified: the scaled candidate cannot matter
+        if polished is None:
+            scale = _scales(self.prep.R, r)
+            primal = _utility(self.prep, _recovered_t(self.prep, self.it, scale))
+            if self.averaging and self.prep.n <= AVERAGE_MAX_JOBS_PER_TYPE * self.prep.m:
+                primal, alloc = self._averaged(primal, scale)
+            elif (
+                first is None
+                and self.eps_n < min(g, self.best_dual) - primal <= POLISH_WITHIN * self.eps_n
+                and polish.applicable(self.prep)
+            ):
+                # The scaled responses nearly certify the gap: polish the elastic jobs (one
+                # more candidate, its utility computed exactly; the dual bound stays g).
+                first = self._polished(p, r)
+            if first is not None and first[0] > primal:
+                primal, polished = first
         self.t_sub += t1 - t0
         self.t_rec += time.perf_counter() - t1
         self.history.append((g, primal))
@@ -399,6 +414,15 @@ class _Run:
         grad = self.prep.R - r
         self.last_r = r
         return g, grad
+
+    def _polished(self, p: FloatArray, r: FloatArray) -> tuple[float, polish.Polished] | None:
+        """The polished candidate at p (``polish.py``) and its exact utility, if any."""
+        prep_np, it_np = self.on_numpy()
+        polished = polish.polish(prep_np, it_np, p, r)
+        if polished is None:
+            return None
+        self.polishes += polished.steps
+        return _utility(prep_np, polished.throughput), polished
 
     def on_numpy(self) -> tuple[_Prepared, _Iterate]:
         """The problem and the current responses as numpy arrays (themselves on numpy)."""
@@ -463,18 +487,26 @@ def _dense(b: Backend, it: _Iterate, n: int, m: int, scale: FloatArray | None = 
     a wholly idle job, whose x are 0). Boolean-masked scatters cost 4× more at n = 1e6. Block
     by block, so that the index temporaries stay in cache instead of faulting in fresh pages.
     """
+    type_lo, type_hi = b.to_numpy(it.type_lo), b.to_numpy(it.type_hi)
+    return _dense_rows(type_lo, type_hi, b.to_numpy(it.x_hi), m, scale)
+
+
+def _dense_rows(
+    type_lo: Any, type_hi: Any, x_hi: Any, m: int, scale: FloatArray | None
+) -> FloatArray:
+    """``_dense`` of the responses given as numpy arrays (types, share of "hi")."""
+    n = x_hi.shape[0]
     X = np.zeros((n, m))
     flat = X.reshape(-1)
     s_ext = None if scale is None else np.append(scale, 0.0)  # index −1 (idle) reads 0
-    type_lo, type_hi = b.to_numpy(it.type_lo), b.to_numpy(it.type_hi)
-    x_lo, x_hi = b.to_numpy(it.x_lo), b.to_numpy(it.x_hi)
     block = 65_536
     base = np.arange(0, block * m, m, dtype=np.int64)
     for s in range(0, n, block):
         e = min(n, s + block)
         lo = type_lo[s:e].astype(np.int64)
         hi = np.maximum(type_hi[s:e].astype(np.int64), 0)
-        xl, xh = x_lo[s:e], x_hi[s:e]
+        xh = x_hi[s:e]
+        xl = (1.0 - xh) * (lo >= 0)  # the "lo" end's share (0: idle), exact as in ``_Iterate``
         if s_ext is not None:
             xl = xl * s_ext[lo]
             xh = xh * s_ext[hi]
@@ -607,10 +639,8 @@ def _new_iterate(b: Backend, n: int) -> _Iterate:
     # them as int8 saves a conversion and 14 MB per million jobs.
     small = b.name == "numpy"
     return _Iterate(
-        t=b.empty(n),
         type_lo=np.empty(n, dtype=np.int8) if small else b.empty(n, integer=True),
         type_hi=np.empty(n, dtype=np.int8) if small else b.empty(n, integer=True),
-        x_lo=b.empty(n),
         x_hi=b.empty(n),
         y_lo=b.empty(n),
         y_hi=b.empty(n),
@@ -647,9 +677,7 @@ def _prep_on_numpy(prep: _Prepared) -> _Prepared:
 
 def _iterate_on_numpy(b: Backend, it: _Iterate) -> _Iterate:
     """The responses of ``it`` as numpy arrays (views on the CPU, copies from a GPU)."""
-    return _Iterate(
-        *(b.to_numpy(x) for x in (it.t, it.type_lo, it.type_hi, it.x_lo, it.x_hi, it.y_lo, it.y_hi))
-    )
+    return _Iterate(*(b.to_numpy(x) for x in (it.type_lo, it.type_hi, it.x_hi, it.y_lo, it.y_hi)))
 
 
 def _coarse_prices(
@@ -744,7 +772,7 @@ def solve(
         else:
             p0 = _start_prices(prep)
         t_start_prices = time.perf_counter()
-        run = _Run(prep, it, eps * prep.n, max_iter)
+        run = _Run(prep, it, eps * prep.n, max_iter, polish_first=warm is None and coarse_iters > 0)
         _iterate(run, p0)
         t_iter = time.perf_counter()
         result = _finish(run)
@@ -778,27 +806,27 @@ def _finish(run: _Run) -> dict[str, Any]:
             r = _known(run.last_r)
         pol = run.best_polished
         scale = _scales(prep.R, r) if pol is None else pol.scale
-        X = _dense(b, run.it, prep.n, prep.m, None if np.all(scale >= 1.0) else scale)
+        type_lo, type_hi, x_hi = (
+            b.to_numpy(x) for x in (run.it.type_lo, run.it.type_hi, run.it.x_hi)
+        )
         if pol is None:
             t = np.asarray(b.to_numpy(_recovered_t(prep, run.it, scale)), dtype=np.float64)
         else:
-            # The polished jobs keep their types (overwritten below) except those that moved to
-            # another edge: their old entries are cleared first.
-            it_np = run.on_numpy()[1]
-            moved = (it_np.type_lo[pol.rows] != pol.lo) | (it_np.type_hi[pol.rows] != pol.hi)
-            X[pol.rows[moved]] = 0.0
-            flat = X.reshape(-1)
-            base = pol.rows * prep.m
-            flat[base + pol.hi] = pol.share_hi
-            has_lo = pol.lo >= 0
-            flat[base[has_lo] + pol.lo[has_lo]] = pol.share_lo[has_lo]
+            # The polished jobs' edges and shares replace their responses (the solve is over:
+            # the iterate's buffers, or their host copies, are free to take them), so that one
+            # pass writes every job's row, all scaled alike.
+            type_lo[pol.rows] = pol.lo
+            type_hi[pol.rows] = pol.hi
+            x_hi[pol.rows] = pol.x_hi
             t = pol.throughput
+            # Nothing reads the responses' throughputs now: 16 MB at n = 10⁶ freed before the
+            # 32 MB result is allocated (the solve's peak of memory).
+            run.it.y_lo = run.it.y_hi = None
+        X = _dense_rows(type_lo, type_hi, x_hi, prep.m, None if np.all(scale >= 1.0) else scale)
     if prep.job_order is not None:
         X_out, t_out = np.empty_like(X), np.empty_like(t)
         X_out[prep.job_order], t_out[prep.job_order] = X, t
         X, t = X_out, t_out
-    elif t is run.it.t:
-        t = t.copy()  # the iterate's buffer is not the caller's
     X.setflags(write=False)
     t.setflags(write=False)
     prices = _known(run.best_dual_p).copy()
