@@ -2,10 +2,12 @@
 the oracle.
 
 What is reused: ``Store.freeze``'s sorted parts whose indexes did not change, the last cluster
-view of the same node/pool/foreign-pod tuples (``snapshot.cluster_view``), one ``Capacity`` per
-view (``Capacity.of``), and Hadar's forward pass evaluating FIND_ALLOC with ``best_one``. Each is
-switched off here (rebuilt every time, ``best_many`` in the forward pass), and a simulated run
-must make the same plan in every round and finish every job at the same time.
+view of the same node/pool/foreign-pod tuples (``snapshot.cluster_view``), the view's solve key
+and node index (``ClusterView.inputs_key``, ``node_index``), one ``Capacity`` per view
+(``Capacity.of``), price discovery's problem rows per kind of job (``_RowMemo``), and Hadar's
+forward pass evaluating FIND_ALLOC with ``best_one``. Each is switched off here (rebuilt every
+time, ``best_many`` in the forward pass), and a simulated run must make the same plan in every
+round and finish every job at the same time.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from tests.unit import snapshot_helpers as helpers
 from walras.allocator.hadar import admission
 from walras.allocator.hadar.find_alloc import States, best_many
 from walras.core import crd, cycle, snapshot
-from walras.core.policies import eligibility
+from walras.core.policies import eligibility, price_discovery
 from walras.sim import walras_mechanics
 from walras.sim.config import SimConfig
 from walras.sim.scenario import load_scenario
@@ -35,6 +37,19 @@ def _slow(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(snapshot.Store, "_reuse", lambda self, part, *idx: ((), None))
     monkeypatch.setattr(snapshot, "cluster_view", snapshot._build_view)
     monkeypatch.setattr(eligibility.Capacity, "of", classmethod(lambda cls, view: cls(view)))
+    monkeypatch.setattr(price_discovery._RowMemo, "row", lambda self, job: self._build(job))
+    view_key = snapshot.ClusterView.inputs_key
+
+    def fresh_key(view: snapshot.ClusterView) -> tuple[object, ...]:
+        object.__setattr__(view, "_inputs", None)
+        return view_key(view)
+
+    monkeypatch.setattr(snapshot.ClusterView, "inputs_key", fresh_key)
+    monkeypatch.setattr(
+        snapshot.ClusterView,
+        "node_index",
+        property(lambda view: {n.name: k for k, n in enumerate(view.nodes)}),
+    )
 
     def best_one(
         speed: Any, gang: int, free: Any, prices: Any, utils: Any
@@ -84,7 +99,7 @@ def _run(policy: str, jobs: int, tmp: pathlib.Path) -> tuple[list[tuple[object, 
     return rounds, list(tally.completion_s)
 
 
-@pytest.mark.parametrize("policy", ["max-min-fairness", "hadar"])
+@pytest.mark.parametrize("policy", ["max-min-fairness", "hadar", "price-discovery"])
 def test_reuse_makes_the_same_rounds_as_rebuilding(
     policy: str, monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
 ) -> None:

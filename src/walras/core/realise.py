@@ -247,11 +247,18 @@ def realise(
     K = len(view.nodes)
     replicas = np.array([j.replicas for j in sol.jobs], dtype=np.int64)
     current = np.zeros((J, K), dtype=np.int64)
+    # Per job row, its live pods per node index (the nonzero entries of ``current``, in order).
+    on_nodes: list[dict[int, int]] = []
     for r, job in enumerate(sol.jobs):
+        counts: dict[int, int] = {}
         for pod in _gang_pods(job, pods_by_job.get(job.key, [])):
             k = node_index.get(pod.where)
             if _alive(pod) and k is not None:
-                current[r, k] += 1
+                counts[k] = counts.get(k, 0) + 1
+        counts = dict(sorted(counts.items()))
+        for k, n in counts.items():
+            current[r, k] = n
+        on_nodes.append(counts)
     received = np.zeros((J, G))
     elapsed = np.zeros(J)
     for r, job in enumerate(sol.jobs):
@@ -275,15 +282,20 @@ def realise(
             held[r] |= bool(running[r]) and started is not None and now - started < min_run_s
     keep = running if incremental else held
     if keep.any():
+        node_group = sol.node_group.tolist()
         for r in np.flatnonzero(keep).tolist():
-            ks = np.flatnonzero(current[r])
-            groups = np.unique(sol.node_group[ks])
-            if groups.shape[0] != 1:
+            counts = on_nodes[r]
+            groups = {node_group[k] for k in counts}
+            if len(groups) != 1:
                 held[r] = False  # a gang split over groups is not a placement to keep
                 continue
-            node_free[ks] -= current[r, ks] * sol.gpus_per_pod[r]
-            nodes = tuple((int(k), int(current[r, k])) for k in ks)
-            frozen.append(rounds.JobPlacement(job=r, group=int(groups[0]), nodes=nodes, kept=True))
+            gpp = int(sol.gpus_per_pod[r])
+            for k, n in counts.items():
+                node_free[k] -= n * gpp
+            nodes = tuple(counts.items())
+            frozen.append(
+                rounds.JobPlacement(job=r, group=int(groups.pop()), nodes=nodes, kept=True)
+            )
             targets[r] = 0.0
         node_free = np.maximum(node_free, 0)
     if not incremental:
@@ -487,6 +499,11 @@ class _Maximums:
         self._used: dict[tuple[str, str], float] = {}
         self._chains: dict[int, list[str]] = {}
         self._configs: dict[str, governance.TenantSpec] = {}
+        # No Tenant object sets a maximum (the common case): no placement is ever refused here,
+        # and a job's tenant chain need not be walked at all.
+        self._none = not any(
+            q.maximum is not None for spec in snap.tenants.values() for q in spec.quotas.values()
+        )
 
     def _chain(self, r: int) -> list[str]:
         if r not in self._chains:
@@ -506,6 +523,8 @@ class _Maximums:
 
     def full(self, r: int, gpu_type: str) -> str:
         """Why job ``r``'s gang may not take ``gpu_type`` this round ("" if it may)."""
+        if self._none:
+            return ""
         for t in self._chain(r):
             q = self._config(t).quotas.get(gpu_type)
             if q is None or q.maximum is None:
@@ -519,6 +538,8 @@ class _Maximums:
         return ""
 
     def take(self, r: int, gpu_type: str) -> None:
+        if self._none:
+            return
         for t in self._chain(r):
             self._used[(t, gpu_type)] = self._used.get((t, gpu_type), 0.0) + self._gpus(r)
 

@@ -341,13 +341,40 @@ class ClusterView:
     node_foreign_use: tuple[Mapping[str, float], ...] = ()
     pools: Mapping[str, PoolState] = field(default_factory=dict)
     empty_types: Mapping[str, str] = field(default_factory=dict)
+    # inputs_key and node_index, computed on first use: the view is immutable and handed out
+    # again for every round while the cluster is unchanged (``cluster_view``), so each is built
+    # once per cluster instead of once per round (``dataclasses.replace`` starts without them).
+    _inputs: tuple[object, ...] | None = field(default=None, init=False, repr=False, compare=False)
+    _node_index: dict[str, int] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
-    def node_index(self) -> dict[str, int]:
-        return {n.name: k for k, n in enumerate(self.nodes)}
+    def node_index(self) -> Mapping[str, int]:
+        """Node name → view index."""
+        index = self._node_index
+        if index is None:
+            index = {n.name: k for k, n in enumerate(self.nodes)}
+            object.__setattr__(self, "_node_index", index)
+        return index
 
     def type_index(self) -> dict[str, int]:
         return {t: g for g, t in enumerate(self.gpu_types)}
+
+    def inputs_key(self) -> tuple[object, ...]:
+        """What a policy's solve reads of the view (``walras.core.policies.base.inputs_key``):
+        GPU types, nodes, GPUs and foreign GPUs per node, capacity per type and
+        :meth:`filter_inputs`; computed once per view."""
+        key = self._inputs
+        if key is None:
+            key = (
+                self.gpu_types,
+                tuple(n.name for n in self.nodes),
+                self.node_gpus.tobytes(),
+                self.node_foreign.tobytes(),
+                self.type_capacity.tobytes(),
+                self.filter_inputs(),
+            )
+            object.__setattr__(self, "_inputs", key)
+        return key
 
     def filter_inputs(self) -> tuple[object, ...]:
         """Everything the filters read of the usable nodes (``walras.core.filters``): labels,

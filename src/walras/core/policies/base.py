@@ -153,12 +153,7 @@ def inputs_key(snap: snapshot.Snapshot, view: snapshot.ClusterView) -> tuple[obj
         # Throughputs change without a new generation: measured or estimated.
         tuple(tuple(sorted(j.throughput.items())) for j in snap.active_jobs),
         tuple(sorted((name, repr(spec)) for name, spec in snap.tenants.items())),
-        view.gpu_types,
-        tuple(n.name for n in view.nodes),
-        view.node_gpus.tobytes(),
-        view.node_foreign.tobytes(),
-        view.type_capacity.tobytes(),
-        view.filter_inputs(),
+        view.inputs_key(),
     )
 
 
