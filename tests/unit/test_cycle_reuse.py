@@ -4,7 +4,8 @@ the oracle.
 What is reused: ``Store.freeze``'s sorted parts whose indexes did not change, the last cluster
 view of the same node/pool/foreign-pod tuples (``snapshot.cluster_view``), the view's solve key
 and node index (``ClusterView.inputs_key``, ``node_index``), one ``Capacity`` per view
-(``Capacity.of``), price discovery's problem rows per kind of job (``_RowMemo``), and Hadar's
+(``Capacity.of``), price discovery's problem rows per kind of job (``_RowMemo``), the
+simulator's pods derived from the first parsed one of their job (``_created``), and Hadar's
 forward pass evaluating FIND_ALLOC with ``best_one``. Each is switched off here (rebuilt every
 time, ``best_many`` in the forward pass), and a simulated run must make the same plan in every
 round and finish every job at the same time.
@@ -22,7 +23,7 @@ from tests.unit import snapshot_helpers as helpers
 
 from walras.allocator.hadar import admission
 from walras.allocator.hadar.find_alloc import States, best_many
-from walras.core import crd, cycle, snapshot
+from walras.core import crd, cycle, model, snapshot
 from walras.core.policies import eligibility, price_discovery
 from walras.sim import walras_mechanics
 from walras.sim.config import SimConfig
@@ -38,6 +39,13 @@ def _slow(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(snapshot, "cluster_view", snapshot._build_view)
     monkeypatch.setattr(eligibility.Capacity, "of", classmethod(lambda cls, view: cls(view)))
     monkeypatch.setattr(price_discovery._RowMemo, "row", lambda self, job: self._build(job))
+    monkeypatch.setattr(
+        walras_mechanics,
+        "_created",
+        lambda sim, create: model.parse_pod(
+            walras_mechanics.created_pod(create.manifest, create.node)
+        ),
+    )
     view_key = snapshot.ClusterView.inputs_key
 
     def fresh_key(view: snapshot.ClusterView) -> tuple[object, ...]:

@@ -178,14 +178,7 @@ class Store:
             node = model.parse_node(obj)
             self.nodes[node.name] = node
         elif kind == "pod":
-            pod = model.parse_pod(obj)
-            if pod.job:
-                self.pods[pod.key] = pod
-            elif pod.node and not pod.finished:
-                # Every bound foreign pod counts: its requests, and one of the node's pod slots.
-                self.foreign[pod.key] = pod
-            else:
-                self.foreign.pop(pod.key, None)
+            self._put_pod(model.parse_pod(obj))
         elif kind == "tenant":
             tenant = governance.parse_tenant(obj)
             self.tenants[tenant.name] = tenant
@@ -194,6 +187,21 @@ class Store:
             self.priority_classes[pc.name] = pc
         else:
             raise ValueError(f"unknown kind {kind!r} for {meta.get('name')}")
+
+    def put_pod(self, pod: model.PodInfo) -> None:
+        """Record a pod already parsed (what :meth:`upsert` does with ``parse_pod``'s result):
+        the simulator, which builds its pods itself, keeps their parsed form."""
+        self.version += 1
+        self._put_pod(pod)
+
+    def _put_pod(self, pod: model.PodInfo) -> None:
+        if pod.job:
+            self.pods[pod.key] = pod
+        elif pod.node and not pod.finished:
+            # Every bound foreign pod counts: its requests, and one of the node's pod slots.
+            self.foreign[pod.key] = pod
+        else:
+            self.foreign.pop(pod.key, None)
 
     def delete(self, kind: str, namespace: str, name: str) -> None:
         """Forget an object that the API server deleted."""
