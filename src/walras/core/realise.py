@@ -259,13 +259,21 @@ def realise(
         for k, n in counts.items():
             current[r, k] = n
         on_nodes.append(counts)
-    received = np.zeros((J, G))
-    elapsed = np.zeros(J)
-    for r, job in enumerate(sol.jobs):
+    # Built as lists and converted once (a row assignment per job cost more than its values).
+    nothing = [0.0] * G
+    received_rows: list[list[float]] = []
+    elapsed_list: list[float] = []
+    for job in sol.jobs:
         hist = histories.get(job.key)
-        if hist is not None:
-            received[r] = [hist.received.get(g, 0.0) for g in sol.groups]
-            elapsed[r] = hist.elapsed
+        if hist is None:
+            received_rows.append(nothing)
+            elapsed_list.append(0.0)
+        else:
+            got = hist.received
+            received_rows.append([got.get(g, 0.0) for g in sol.groups] if got else nothing)
+            elapsed_list.append(hist.elapsed)
+    received = np.array(received_rows, dtype=np.float64).reshape(J, G)
+    elapsed = np.array(elapsed_list, dtype=np.float64).reshape(J)
     node_free = np.maximum(view.node_gpus - view.node_foreign, 0).astype(np.int64)
     targets = sol.targets.copy()
     running = current.sum(axis=1) == replicas
@@ -390,7 +398,7 @@ def realise(
     live_jobs = {j.key for j in snap.jobs if not j.finished}
     finished = {j.key for j in snap.jobs if j.finished}
     defects = {d.key for d in snap.defects}
-    for key, pods in pods_by_job.items():
+    for key, others in pods_by_job.items():
         if key in solved:
             continue
         if key in finished:
@@ -399,7 +407,7 @@ def realise(
             reason = "NotSchedulable"
         else:
             reason = "JobGone"
-        deletes.extend(gone(p, reason) for p in pods if not p.terminating)
+        deletes.extend(gone(p, reason) for p in others if not p.terminating)
     # Pods stuck terminating on a node that is gone: only a forced delete removes them.
     deletes.extend(
         PodDelete(p, "NodeGone")

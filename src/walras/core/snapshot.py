@@ -83,11 +83,25 @@ class Snapshot:
         object.__setattr__(out, "_active", self._active)
         return out
 
-    def pods_by_job(self) -> dict[model.JobKey, list[model.PodInfo]]:
+    def pods_by_job(self) -> Mapping[model.JobKey, Sequence[model.PodInfo]]:
+        """The pods of each job, in the snapshot's order (read-only: shared, see below)."""
+        # Built once per pods tuple: a round's snapshots (progress filled in, phases set) share
+        # it, and the completions, the policy and the realiser each ask for it.
+        last = _LAST_BY_JOB[0] if _LAST_BY_JOB else None
+        if last is not None and last[0] is self.pods:
+            return last[1]
         out: dict[model.JobKey, list[model.PodInfo]] = {}
         for pod in self.pods:
             out.setdefault(pod.job_key, []).append(pod)
-        return out
+        frozen = {key: tuple(pods) for key, pods in out.items()}
+        _LAST_BY_JOB[:] = [(self.pods, frozen)]
+        return frozen
+
+
+# The last pods tuple grouped by job, and the tuple (held, so its id is never reused).
+_LAST_BY_JOB: list[
+    tuple[tuple[model.PodInfo, ...], Mapping[model.JobKey, Sequence[model.PodInfo]]]
+] = []
 
 
 K = TypeVar("K")
