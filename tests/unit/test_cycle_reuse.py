@@ -4,9 +4,11 @@ the oracle.
 What is reused: ``Store.freeze``'s sorted parts whose indexes did not change, the last cluster
 view of the same node/pool/foreign-pod tuples (``snapshot.cluster_view``), the view's solve key
 and node index (``ClusterView.inputs_key``, ``node_index``), one ``Capacity`` per view
-(``Capacity.of``), price discovery's problem rows per kind of job (``_RowMemo``), the
-simulator's pods derived from the first parsed one of their job (``_created``), and Hadar's
-forward pass evaluating FIND_ALLOC with ``best_one``. Each is switched off here (rebuilt every
+(``Capacity.of``), price discovery's problem rows per kind of job (``_RowMemo``), a round's
+pods grouped by job, the jobs' part of ``inputs_key`` and the realiser's throughput per group
+(one-entry memos on their inputs' identity), the simulator's pods derived from the first parsed
+one of their job (``_created``), and Hadar's forward pass evaluating FIND_ALLOC with
+``best_one``. Each is switched off here (rebuilt every
 time, ``best_many`` in the forward pass), and a simulated run must make the same plan in every
 round and finish every job at the same time.
 """
@@ -23,7 +25,8 @@ from tests.unit import snapshot_helpers as helpers
 
 from walras.allocator.hadar import admission
 from walras.allocator.hadar.find_alloc import States, best_many
-from walras.core import crd, cycle, model, snapshot
+from walras.core import crd, cycle, model, realise, snapshot
+from walras.core.policies import base as policy_base
 from walras.core.policies import eligibility, price_discovery
 from walras.sim import walras_mechanics
 from walras.sim.config import SimConfig
@@ -33,12 +36,26 @@ from walras.sim.tally import Tally
 TRACE = pathlib.Path(__file__).parents[1] / "data" / "gavel" / "static_multi_seed0_n100.trace"
 
 
+class _Forgetful(list[Any]):
+    """A memo list that stays empty (``memo[:] = [entry]`` stores nothing)."""
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        pass
+
+
 def _slow(monkeypatch: pytest.MonkeyPatch) -> None:
     """Rebuild everything every round (the code before the reuse)."""
     monkeypatch.setattr(snapshot.Store, "_reuse", lambda self, part, *idx: ((), None))
     monkeypatch.setattr(snapshot, "cluster_view", snapshot._build_view)
     monkeypatch.setattr(eligibility.Capacity, "of", classmethod(lambda cls, view: cls(view)))
     monkeypatch.setattr(price_discovery._RowMemo, "row", lambda self, job: self._build(job))
+    # One-entry memos keyed on the identity of their inputs: never hold anything.
+    for module, name in (
+        (snapshot, "_LAST_BY_JOB"),
+        (policy_base, "_LAST_JOBS_KEY"),
+        (realise, "_LAST_RATES"),
+    ):
+        monkeypatch.setattr(module, name, _Forgetful())
     monkeypatch.setattr(
         walras_mechanics,
         "_created",

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import operator
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -251,13 +252,16 @@ def realise(
     on_nodes: list[dict[int, int]] = []
     for r, job in enumerate(sol.jobs):
         counts: dict[int, int] = {}
-        for pod in _gang_pods(job, pods_by_job.get(job.key, [])):
-            k = node_index.get(pod.where)
-            if _alive(pod) and k is not None:
-                counts[k] = counts.get(k, 0) + 1
-        counts = dict(sorted(counts.items()))
-        for k, n in counts.items():
-            current[r, k] = n
+        mine = pods_by_job.get(job.key)
+        if mine:  # most of a long queue has no pods: no scan, no sort
+            for pod in _gang_pods(job, mine):
+                k = node_index.get(pod.where)
+                if _alive(pod) and k is not None:
+                    counts[k] = counts.get(k, 0) + 1
+            if len(counts) > 1:
+                counts = dict(sorted(counts.items()))
+            for k, n in counts.items():
+                current[r, k] = n
         on_nodes.append(counts)
     # Built as lists and converted once (a row assignment per job cost more than its values).
     nothing = [0.0] * G
@@ -361,11 +365,14 @@ def realise(
         return PodDelete(pod, "NodeGone" if gone else reason)
 
     for r, job in enumerate(sol.jobs):
-        pods = [p for p in _gang_pods(job, pods_by_job.get(job.key, [])) if not p.terminating]
+        mine = pods_by_job.get(job.key)
+        pods = [p for p in _gang_pods(job, mine) if not p.terminating] if mine else []
         pl = placements.get(r)
         if pl is None:
-            preempted = any(p.phase != crd.PHASE_SUCCEEDED for p in pods)
-            deletes.extend(gone(p, "SliceEnded") for p in pods)
+            preempted = False
+            if pods:
+                preempted = any(p.phase != crd.PHASE_SUCCEEDED for p in pods)
+                deletes.extend(gone(p, "SliceEnded") for p in pods)
             jobs[job.key] = JobRound(job.key, "", "", (), False, preempted, why.get(r, ""))
             continue
         group = sol.groups[pl.group]
@@ -838,11 +845,31 @@ def _fit_credit(
     """Per job, the credit when every job fits (``switching.fit_credit``), or None."""
     if not how.fit:
         return None
+    return switching.fit_credit(targets, _group_rates(sol), elapsed, restart_s, floor=how.hold)
+
+
+# The jobs and group types of the last ``_group_rates`` call and its answer (held, so the jobs'
+# ids are never reused): a reused solution carries the same job objects round after round.
+_LAST_RATES: list[tuple[Sequence[model.JobSpec], tuple[str, ...], npt.NDArray[np.float64]]] = []
+
+
+def _group_rates(sol: policies.Solution) -> npt.NDArray[np.float64]:
+    """``(J, G)``: each job's throughput on each group's GPU type (read-only)."""
+    last = _LAST_RATES[0] if _LAST_RATES else None
+    if (
+        last is not None
+        and last[1] == tuple(sol.group_type)
+        and len(last[0]) == len(sol.jobs)
+        and all(map(operator.is_, last[0], sol.jobs))
+    ):
+        return last[2]  # the same (immutable) jobs: the same throughputs
     types = sorted(set(sol.group_type))
     column = {t: c for c, t in enumerate(types)}
     by_type = np.array([[job.throughput.get(t, 0.0) for t in types] for job in sol.jobs])
     rates = by_type[:, [column[t] for t in sol.group_type]]
-    return switching.fit_credit(targets, rates, elapsed, restart_s, floor=how.hold)
+    rates.flags.writeable = False
+    _LAST_RATES[:] = [(tuple(sol.jobs), tuple(sol.group_type), rates)]
+    return rates
 
 
 def _backfill_mask(
