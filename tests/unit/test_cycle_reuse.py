@@ -6,7 +6,8 @@ view of the same node/pool/foreign-pod tuples (``snapshot.cluster_view``), the v
 and node index (``ClusterView.inputs_key``, ``node_index``), one ``Capacity`` per view
 (``Capacity.of``), price discovery's problem rows per kind of job (``_RowMemo``), a round's
 pods grouped by job, the jobs' part of ``inputs_key`` and the realiser's throughput per group
-(one-entry memos on their inputs' identity), the simulator's pods derived from the first parsed
+(one-entry memos on their inputs' identity), the realiser's node usage added when read
+(``_NodeUse.take``), the simulator's pods derived from the first parsed
 one of their job (``_created``), and Hadar's forward pass evaluating FIND_ALLOC with
 ``best_one``. Each is switched off here (rebuilt every
 time, ``best_many`` in the forward pass), and a simulated run must make the same plan in every
@@ -25,7 +26,7 @@ from tests.unit import snapshot_helpers as helpers
 
 from walras.allocator.hadar import admission
 from walras.allocator.hadar.find_alloc import States, best_many
-from walras.core import crd, cycle, model, realise, snapshot
+from walras.core import crd, cycle, filters, model, realise, snapshot
 from walras.core.policies import base as policy_base
 from walras.core.policies import eligibility, price_discovery
 from walras.sim import walras_mechanics
@@ -49,6 +50,13 @@ def _slow(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(snapshot, "cluster_view", snapshot._build_view)
     monkeypatch.setattr(eligibility.Capacity, "of", classmethod(lambda cls, view: cls(view)))
     monkeypatch.setattr(price_discovery._RowMemo, "row", lambda self, job: self._build(job))
+
+    def take_now(use: Any, job: Any, nodes: Any) -> None:
+        for k, n in nodes:
+            requests = job.pod_requests(use.view.node_pool[k].resource_name)
+            filters.add_usage(use.usage(k), requests, n)
+
+    monkeypatch.setattr(realise._NodeUse, "take", take_now)
     # One-entry memos keyed on the identity of their inputs: never hold anything.
     for module, name in (
         (snapshot, "_LAST_BY_JOB"),

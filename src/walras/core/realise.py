@@ -468,12 +468,23 @@ class _NodeUse:
         self.sol, self.view = sol, view
         self.capacity = Capacity.of(view)
         self.used: dict[int, dict[str, float]] = {}
+        # Placements taken but not yet added to their node's usage, in the order taken: most
+        # nodes of a large cluster are never asked about again in the round (every kept gang is
+        # taken), so each is added when its node's usage is read, in the same order (the same
+        # float sums).
+        self.pending: dict[int, list[tuple[model.JobSpec, int]]] = {}
 
     def usage(self, k: int) -> dict[str, float]:
-        if k not in self.used:
+        used = self.used.get(k)
+        if used is None:
             foreign = self.view.node_foreign_use
-            self.used[k] = dict(foreign[k]) if foreign else {}
-        return self.used[k]
+            used = self.used[k] = dict(foreign[k]) if foreign else {}
+        todo = self.pending.pop(k, None)
+        if todo:
+            resource = self.view.node_pool[k].resource_name
+            for job, n in todo:
+                filters.add_usage(used, job.pod_requests(resource), n)
+        return used
 
     def room(self, job: model.JobSpec, k: int) -> int:
         """Pods of ``job`` node ``k`` still holds (every resource, pod count included)."""
@@ -500,8 +511,7 @@ class _NodeUse:
 
     def take(self, job: model.JobSpec, nodes: Sequence[tuple[int, int]]) -> None:
         for k, n in nodes:
-            requests = job.pod_requests(self.view.node_pool[k].resource_name)
-            filters.add_usage(self.usage(k), requests, n)
+            self.pending.setdefault(k, []).append((job, n))
 
 
 class _Maximums:
