@@ -792,7 +792,7 @@ def _enforce_filters(
             why[r] = at_max
             continue
         fit = use.capacity.type_fit(job, sol.group_type[pl.group])
-        eligible = set(fit.nodes.tolist())
+        eligible = fit.node_set
         # A kept gang's pods are on their nodes already (they hold what they use): only count it.
         chosen: list[tuple[int, int]] | None = list(pl.nodes)
         if not pl.kept and not all(k in eligible and use.room(job, k) >= n for k, n in pl.nodes):
