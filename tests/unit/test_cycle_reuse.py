@@ -2,10 +2,16 @@
 the oracle.
 
 What is reused: ``Store.freeze``'s sorted parts whose indexes did not change, the last cluster
-view of the same node/pool/foreign-pod tuples (``snapshot.cluster_view``), one ``Capacity`` per
-view (``Capacity.of``), and Hadar's forward pass evaluating FIND_ALLOC with ``best_one``. Each is
-switched off here (rebuilt every time, ``best_many`` in the forward pass), and a simulated run
-must make the same plan in every round and finish every job at the same time.
+view of the same node/pool/foreign-pod tuples (``snapshot.cluster_view``), the view's solve key
+and node index (``ClusterView.inputs_key``, ``node_index``), one ``Capacity`` per view
+(``Capacity.of``), price discovery's problem rows per kind of job (``_RowMemo``), a round's
+pods grouped by job, the jobs' part of ``inputs_key`` and the realiser's throughput per group
+(one-entry memos on their inputs' identity), the realiser's node usage added when read
+(``_NodeUse.take``), the simulator's pods derived from the first parsed
+one of their job (``_created``), and Hadar's forward pass evaluating FIND_ALLOC with
+``best_one``. Each is switched off here (rebuilt every
+time, ``best_many`` in the forward pass), and a simulated run must make the same plan in every
+round and finish every job at the same time.
 """
 
 from __future__ import annotations
@@ -20,8 +26,9 @@ from tests.unit import snapshot_helpers as helpers
 
 from walras.allocator.hadar import admission
 from walras.allocator.hadar.find_alloc import States, best_many
-from walras.core import crd, cycle, snapshot
-from walras.core.policies import eligibility
+from walras.core import crd, cycle, filters, model, realise, snapshot
+from walras.core.policies import base as policy_base
+from walras.core.policies import eligibility, price_discovery
 from walras.sim import walras_mechanics
 from walras.sim.config import SimConfig
 from walras.sim.scenario import load_scenario
@@ -30,11 +37,52 @@ from walras.sim.tally import Tally
 TRACE = pathlib.Path(__file__).parents[1] / "data" / "gavel" / "static_multi_seed0_n100.trace"
 
 
+class _Forgetful(list[Any]):
+    """A memo list that stays empty (``memo[:] = [entry]`` stores nothing)."""
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        pass
+
+
 def _slow(monkeypatch: pytest.MonkeyPatch) -> None:
     """Rebuild everything every round (the code before the reuse)."""
     monkeypatch.setattr(snapshot.Store, "_reuse", lambda self, part, *idx: ((), None))
     monkeypatch.setattr(snapshot, "cluster_view", snapshot._build_view)
     monkeypatch.setattr(eligibility.Capacity, "of", classmethod(lambda cls, view: cls(view)))
+    monkeypatch.setattr(price_discovery._RowMemo, "row", lambda self, job: self._build(job))
+
+    def take_now(use: Any, job: Any, nodes: Any) -> None:
+        for k, n in nodes:
+            requests = job.pod_requests(use.view.node_pool[k].resource_name)
+            filters.add_usage(use.usage(k), requests, n)
+
+    monkeypatch.setattr(realise._NodeUse, "take", take_now)
+    # One-entry memos keyed on the identity of their inputs: never hold anything.
+    for module, name in (
+        (snapshot, "_LAST_BY_JOB"),
+        (policy_base, "_LAST_JOBS_KEY"),
+        (realise, "_LAST_RATES"),
+    ):
+        monkeypatch.setattr(module, name, _Forgetful())
+    monkeypatch.setattr(
+        walras_mechanics,
+        "_created",
+        lambda sim, create: model.parse_pod(
+            walras_mechanics.created_pod(create.manifest, create.node)
+        ),
+    )
+    view_key = snapshot.ClusterView.inputs_key
+
+    def fresh_key(view: snapshot.ClusterView) -> tuple[object, ...]:
+        object.__setattr__(view, "_inputs", None)
+        return view_key(view)
+
+    monkeypatch.setattr(snapshot.ClusterView, "inputs_key", fresh_key)
+    monkeypatch.setattr(
+        snapshot.ClusterView,
+        "node_index",
+        property(lambda view: {n.name: k for k, n in enumerate(view.nodes)}),
+    )
 
     def best_one(
         speed: Any, gang: int, free: Any, prices: Any, utils: Any
@@ -84,7 +132,7 @@ def _run(policy: str, jobs: int, tmp: pathlib.Path) -> tuple[list[tuple[object, 
     return rounds, list(tally.completion_s)
 
 
-@pytest.mark.parametrize("policy", ["max-min-fairness", "hadar"])
+@pytest.mark.parametrize("policy", ["max-min-fairness", "hadar", "price-discovery"])
 def test_reuse_makes_the_same_rounds_as_rebuilding(
     policy: str, monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
 ) -> None:

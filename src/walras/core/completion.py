@@ -39,9 +39,12 @@ def completions(
     pods_by_job = snap.pods_by_job()
     for job in snap.active_jobs:
         all_pods = pods_by_job.get(job.key)
-        pods = [p for p in all_pods if not p.terminating] if all_pods else []
-        failed = [p for p in pods if p.phase == crd.PHASE_FAILED]
-        done = [p for p in pods if p.phase == crd.PHASE_SUCCEEDED]
+        if all_pods:
+            pods = [p for p in all_pods if not p.terminating]
+            failed = [p for p in pods if p.phase == crd.PHASE_FAILED]
+            done = [p for p in pods if p.phase == crd.PHASE_SUCCEEDED]
+        else:
+            pods = failed = done = []  # most of a queue waits without pods: skip the scans
         hist = hists[job.key]
         if failed:
             out[job.key] = Completion(
@@ -65,6 +68,8 @@ def completions(
 def _reported(job: model.JobSpec) -> float | None:
     """``status.progress.stepsDone`` (the shell puts its tracker's value there), if any."""
     raw = job.status.get("progress")
+    if raw is None:
+        return None  # the common case, without the costlier Mapping check
     done = raw.get("stepsDone") if isinstance(raw, Mapping) else None
     if isinstance(done, bool) or not isinstance(done, int | float):
         return None

@@ -260,10 +260,13 @@ def normalised_weights(
     n = len(jobs)
     if n == 0:
         return np.zeros(0, dtype=np.float64)
-    names = [tenant_of(j.namespace, tenants) for j in jobs]
+    # Looked up once per namespace and tenant, not per job (a queue has few of either).
+    of_namespace = {ns: tenant_of(ns, tenants) for ns in {j.namespace for j in jobs}}
+    names = [of_namespace[j.namespace] for j in jobs]
+    configs = {t: config(t, tenants) for t in of_namespace.values()}
     clamped = np.array(
         [
-            clamp_weight(float(j.utility.weight), config(t, tenants))
+            clamp_weight(float(j.utility.weight), configs[t])
             for j, t in zip(jobs, names, strict=True)
         ],
         dtype=np.float64,

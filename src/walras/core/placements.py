@@ -104,13 +104,13 @@ def realise_placements(
     solved = {j.key for j in sol.jobs}
     finished = {j.key for j in snap.jobs if j.finished}
     live = {j.key for j in snap.jobs if not j.finished} | {d.key for d in snap.defects}
-    for key, pods in pods_by_job.items():
+    for key, others in pods_by_job.items():
         if key in solved:
             continue
         reason = (
             "JobFinished" if key in finished else "NotSchedulable" if key in live else "JobGone"
         )
-        deletes.extend(gone(p, reason) for p in pods if not p.terminating)
+        deletes.extend(gone(p, reason) for p in others if not p.terminating)
     deletes.extend(
         realise.PodDelete(p, "NodeGone")
         for p in snap.pods

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import operator
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -247,18 +248,36 @@ def realise(
     K = len(view.nodes)
     replicas = np.array([j.replicas for j in sol.jobs], dtype=np.int64)
     current = np.zeros((J, K), dtype=np.int64)
+    # Per job row, its live pods per node index (the nonzero entries of ``current``, in order).
+    on_nodes: list[dict[int, int]] = []
     for r, job in enumerate(sol.jobs):
-        for pod in _gang_pods(job, pods_by_job.get(job.key, [])):
-            k = node_index.get(pod.where)
-            if _alive(pod) and k is not None:
-                current[r, k] += 1
-    received = np.zeros((J, G))
-    elapsed = np.zeros(J)
-    for r, job in enumerate(sol.jobs):
+        counts: dict[int, int] = {}
+        mine = pods_by_job.get(job.key)
+        if mine:  # most of a long queue has no pods: no scan, no sort
+            for pod in _gang_pods(job, mine):
+                k = node_index.get(pod.where)
+                if _alive(pod) and k is not None:
+                    counts[k] = counts.get(k, 0) + 1
+            if len(counts) > 1:
+                counts = dict(sorted(counts.items()))
+            for k, n in counts.items():
+                current[r, k] = n
+        on_nodes.append(counts)
+    # Built as lists and converted once (a row assignment per job cost more than its values).
+    nothing = [0.0] * G
+    received_rows: list[list[float]] = []
+    elapsed_list: list[float] = []
+    for job in sol.jobs:
         hist = histories.get(job.key)
-        if hist is not None:
-            received[r] = [hist.received.get(g, 0.0) for g in sol.groups]
-            elapsed[r] = hist.elapsed
+        if hist is None:
+            received_rows.append(nothing)
+            elapsed_list.append(0.0)
+        else:
+            got = hist.received
+            received_rows.append([got.get(g, 0.0) for g in sol.groups] if got else nothing)
+            elapsed_list.append(hist.elapsed)
+    received = np.array(received_rows, dtype=np.float64).reshape(J, G)
+    elapsed = np.array(elapsed_list, dtype=np.float64).reshape(J)
     node_free = np.maximum(view.node_gpus - view.node_foreign, 0).astype(np.int64)
     targets = sol.targets.copy()
     running = current.sum(axis=1) == replicas
@@ -275,15 +294,20 @@ def realise(
             held[r] |= bool(running[r]) and started is not None and now - started < min_run_s
     keep = running if incremental else held
     if keep.any():
+        node_group = sol.node_group.tolist()
         for r in np.flatnonzero(keep).tolist():
-            ks = np.flatnonzero(current[r])
-            groups = np.unique(sol.node_group[ks])
-            if groups.shape[0] != 1:
+            counts = on_nodes[r]
+            groups = {node_group[k] for k in counts}
+            if len(groups) != 1:
                 held[r] = False  # a gang split over groups is not a placement to keep
                 continue
-            node_free[ks] -= current[r, ks] * sol.gpus_per_pod[r]
-            nodes = tuple((int(k), int(current[r, k])) for k in ks)
-            frozen.append(rounds.JobPlacement(job=r, group=int(groups[0]), nodes=nodes, kept=True))
+            gpp = int(sol.gpus_per_pod[r])
+            for k, n in counts.items():
+                node_free[k] -= n * gpp
+            nodes = tuple(counts.items())
+            frozen.append(
+                rounds.JobPlacement(job=r, group=int(groups.pop()), nodes=nodes, kept=True)
+            )
             targets[r] = 0.0
         node_free = np.maximum(node_free, 0)
     if not incremental:
@@ -341,11 +365,14 @@ def realise(
         return PodDelete(pod, "NodeGone" if gone else reason)
 
     for r, job in enumerate(sol.jobs):
-        pods = [p for p in _gang_pods(job, pods_by_job.get(job.key, [])) if not p.terminating]
+        mine = pods_by_job.get(job.key)
+        pods = [p for p in _gang_pods(job, mine) if not p.terminating] if mine else []
         pl = placements.get(r)
         if pl is None:
-            preempted = any(p.phase != crd.PHASE_SUCCEEDED for p in pods)
-            deletes.extend(gone(p, "SliceEnded") for p in pods)
+            preempted = False
+            if pods:
+                preempted = any(p.phase != crd.PHASE_SUCCEEDED for p in pods)
+                deletes.extend(gone(p, "SliceEnded") for p in pods)
             jobs[job.key] = JobRound(job.key, "", "", (), False, preempted, why.get(r, ""))
             continue
         group = sol.groups[pl.group]
@@ -378,7 +405,7 @@ def realise(
     live_jobs = {j.key for j in snap.jobs if not j.finished}
     finished = {j.key for j in snap.jobs if j.finished}
     defects = {d.key for d in snap.defects}
-    for key, pods in pods_by_job.items():
+    for key, others in pods_by_job.items():
         if key in solved:
             continue
         if key in finished:
@@ -387,7 +414,7 @@ def realise(
             reason = "NotSchedulable"
         else:
             reason = "JobGone"
-        deletes.extend(gone(p, reason) for p in pods if not p.terminating)
+        deletes.extend(gone(p, reason) for p in others if not p.terminating)
     # Pods stuck terminating on a node that is gone: only a forced delete removes them.
     deletes.extend(
         PodDelete(p, "NodeGone")
@@ -441,12 +468,23 @@ class _NodeUse:
         self.sol, self.view = sol, view
         self.capacity = Capacity.of(view)
         self.used: dict[int, dict[str, float]] = {}
+        # Placements taken but not yet added to their node's usage, in the order taken: most
+        # nodes of a large cluster are never asked about again in the round (every kept gang is
+        # taken), so each is added when its node's usage is read, in the same order (the same
+        # float sums).
+        self.pending: dict[int, list[tuple[model.JobSpec, int]]] = {}
 
     def usage(self, k: int) -> dict[str, float]:
-        if k not in self.used:
+        used = self.used.get(k)
+        if used is None:
             foreign = self.view.node_foreign_use
-            self.used[k] = dict(foreign[k]) if foreign else {}
-        return self.used[k]
+            used = self.used[k] = dict(foreign[k]) if foreign else {}
+        todo = self.pending.pop(k, None)
+        if todo:
+            resource = self.view.node_pool[k].resource_name
+            for job, n in todo:
+                filters.add_usage(used, job.pod_requests(resource), n)
+        return used
 
     def room(self, job: model.JobSpec, k: int) -> int:
         """Pods of ``job`` node ``k`` still holds (every resource, pod count included)."""
@@ -473,8 +511,7 @@ class _NodeUse:
 
     def take(self, job: model.JobSpec, nodes: Sequence[tuple[int, int]]) -> None:
         for k, n in nodes:
-            requests = job.pod_requests(self.view.node_pool[k].resource_name)
-            filters.add_usage(self.usage(k), requests, n)
+            self.pending.setdefault(k, []).append((job, n))
 
 
 class _Maximums:
@@ -487,6 +524,11 @@ class _Maximums:
         self._used: dict[tuple[str, str], float] = {}
         self._chains: dict[int, list[str]] = {}
         self._configs: dict[str, governance.TenantSpec] = {}
+        # No Tenant object sets a maximum (the common case): no placement is ever refused here,
+        # and a job's tenant chain need not be walked at all.
+        self._none = not any(
+            q.maximum is not None for spec in snap.tenants.values() for q in spec.quotas.values()
+        )
 
     def _chain(self, r: int) -> list[str]:
         if r not in self._chains:
@@ -506,6 +548,8 @@ class _Maximums:
 
     def full(self, r: int, gpu_type: str) -> str:
         """Why job ``r``'s gang may not take ``gpu_type`` this round ("" if it may)."""
+        if self._none:
+            return ""
         for t in self._chain(r):
             q = self._config(t).quotas.get(gpu_type)
             if q is None or q.maximum is None:
@@ -519,6 +563,8 @@ class _Maximums:
         return ""
 
     def take(self, r: int, gpu_type: str) -> None:
+        if self._none:
+            return
         for t in self._chain(r):
             self._used[(t, gpu_type)] = self._used.get((t, gpu_type), 0.0) + self._gpus(r)
 
@@ -746,7 +792,7 @@ def _enforce_filters(
             why[r] = at_max
             continue
         fit = use.capacity.type_fit(job, sol.group_type[pl.group])
-        eligible = set(fit.nodes.tolist())
+        eligible = fit.node_set
         # A kept gang's pods are on their nodes already (they hold what they use): only count it.
         chosen: list[tuple[int, int]] | None = list(pl.nodes)
         if not pl.kept and not all(k in eligible and use.room(job, k) >= n for k, n in pl.nodes):
@@ -809,11 +855,31 @@ def _fit_credit(
     """Per job, the credit when every job fits (``switching.fit_credit``), or None."""
     if not how.fit:
         return None
+    return switching.fit_credit(targets, _group_rates(sol), elapsed, restart_s, floor=how.hold)
+
+
+# The jobs and group types of the last ``_group_rates`` call and its answer (held, so the jobs'
+# ids are never reused): a reused solution carries the same job objects round after round.
+_LAST_RATES: list[tuple[Sequence[model.JobSpec], tuple[str, ...], npt.NDArray[np.float64]]] = []
+
+
+def _group_rates(sol: policies.Solution) -> npt.NDArray[np.float64]:
+    """``(J, G)``: each job's throughput on each group's GPU type (read-only)."""
+    last = _LAST_RATES[0] if _LAST_RATES else None
+    if (
+        last is not None
+        and last[1] == tuple(sol.group_type)
+        and len(last[0]) == len(sol.jobs)
+        and all(map(operator.is_, last[0], sol.jobs))
+    ):
+        return last[2]  # the same (immutable) jobs: the same throughputs
     types = sorted(set(sol.group_type))
     column = {t: c for c, t in enumerate(types)}
     by_type = np.array([[job.throughput.get(t, 0.0) for t in types] for job in sol.jobs])
     rates = by_type[:, [column[t] for t in sol.group_type]]
-    return switching.fit_credit(targets, rates, elapsed, restart_s, floor=how.hold)
+    rates.flags.writeable = False
+    _LAST_RATES[:] = [(tuple(sol.jobs), tuple(sol.group_type), rates)]
+    return rates
 
 
 def _backfill_mask(

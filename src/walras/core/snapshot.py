@@ -83,11 +83,25 @@ class Snapshot:
         object.__setattr__(out, "_active", self._active)
         return out
 
-    def pods_by_job(self) -> dict[model.JobKey, list[model.PodInfo]]:
+    def pods_by_job(self) -> Mapping[model.JobKey, Sequence[model.PodInfo]]:
+        """The pods of each job, in the snapshot's order (read-only: shared, see below)."""
+        # Built once per pods tuple: a round's snapshots (progress filled in, phases set) share
+        # it, and the completions, the policy and the realiser each ask for it.
+        last = _LAST_BY_JOB[0] if _LAST_BY_JOB else None
+        if last is not None and last[0] is self.pods:
+            return last[1]
         out: dict[model.JobKey, list[model.PodInfo]] = {}
         for pod in self.pods:
             out.setdefault(pod.job_key, []).append(pod)
-        return out
+        frozen = {key: tuple(pods) for key, pods in out.items()}
+        _LAST_BY_JOB[:] = [(self.pods, frozen)]
+        return frozen
+
+
+# The last pods tuple grouped by job, and the tuple (held, so its id is never reused).
+_LAST_BY_JOB: list[
+    tuple[tuple[model.PodInfo, ...], Mapping[model.JobKey, Sequence[model.PodInfo]]]
+] = []
 
 
 K = TypeVar("K")
@@ -178,14 +192,7 @@ class Store:
             node = model.parse_node(obj)
             self.nodes[node.name] = node
         elif kind == "pod":
-            pod = model.parse_pod(obj)
-            if pod.job:
-                self.pods[pod.key] = pod
-            elif pod.node and not pod.finished:
-                # Every bound foreign pod counts: its requests, and one of the node's pod slots.
-                self.foreign[pod.key] = pod
-            else:
-                self.foreign.pop(pod.key, None)
+            self._put_pod(model.parse_pod(obj))
         elif kind == "tenant":
             tenant = governance.parse_tenant(obj)
             self.tenants[tenant.name] = tenant
@@ -194,6 +201,21 @@ class Store:
             self.priority_classes[pc.name] = pc
         else:
             raise ValueError(f"unknown kind {kind!r} for {meta.get('name')}")
+
+    def put_pod(self, pod: model.PodInfo) -> None:
+        """Record a pod already parsed (what :meth:`upsert` does with ``parse_pod``'s result):
+        the simulator, which builds its pods itself, keeps their parsed form."""
+        self.version += 1
+        self._put_pod(pod)
+
+    def _put_pod(self, pod: model.PodInfo) -> None:
+        if pod.job:
+            self.pods[pod.key] = pod
+        elif pod.node and not pod.finished:
+            # Every bound foreign pod counts: its requests, and one of the node's pod slots.
+            self.foreign[pod.key] = pod
+        else:
+            self.foreign.pop(pod.key, None)
 
     def delete(self, kind: str, namespace: str, name: str) -> None:
         """Forget an object that the API server deleted."""
@@ -341,13 +363,40 @@ class ClusterView:
     node_foreign_use: tuple[Mapping[str, float], ...] = ()
     pools: Mapping[str, PoolState] = field(default_factory=dict)
     empty_types: Mapping[str, str] = field(default_factory=dict)
+    # inputs_key and node_index, computed on first use: the view is immutable and handed out
+    # again for every round while the cluster is unchanged (``cluster_view``), so each is built
+    # once per cluster instead of once per round (``dataclasses.replace`` starts without them).
+    _inputs: tuple[object, ...] | None = field(default=None, init=False, repr=False, compare=False)
+    _node_index: dict[str, int] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
-    def node_index(self) -> dict[str, int]:
-        return {n.name: k for k, n in enumerate(self.nodes)}
+    def node_index(self) -> Mapping[str, int]:
+        """Node name → view index."""
+        index = self._node_index
+        if index is None:
+            index = {n.name: k for k, n in enumerate(self.nodes)}
+            object.__setattr__(self, "_node_index", index)
+        return index
 
     def type_index(self) -> dict[str, int]:
         return {t: g for g, t in enumerate(self.gpu_types)}
+
+    def inputs_key(self) -> tuple[object, ...]:
+        """What a policy's solve reads of the view (``walras.core.policies.base.inputs_key``):
+        GPU types, nodes, GPUs and foreign GPUs per node, capacity per type and
+        :meth:`filter_inputs`; computed once per view."""
+        key = self._inputs
+        if key is None:
+            key = (
+                self.gpu_types,
+                tuple(n.name for n in self.nodes),
+                self.node_gpus.tobytes(),
+                self.node_foreign.tobytes(),
+                self.type_capacity.tobytes(),
+                self.filter_inputs(),
+            )
+            object.__setattr__(self, "_inputs", key)
+        return key
 
     def filter_inputs(self) -> tuple[object, ...]:
         """Everything the filters read of the usable nodes (``walras.core.filters``): labels,

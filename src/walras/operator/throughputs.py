@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +36,7 @@ MISMATCH_REASON: str = "DeclaredDisagreesWithMeasured"
 
 
 def _readings(
-    snap: snapshot.Snapshot, job: model.JobSpec, pods: list[model.PodInfo]
+    snap: snapshot.Snapshot, job: model.JobSpec, pods: Sequence[model.PodInfo]
 ) -> list[progress.Reading]:
     nodes = {n.name: n for n in snap.nodes}
     out = []
@@ -201,7 +201,7 @@ class Throughputs:
         self,
         snap: snapshot.Snapshot,
         job: model.JobSpec,
-        pods: list[model.PodInfo],
+        pods: Sequence[model.PodInfo],
         nodes: Mapping[str, model.NodeInfo],
         now: float,
         thr: dict[str, float],

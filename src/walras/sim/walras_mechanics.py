@@ -31,13 +31,14 @@ makespan = 510 s; utilisation 510 / 510 = 1 on its GPU.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from walras.core import crd, cycle, governance, policies
+from walras.core import crd, cycle, governance, model, policies, realise
 from walras.core.snapshot import Store
 from walras.sim import declared as declarations
 from walras.sim import tenants as sim_tenants
@@ -162,7 +163,11 @@ class _Sim:
     admitted: set[int] = field(default_factory=set)
     done: set[int] = field(default_factory=set)
     finish_heap: list[tuple[float, int]] = field(default_factory=list)
-    pod_manifests: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Each pod the simulation created, as the operator's parser read it (``_created``): its
+    # phase change is a replace of the parsed form, not a second parse of its manifest.
+    pods: dict[str, model.PodInfo] = field(default_factory=dict)
+    # Per (job UID, generation, GPUs per pod, GPU type): the first such pod, parsed in full.
+    pod_templates: dict[tuple[str, int, int, str], model.PodInfo] = field(default_factory=dict)
     index: dict[tuple[str, str], int] = field(default_factory=dict)
     names: dict[int, tuple[str, str]] = field(default_factory=dict)
     # --throughput-noise/--hide-fraction: what the policy sees (None: the true throughputs).
@@ -351,8 +356,6 @@ def _held_by_job(sim: _Sim) -> dict[tuple[str, str], dict[str, int]]:
 
 
 def _stamp(epoch: float) -> str:
-    from walras.core import model
-
     return model.format_time(epoch)
 
 
@@ -367,14 +370,39 @@ def _complete(sim: _Sim, j: int, now: float) -> None:
     sim.tally.complete(j, now)
     sim.done.add(j)
     for pod in pods:
-        sim.store.upsert("pod", _pod_manifest_phase(sim, pod, crd.PHASE_SUCCEEDED))
+        # The pod as the API would show it after its phase changed (its status is the phase).
+        sim.pods[pod] = dataclasses.replace(sim.pods[pod], phase=crd.PHASE_SUCCEEDED)
+        sim.store.put_pod(sim.pods[pod])
 
 
-def _pod_manifest_phase(sim: _Sim, name: str, phase: str) -> dict[str, Any]:
-    """The pod as the API would show it after its phase changed."""
-    manifest = sim.pod_manifests[name]
-    manifest["status"] = {"phase": phase}
-    return manifest
+def _created(sim: _Sim, create: realise.PodCreate) -> model.PodInfo:
+    """``model.parse_pod`` of the pod ``create`` made, once bound and running (``created_pod``).
+
+    Pods of one job, GPU count and GPU type differ only in their name, replica, node, group
+    and round (metadata the realiser writes), so the first one is parsed in full and the others
+    are that one with those fields replaced: parsing requests and labels of every pod was an
+    eighth of a simulation's time. ``tests/unit/test_sim_pod_parse.py`` checks every pod of a
+    run against the full parse.
+    """
+    job = create.job
+    # The node's GPU type names its pool, whose resource the pod requests its GPUs of.
+    key = (job.uid, job.generation, create.gpus, sim.node_type[create.node])
+    first = sim.pod_templates.get(key)
+    if first is None:
+        parsed = model.parse_pod(created_pod(create.manifest, create.node))
+        sim.pod_templates[key] = parsed
+        return parsed
+    annotations = create.manifest["metadata"]["annotations"]
+    return dataclasses.replace(
+        first,
+        name=create.name,
+        uid=f"uid-{create.name}",
+        replica=create.replica,
+        node=create.node,
+        planned_node=create.node,
+        group=str(annotations[crd.ANN_GROUP]),
+        round=int(annotations[crd.ANN_ROUND]),
+    )
 
 
 def _apply(sim: _Sim, planned: cycle.CyclePlan, now: float, full: bool) -> None:
@@ -389,7 +417,7 @@ def _apply(sim: _Sim, planned: cycle.CyclePlan, now: float, full: bool) -> None:
     deleted_jobs: set[int] = set()
     for delete in real.deletes:
         sim.store.delete("pod", delete.pod.namespace, delete.pod.name)
-        sim.pod_manifests.pop(delete.pod.name, None)
+        sim.pods.pop(delete.pod.name, None)
         deleted_jobs.add(sim.index[delete.pod.job_key])
     for j in deleted_jobs:
         if j in sim.running:
@@ -405,9 +433,8 @@ def _apply(sim: _Sim, planned: cycle.CyclePlan, now: float, full: bool) -> None:
         gpus: list[int] = []
         pods: list[str] = []
         for create in creates:
-            manifest = created_pod(create.manifest, create.node)
-            sim.pod_manifests[create.name] = manifest
-            sim.store.upsert("pod", manifest)
+            sim.pods[create.name] = _created(sim, create)
+            sim.store.put_pod(sim.pods[create.name])
             pods.append(create.name)
             free = sim.free_gpus[create.node]
             if len(free) < create.gpus:

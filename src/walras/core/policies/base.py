@@ -148,18 +148,27 @@ def inputs_key(snap: snapshot.Snapshot, view: snapshot.ClusterView) -> tuple[obj
     """What every policy's solve depends on besides progress: the active jobs (UID and spec
     generation, throughputs), their tenants, and the usable cluster (nodes, GPUs, foreign use
     per node, and what the filters read: labels, taints, allocatable, foreign requests)."""
+    last = _LAST_JOBS_KEY[0] if _LAST_JOBS_KEY else None
+    if last is not None and last[0] is snap.jobs:
+        jobs_key = last[1]  # the same (immutable) job objects as the last call: the same key
+    else:
+        jobs_key = (
+            tuple((j.uid, j.generation, j.tenant) for j in snap.active_jobs),
+            # Throughputs change without a new generation: measured or estimated.
+            tuple(tuple(sorted(j.throughput.items())) for j in snap.active_jobs),
+        )
+        _LAST_JOBS_KEY[:] = [(snap.jobs, jobs_key)]
     return (
-        tuple((j.uid, j.generation, j.tenant) for j in snap.active_jobs),
-        # Throughputs change without a new generation: measured or estimated.
-        tuple(tuple(sorted(j.throughput.items())) for j in snap.active_jobs),
+        *jobs_key,
         tuple(sorted((name, repr(spec)) for name, spec in snap.tenants.items())),
-        view.gpu_types,
-        tuple(n.name for n in view.nodes),
-        view.node_gpus.tobytes(),
-        view.node_foreign.tobytes(),
-        view.type_capacity.tobytes(),
-        view.filter_inputs(),
+        view.inputs_key(),
     )
+
+
+# The jobs tuple of the last inputs_key and its part of the key: ``Store.freeze`` hands out the
+# same tuple while no job changed, and every policy asks once per round. Holding the tuple keeps
+# its id from being reused.
+_LAST_JOBS_KEY: list[tuple[tuple[model.JobSpec, ...], tuple[object, ...]]] = []
 
 
 class SolutionMemo:

@@ -20,7 +20,7 @@ and ``GangTooLarge`` when nodes pass but the gang does not fit at once.
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -49,10 +49,21 @@ class TypeFit:
     pods: npt.NDArray[np.int64]  # pods of the shape each of those nodes holds at once
     passed_static: bool  # some node passed the placement filters (before resource fit)
     diagnosis: filters.Diagnosis
+    # ``nodes`` as a set, built on first use: the realiser asks it of every placement it
+    # checks, and a fit is shared by every round on its view (``Capacity.of``).
+    _node_set: frozenset[int] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def total(self) -> int:
         return int(self.pods.sum())
+
+    @property
+    def node_set(self) -> frozenset[int]:
+        found = self._node_set
+        if found is None:
+            found = frozenset(self.nodes.tolist())
+            object.__setattr__(self, "_node_set", found)
+        return found
 
 
 def job_shape(job: model.JobSpec) -> Hashable:

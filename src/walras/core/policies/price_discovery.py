@@ -30,8 +30,8 @@ the solver's own ``InvalidProblem`` naming a row), and the rest are solved.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -62,6 +62,74 @@ class _Unsolved:
     gap: float = 0.0
     converged: bool = True
     timings: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class _Row:
+    """A job's row of the priced problem: its throughput per type where its gang can run (0
+    elsewhere), its demand ``replicas × GPUs per pod`` per type, its GPUs per pod over the
+    types' resources, or why it cannot run anywhere (``issue``, keyed to the job that made the
+    row: callers re-key it)."""
+
+    throughput: tuple[float, ...]
+    demand: tuple[float, ...]
+    gpus_per_pod: int
+    issue: JobIssue | None
+
+
+class _RowMemo:
+    """Rows (:class:`_Row`) per kind of job, kept across rounds while the cluster is the same.
+
+    A row depends on the job only through its filter shape, its gang size and its throughputs
+    (:meth:`kind`), and on the cluster only through the view and the pools (the view's types,
+    their pools' resource names and what the filters answer: ``Capacity.of(view)``). The
+    snapshot's view is the same object while nodes, pools and foreign pods are unchanged
+    (``snapshot.cluster_view``), so an unchanged job costs a dictionary lookup per round; a new
+    view or pools tuple starts an empty memo. Both are held, so their ids are never reused.
+    """
+
+    def __init__(self) -> None:
+        self._on: tuple[snapshot.ClusterView, tuple[model.PoolSpec, ...]] | None = None
+        self._rows: dict[Hashable, _Row] = {}
+        self._view: snapshot.ClusterView | None = None
+        self._resources: list[str] = []
+
+    def of(self, snap: snapshot.Snapshot, view: snapshot.ClusterView) -> _RowMemo:
+        on = self._on
+        if on is None or on[0] is not view or on[1] is not snap.pools:
+            self._on = (view, snap.pools)
+            self._rows = {}
+            self._view = view
+            self._resources = [
+                next((p.resource_name for p in snap.pools if p.gpu_type == t), "")
+                for t in view.gpu_types
+            ]
+        return self
+
+    @staticmethod
+    def kind(job: model.JobSpec) -> Hashable:
+        return (job.filter_shape, job.replicas, tuple(sorted(job.throughput.items())))
+
+    def row(self, job: model.JobSpec) -> _Row:
+        kind = self.kind(job)
+        found = self._rows.get(kind)
+        if found is None:
+            found = self._rows[kind] = self._build(job)
+        return found
+
+    def _build(self, job: model.JobSpec) -> _Row:
+        view = self._view
+        assert view is not None  # set by of()
+        usable, issue = usable_types(job, view, Capacity.of(view))
+        types, resources = view.gpu_types, self._resources
+        return _Row(
+            throughput=tuple(
+                job.throughput.get(t, 0.0) if usable.get(t, False) else 0.0 for t in types
+            ),
+            demand=tuple(float(job.replicas * job.gpus_per_pod(r)) for r in resources),
+            gpus_per_pod=max(job.gpus_per_pod(r) for r in resources) if resources else 1,
+            issue=issue,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +180,7 @@ class PriceDiscovery:
         self._memo = SolutionMemo()
         self.weighting_exponent = args.weighting_exponent
         self._warm: tuple[tuple[str, ...], FloatArray] | None = None
+        self._rows = _RowMemo()
 
     def warm_up(self) -> None:
         """Import the solver and its backend (torch for ``auto``) before the first round, so the
@@ -146,26 +215,19 @@ class PriceDiscovery:
         types = view.gpu_types
         issues: list[JobIssue] = []
         rows: list[model.JobSpec] = []
-        masks: list[list[bool]] = []
-        capacity = Capacity.of(view)
+        built: list[_Row] = []
+        memo = self._rows.of(snap, view)
         for job in snap.active_jobs:
-            usable, issue = usable_types(job, view, capacity)
-            if issue is not None:
-                issues.append(issue)
+            row = memo.row(job)
+            if row.issue is not None:
+                issues.append(replace(row.issue, key=job.key))
                 continue
             rows.append(job)
-            masks.append([usable.get(t, False) for t in types])
+            built.append(row)
         n, m = len(rows), len(types)
-        resource_of_type = [
-            next((p.resource_name for p in snap.pools if p.gpu_type == t), "") for t in types
-        ]
-        A = np.zeros((n, m))
-        D = np.ones((n, m))
-        for i, job in enumerate(rows):
-            for g, t in enumerate(types):
-                if masks[i][g]:
-                    A[i, g] = job.throughput.get(t, 0.0)
-                D[i, g] = job.replicas * job.gpus_per_pod(resource_of_type[g])
+        A = np.array([row.throughput for row in built], dtype=np.float64).reshape(n, m)
+        D = np.array([row.demand for row in built], dtype=np.float64).reshape(n, m)
+        gpp_of = {job.key: row.gpus_per_pod for job, row in zip(rows, built, strict=True)}
         kinds = [j.utility.kind for j in rows]
         weight = np.zeros(n, dtype=np.float64)
 
@@ -173,10 +235,15 @@ class PriceDiscovery:
             rows, snap, weighting=self.weighting, exponent=self.weighting_exponent
         )
 
+        governed: list[list[int]] = []
+
         def govern(sel: Sequence[int]) -> None:
             # Normalised over the jobs actually solved: a dropped job's weight goes back to the
             # rest of its tenant, so the tenant keeps its total.
             idx = list(sel)
+            if governed and governed[-1] == idx:
+                return  # the same jobs as the last call: the same weights (no job dropped)
+            governed.append(idx)
             weight[idx] = governance.normalised_weights([rows[i] for i in idx], snap.tenants)
             weight[idx] *= factor[idx]
 
@@ -205,10 +272,7 @@ class PriceDiscovery:
             keep = [i for i in keep if rows[i].key not in dropped]
             govern(keep)
         solved = [rows[i] for i in keep]
-        gpp = np.array(
-            [max(j.gpus_per_pod(r) for r in resource_of_type) if m else 1 for j in solved],
-            dtype=np.int64,
-        )
+        gpp = np.array([gpp_of[j.key] for j in solved], dtype=np.int64)
         if not solved or m == 0:
             return empty_solution(self.name, view, solved, issues, gpp)
         warm = None
@@ -229,10 +293,7 @@ class PriceDiscovery:
                 del keep[exc.index]
                 govern(keep)
         solved = [rows[i] for i in keep]
-        gpp = np.array(
-            [max(j.gpus_per_pod(r) for r in resource_of_type) if m else 1 for j in solved],
-            dtype=np.int64,
-        )
+        gpp = np.array([gpp_of[j.key] for j in solved], dtype=np.int64)
         self._warm = (types, prices.copy())
         X = np.clip(X, 0.0, 1.0)
         sums = X.sum(axis=1)
