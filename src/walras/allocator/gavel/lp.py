@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
+from walras.allocator import highs
 from walras.allocator.gavel.inputs import FloatArray, IntArray
 
 if TYPE_CHECKING:
-    import scipy.optimize as opt
     import scipy.sparse as sp
 
 # scipy is imported inside the functions that build or solve LPs: importing scipy.optimize costs
@@ -34,12 +34,7 @@ if TYPE_CHECKING:
 # (its path-following is numpy only, :mod:`.center`).
 
 FEASIBLE = 0
-INFEASIBLE = 2
-"""``scipy.optimize.linprog`` status codes: 0 optimal, 2 infeasible."""
-
-
-Bound = tuple[float | None, float | None]
-"""A variable's (lower, upper) bound for linprog; None is unbounded."""
+"""``scipy.optimize.linprog``'s status code of an optimum."""
 
 
 class SolverError(RuntimeError):
@@ -78,18 +73,6 @@ def per_job_rows(coef: FloatArray) -> sp.csr_matrix:
     return sp.csr_matrix((coef.ravel(), (cols // T, cols)), shape=(J, J * T))
 
 
-def solve(
-    c: FloatArray, A: sp.csr_matrix, b: FloatArray, bounds: list[Bound]
-) -> opt.OptimizeResult:
-    """``min c·v  s.t.  A v ≤ b`` with HiGHS; optimal or infeasible, else :class:`SolverError`."""
-    import scipy.optimize as opt
-
-    res = opt.linprog(c, A_ub=A, b_ub=b, bounds=bounds, method="highs")
-    if res.status not in (FEASIBLE, INFEASIBLE):
-        raise SolverError(f"HiGHS stopped with status {res.status}: {res.message}")
-    return res
-
-
 def max_min(
     poly: Polytope, coef: FloatArray, active: npt.NDArray[np.bool_] | None = None
 ) -> tuple[FloatArray, float]:
@@ -117,10 +100,23 @@ def max_min(
     b = np.concatenate([np.zeros(n_rows), poly.rhs])
     c = np.zeros(J * T + 1)
     c[-1] = -1.0
-    res = solve(c, A, b, [(0.0, None)] * (J * T + 1))
-    if res.status != FEASIBLE:  # x = 0, s = 0 is always feasible
-        raise SolverError(f"max-min LP reported infeasible: {res.message}")
-    v = np.asarray(res.x, dtype=np.float64)
+    # linprog(c, A_ub=A, b_ub=b, bounds=(0, None))'s answer without its set-up (walras.allocator.
+    # highs: the same model to HiGHS, bit-for-bit the same solution).
+    A = A.tocsc()
+    A.sort_indices()
+    n = J * T + 1
+    v = highs.solve(
+        c,
+        A.indptr,
+        A.indices,
+        A.data,
+        np.full(b.shape[0], -np.inf),
+        b,
+        np.zeros(n),
+        np.full(n, np.inf),
+    )
+    if v is None:  # x = 0, s = 0 is always feasible: only numerical trouble ends here
+        raise SolverError("HiGHS found no optimum of the max-min LP")
     return v[:-1].reshape(J, T), float(v[-1])
 
 

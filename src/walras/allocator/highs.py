@@ -1,0 +1,139 @@
+"""One LP solved by HiGHS without ``scipy.optimize.linprog``'s set-up, with linprog's result.
+
+Solves ``min c·v  s.t.  row_lower ≤ A v ≤ row_upper,  col_lower ≤ v ≤ col_upper`` (``A`` in
+compressed sparse column form) and returns the optimal ``v``, or ``None`` when HiGHS ends without
+an optimum.
+
+Why: the planners solve thousands of small LPs per simulated run (Hadar's horizon: two per solve,
+1,441 columns on Gavel's D5), where ``linprog``'s Python set-up (input checks, sparse stacking,
+a Python loop over every column for the bound multipliers) cost more than HiGHS's own solve.
+
+Same answer to the last bit: this passes HiGHS the model ``linprog(method="highs")`` passes (the
+``≤`` rows then the ``=`` rows, one ``(lower, upper)`` pair per row, CSC with sorted row indices,
+infinities as HiGHS's) with the options linprog sets (presolve on, dual simplex, no output), to
+the HiGHS build bundled with scipy (``scipy.optimize._highspy._core``). HiGHS is deterministic,
+so the solution is linprog's; ``tests/unit/test_highs_direct.py`` pins that bit-for-bit. That
+module is scipy's private binding: where it is missing (another scipy), :func:`solve` falls back
+to ``linprog`` with the same model, so the answer stays linprog's, only slower.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+def _core() -> Any:
+    try:
+        from scipy.optimize._highspy import _core as core  # type: ignore[attr-defined]
+    except ImportError:  # another scipy: linprog's path (same model, same answer)
+        return None
+    needed = ("_Highs", "HighsLp", "HighsOptions", "HighsModelStatus", "MatrixFormat", "kHighsInf")
+    return core if all(hasattr(core, name) for name in needed) else None
+
+
+_CORE: Any = None
+_CORE_LOADED = False
+
+
+def solve(
+    cost: FloatArray,
+    indptr: IntArray,
+    indices: IntArray,
+    data: FloatArray,
+    row_lower: FloatArray,
+    row_upper: FloatArray,
+    col_lower: FloatArray,
+    col_upper: FloatArray,
+) -> FloatArray | None:
+    """Optimal ``v`` of the LP (module docstring), ``None`` when HiGHS finds no optimum.
+
+    ``indptr (n + 1,)``, ``indices``, ``data``: ``A`` column by column, row indices sorted within
+    a column; infinite bounds as ``±inf``. Rows are linprog's: ``≤`` rows (lower ``-inf``) first,
+    then ``=`` rows (lower = upper); the answer is linprog's for ``A_ub``, ``A_eq`` in that order.
+    """
+    if not ((row_lower == row_upper) | np.isneginf(row_lower)).all():
+        raise ValueError("highs.solve: every row must be a ≤ row (lower -inf) or an = row")
+    global _CORE, _CORE_LOADED
+    if not _CORE_LOADED:
+        _CORE, _CORE_LOADED = _core(), True
+    n_cols, n_rows = cost.shape[0], row_lower.shape[0]
+    if _CORE is None:
+        return _with_linprog(
+            cost, indptr, indices, data, row_lower, row_upper, col_lower, col_upper
+        )
+    h = _CORE
+    inf = float(h.kHighsInf)
+    lp = h.HighsLp()
+    lp.num_col_ = n_cols
+    lp.num_row_ = n_rows
+    lp.a_matrix_.num_col_ = n_cols
+    lp.a_matrix_.num_row_ = n_rows
+    lp.a_matrix_.format_ = h.MatrixFormat.kColwise
+    lp.col_cost_ = np.ascontiguousarray(cost, dtype=np.float64)
+    lp.col_lower_ = _finite(col_lower, inf)
+    lp.col_upper_ = _finite(col_upper, inf)
+    lp.row_lower_ = _finite(row_lower, inf)
+    lp.row_upper_ = _finite(row_upper, inf)
+    lp.a_matrix_.start_ = np.ascontiguousarray(indptr, dtype=np.int32)
+    lp.a_matrix_.index_ = np.ascontiguousarray(indices, dtype=np.int32)
+    lp.a_matrix_.value_ = np.ascontiguousarray(data, dtype=np.float64)
+    highs = h._Highs()
+    options = h.HighsOptions()
+    # linprog(method="highs")'s options: presolve on, dual simplex, debug and output off.
+    options.presolve = "on"
+    options.simplex_strategy = 1  # kSimplexStrategyDual
+    options.highs_debug_level = 0  # kHighsDebugLevelNone
+    options.output_flag = False
+    options.log_to_console = False
+    highs.passOptions(options)
+    if highs.passModel(lp) == h.HighsStatus.kError:
+        return None
+    if highs.run() == h.HighsStatus.kError:
+        return None
+    if highs.getModelStatus() != h.HighsModelStatus.kOptimal:
+        return None
+    return np.array(highs.getSolution().col_value, dtype=np.float64)
+
+
+def _finite(x: FloatArray, inf: float) -> FloatArray:
+    """``±inf`` as HiGHS's infinity (what linprog passes)."""
+    out = np.array(x, dtype=np.float64)
+    out[np.isinf(out)] = np.sign(out[np.isinf(out)]) * inf
+    return out
+
+
+def _with_linprog(
+    cost: FloatArray,
+    indptr: IntArray,
+    indices: IntArray,
+    data: FloatArray,
+    row_lower: FloatArray,
+    row_upper: FloatArray,
+    col_lower: FloatArray,
+    col_upper: FloatArray,
+) -> FloatArray | None:
+    """The same LP through ``linprog``: the ``≤`` rows as ``A_ub``, the ``=`` rows as ``A_eq``."""
+    import scipy.sparse as sp
+    from scipy.optimize import linprog
+
+    a = sp.csc_matrix((data, indices, indptr), shape=(row_lower.shape[0], cost.shape[0])).tocsr()
+    eq = np.flatnonzero(row_lower == row_upper)
+    ub = np.flatnonzero(row_lower != row_upper)
+    res = linprog(
+        cost,
+        A_ub=a[ub] if ub.size else None,
+        b_ub=row_upper[ub] if ub.size else None,
+        A_eq=a[eq] if eq.size else None,
+        b_eq=row_upper[eq] if eq.size else None,
+        bounds=np.stack([col_lower, col_upper], axis=1),
+        method="highs",
+    )
+    if res.status != 0 or res.x is None:
+        return None
+    return np.asarray(res.x, dtype=np.float64)
