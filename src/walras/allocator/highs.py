@@ -30,7 +30,7 @@ IntArray = npt.NDArray[np.int64]
 
 def _core() -> Any:
     try:
-        from scipy.optimize._highspy import _core as core  # type: ignore[attr-defined]
+        from scipy.optimize._highspy import _core as core
     except ImportError:  # another scipy: linprog's path (same model, same answer)
         return None
     needed = ("_Highs", "HighsLp", "HighsOptions", "HighsModelStatus", "MatrixFormat", "kHighsInf")
