@@ -171,6 +171,7 @@ def _forward(
     strides = _strides(free0)
     state = free0.astype(np.int64).copy()
     out: list[Admitted] = []
+    prices = market.prices(state)  # recomputed only when the state changes (an admission)
     for i, q in enumerate(queue):
         if table is not None and not table[i, int(state @ strides)]:
             continue
@@ -180,7 +181,6 @@ def _forward(
             # Neither a fresh gang nor staying fits: FIND_ALLOC's payoff is -inf and the job is
             # never admitted, so skip its evaluation (most of the queue once the GPUs are taken).
             continue
-        prices = market.prices(state)
         # FIND_ALLOC at this one state (best_many's numbers, without its array set-up).
         payoff, counts, rate, utility, cost = best_one(q.speed, q.gang, state, prices, q.utils)
         pick = Admitted(q.job, counts, rate, utility, cost, payoff)
@@ -195,6 +195,7 @@ def _forward(
             continue
         out.append(pick)
         state -= pick.counts
+        prices = market.prices(state)
     return out
 
 

@@ -1,0 +1,63 @@
+"""The planner's stay options for a whole queue (``planner._with_stays``) are the one-job form's
+(``planner._with_stay``) to the last bit, for every utility shape.
+
+Oracle: ``_with_stay`` applied job by job (what the planner ran before). Inputs: random rounds
+where jobs hold whole gangs, part gangs, nothing, or pods on a type they may no longer use.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from walras.allocator.hadar import make_inputs
+from walras.allocator.hadar.admission import QueueJob
+from walras.allocator.hadar.planner import _with_stay, _with_stays
+from walras.allocator.hadar.utilities import Hyperbolic, InverseSlowdown, LinearDecay
+
+
+@pytest.mark.parametrize("seed", range(30))
+@pytest.mark.parametrize(
+    "utility", [Hyperbolic(), InverseSlowdown(), InverseSlowdown(1.7), LinearDecay()]
+)
+def test_with_stays_equals_with_stay(seed: int, utility: object) -> None:
+    rng = np.random.default_rng(seed)
+    J, T, K = int(rng.integers(1, 40)), int(rng.integers(1, 4)), int(rng.integers(1, 12))
+    node_type = rng.integers(0, T, K)
+    node_type[: min(T, K)] = np.arange(min(T, K))
+    thr = rng.uniform(0.1, 3.0, (J, T)) * (rng.random((J, T)) < 0.8)
+    thr[:, 0] = np.where(thr.max(axis=1) == 0, 1.0, thr[:, 0])
+    replicas = rng.choice([1, 2, 4], J)
+    current = np.zeros((J, K), dtype=np.int64)
+    for j in range(J):
+        # Whole gang (most), part of one, or nothing, on random nodes.
+        pods = [int(replicas[j]), max(int(replicas[j]) - 1, 0), 0][int(rng.integers(0, 3))]
+        for _ in range(pods):
+            current[j, int(rng.integers(0, K))] += 1
+    remaining = rng.uniform(1.0, 1e5, J)
+    inputs = make_inputs(
+        thr,
+        replicas,
+        remaining,
+        node_type,
+        np.maximum(current.sum(axis=0), 4),
+        elapsed=rng.uniform(0.0, 1e5, J),
+        current=current,
+        weight=rng.uniform(0.5, 2.0, J),
+        total_work=remaining * rng.uniform(1.0, 3.0, J),
+        utility=utility,  # type: ignore[arg-type]
+    )
+    order = rng.permutation(J)
+    utils = rng.uniform(0.0, 1.0, (J, T))
+    queue = [QueueJob(int(j), thr[j], int(replicas[j]), utils[j]) for j in order]
+    forked = rng.random(J) < 0.2
+    fast = _with_stays(inputs, queue, forked)
+    slow = [q if forked[q.job] else _with_stay(inputs, q) for q in queue]
+    for a, b in zip(fast, slow, strict=True):
+        assert a.job == b.job and a.gang == b.gang
+        assert (a.stay is None) == (b.stay is None)
+        if b.stay is not None:
+            assert a.stay is not None and np.array_equal(a.stay, b.stay)
+            assert a.stay.dtype == b.stay.dtype
+        assert a.stay_utility == b.stay_utility
+        assert a.stay_rate == b.stay_rate
