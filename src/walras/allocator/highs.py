@@ -41,6 +41,19 @@ _CORE: Any = None
 _CORE_LOADED = False
 
 
+class Basis:
+    """HiGHS's final basis of one solve (opaque), to start another LP of the same shape from
+    (:func:`solve_from`). Never changed after it is taken, so copies share it."""
+
+    __slots__ = ("_basis", "n_cols", "n_rows")
+
+    def __init__(self, n_cols: int, n_rows: int, basis: Any) -> None:
+        self.n_cols, self.n_rows, self._basis = n_cols, n_rows, basis
+
+    def __deepcopy__(self, memo: dict[int, object]) -> Basis:
+        return self
+
+
 def solve(
     cost: FloatArray,
     indptr: IntArray,
@@ -57,6 +70,29 @@ def solve(
     a column; infinite bounds as ``±inf``. Rows are linprog's: ``≤`` rows (lower ``-inf``) first,
     then ``=`` rows (lower = upper); the answer is linprog's for ``A_ub``, ``A_eq`` in that order.
     """
+    return solve_from(
+        None, cost, indptr, indices, data, row_lower, row_upper, col_lower, col_upper
+    )[0]
+
+
+def solve_from(
+    start: Basis | None,
+    cost: FloatArray,
+    indptr: IntArray,
+    indices: IntArray,
+    data: FloatArray,
+    row_lower: FloatArray,
+    row_upper: FloatArray,
+    col_lower: FloatArray,
+    col_upper: FloatArray,
+) -> tuple[FloatArray | None, Basis | None]:
+    """:func:`solve`, started from ``start`` (the final basis of an LP with as many rows and
+    columns; ignored otherwise), and the final basis (``None`` without an optimum, or on the
+    linprog fallback, which cannot start from a basis).
+
+    A started solve is *not* linprog's to the last bit: HiGHS skips presolve and pivots from
+    ``start``, and where the LP has several optima it may end at another one (of the same
+    objective value, to HiGHS's tolerances)."""
     if not ((row_lower == row_upper) | np.isneginf(row_lower)).all():
         raise ValueError("highs.solve: every row must be a ≤ row (lower -inf) or an = row")
     global _CORE, _CORE_LOADED
@@ -64,9 +100,8 @@ def solve(
         _CORE, _CORE_LOADED = _core(), True
     n_cols, n_rows = cost.shape[0], row_lower.shape[0]
     if _CORE is None:
-        return _with_linprog(
-            cost, indptr, indices, data, row_lower, row_upper, col_lower, col_upper
-        )
+        x = _with_linprog(cost, indptr, indices, data, row_lower, row_upper, col_lower, col_upper)
+        return x, None
     h = _CORE
     inf = float(h.kHighsInf)
     lp = h.HighsLp()
@@ -93,12 +128,15 @@ def solve(
     options.log_to_console = False
     highs.passOptions(options)
     if highs.passModel(lp) == h.HighsStatus.kError:
-        return None
+        return None, None
+    if start is not None and (start.n_cols, start.n_rows) == (n_cols, n_rows):
+        highs.setBasis(start._basis)
     if highs.run() == h.HighsStatus.kError:
-        return None
+        return None, None
     if highs.getModelStatus() != h.HighsModelStatus.kOptimal:
-        return None
-    return np.array(highs.getSolution().col_value, dtype=np.float64)
+        return None, None
+    x = np.array(highs.getSolution().col_value, dtype=np.float64)
+    return x, Basis(n_cols, n_rows, highs.getBasis())
 
 
 def _finite(x: FloatArray, inf: float) -> FloatArray:

@@ -80,6 +80,22 @@ def max_min(
 
     Returns ``(x, s*)``; ``s*`` is ``inf`` when no job is active.
     """
+    x, s, _ = max_min_from(None, poly, coef, active)
+    return x, s
+
+
+def max_min_from(
+    start: highs.Basis | None,
+    poly: Polytope,
+    coef: FloatArray,
+    active: npt.NDArray[np.bool_] | None = None,
+) -> tuple[FloatArray, float, highs.Basis | None]:
+    """:func:`max_min` started from the final basis of an earlier one with the same jobs and
+    types (``None``: from scratch, linprog's answer bit-for-bit), and its own final basis.
+
+    Started, HiGHS may end at another optimal ``x`` of the same ``s*`` (the LP is degenerate);
+    callers that need one particular optimum (the analytic center) must not depend on which.
+    """
     import scipy.sparse as sp
 
     J, T = poly.n_jobs, poly.n_types
@@ -88,7 +104,7 @@ def max_min(
         rows = rows[np.flatnonzero(active)]
     n_rows = rows.shape[0]
     if n_rows == 0:
-        return np.zeros((J, T)), np.inf
+        return np.zeros((J, T)), np.inf, None
     # Variables (x, s): rows  s − Σ_t coef·x ≤ 0,  then the base rows (no s).
     A = sp.vstack(
         [
@@ -105,7 +121,8 @@ def max_min(
     A = A.tocsc()
     A.sort_indices()
     n = J * T + 1
-    v = highs.solve(
+    v, basis = highs.solve_from(
+        start,
         c,
         A.indptr,
         A.indices,
@@ -117,7 +134,7 @@ def max_min(
     )
     if v is None:  # x = 0, s = 0 is always feasible: only numerical trouble ends here
         raise SolverError("HiGHS found no optimum of the max-min LP")
-    return v[:-1].reshape(J, T), float(v[-1])
+    return v[:-1].reshape(J, T), float(v[-1]), basis
 
 
 def finish(x: FloatArray, scale_factors: IntArray, capacity: FloatArray) -> FloatArray:
