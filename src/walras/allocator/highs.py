@@ -2,7 +2,9 @@
 
 Solves ``min c·v  s.t.  row_lower ≤ A v ≤ row_upper,  col_lower ≤ v ≤ col_upper`` (``A`` in
 compressed sparse column form) and returns the optimal ``v``, or ``None`` when HiGHS ends without
-an optimum.
+an optimum. :func:`solve_from` may start from the final basis of an earlier LP of the same shape
+(HiGHS's warm start: a few pivots where the LP moved little), and then gives *an* optimum, not
+necessarily linprog's (see its docstring).
 
 Why: the planners solve thousands of small LPs per simulated run (Hadar's horizon: two per solve,
 1,441 columns on Gavel's D5), where ``linprog``'s Python set-up (input checks, sparse stacking,
@@ -12,7 +14,8 @@ Same answer to the last bit: this passes HiGHS the model ``linprog(method="highs
 ``≤`` rows then the ``=`` rows, one ``(lower, upper)`` pair per row, CSC with sorted row indices,
 infinities as HiGHS's) with the options linprog sets (presolve on, dual simplex, no output), to
 the HiGHS build bundled with scipy (``scipy.optimize._highspy._core``). HiGHS is deterministic,
-so the solution is linprog's; ``tests/unit/test_highs_direct.py`` pins that bit-for-bit. That
+so the solution of :func:`solve` is linprog's; ``tests/unit/test_highs_direct.py`` pins that
+bit-for-bit. That
 module is scipy's private binding: where it is missing (another scipy), :func:`solve` falls back
 to ``linprog`` with the same model, so the answer stays linprog's, only slower.
 """

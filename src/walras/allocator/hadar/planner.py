@@ -70,7 +70,7 @@ from walras.allocator.hadar.forking import (
     GangState,
     fork,
     pooled,
-    projected_utility,
+    projected_utilities,
     restore,
     split_steps,
 )
@@ -178,8 +178,9 @@ def plan_round(
         # End game: GPUs that no other job took go back to the jobs in their last round.
         restore(inputs, dropped, gangs, free)
 
+    utilities = projected_utilities(inputs, gangs)
     plans = [
-        _job_plan(inputs, j, gangs[j], bool(forked_mode[j]), j in last, j in filled)
+        _job_plan(inputs, j, gangs[j], bool(forked_mode[j]), j in last, j in filled, utilities[j])
         for j in sorted(gangs)
     ]
     plans = [p for p in plans if p.gangs]
@@ -229,7 +230,7 @@ def _with_stay(inputs: HadarInputs, q: QueueJob) -> QueueJob:
     a positive rate only; after the horizon, a type it may no longer use gives rate 0).
 
     One job at a time; :func:`_with_stays` is the same for a whole queue (the planner's form,
-    pinned against this one in ``tests/unit/test_hadar_stays.py``)."""
+    pinned against this one in ``tests/unit/test_hadar_batched.py``)."""
     j = q.job
     now = inputs.current[j]
     rate = _current_rate(inputs, j)
@@ -302,14 +303,16 @@ def _job_plan(
     forked_mode: bool,
     last: bool,
     filled: bool,
+    utility: float,
 ) -> JobPlan:
+    """Job ``j``'s plan; ``utility``: its projected utility (``forking.projected_utility``)."""
     rem = float(inputs.remaining[j])
     steps = split_steps(inputs, j, gangs) if forked_mode else [rem] * len(gangs)
     row = np.zeros(inputs.n_nodes, dtype=np.int64)
     for g in gangs:
         for k, pods in g.nodes:
             row[k] += pods
-    utility = projected_utility(inputs, j, gangs) if gangs else 0.0
+    utility = utility if gangs else 0.0
     cost = float(sum(g.cost for g in gangs))
     kept = bool((row == inputs.current[j]).all())
     return JobPlan(

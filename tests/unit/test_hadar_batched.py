@@ -1,7 +1,8 @@
-"""The planner's stay options for a whole queue (``planner._with_stays``) are the one-job form's
-(``planner._with_stay``) to the last bit, for every utility shape.
+"""The planner's whole-queue forms are the one-job forms to the last bit, for every utility shape:
+stay options (``planner._with_stays`` against ``planner._with_stay``) and projected utilities
+(``forking.projected_utilities`` against ``forking.projected_utility``).
 
-Oracle: ``_with_stay`` applied job by job (what the planner ran before). Inputs: random rounds
+Oracle: the one-job form applied job by job (what the planner ran before). Inputs: random rounds
 where jobs hold whole gangs, part gangs, nothing, or pods on a type they may no longer use.
 """
 
@@ -12,6 +13,7 @@ import pytest
 
 from walras.allocator.hadar import make_inputs
 from walras.allocator.hadar.admission import QueueJob
+from walras.allocator.hadar.forking import GangState, projected_utilities, projected_utility
 from walras.allocator.hadar.planner import _with_stay, _with_stays
 from walras.allocator.hadar.utilities import Hyperbolic, InverseSlowdown, LinearDecay
 
@@ -61,3 +63,34 @@ def test_with_stays_equals_with_stay(seed: int, utility: object) -> None:
             assert a.stay.dtype == b.stay.dtype
         assert a.stay_utility == b.stay_utility
         assert a.stay_rate == b.stay_rate
+
+
+@pytest.mark.parametrize("seed", range(20))
+@pytest.mark.parametrize("utility", [Hyperbolic(), InverseSlowdown(1.7), LinearDecay()])
+def test_projected_utilities_equal_projected_utility(seed: int, utility: object) -> None:
+    rng = np.random.default_rng(1000 + seed)
+    J = int(rng.integers(1, 30))
+    thr = rng.uniform(0.1, 3.0, (J, 2))
+    remaining = rng.uniform(1.0, 1e5, J)
+    inputs = make_inputs(
+        thr,
+        np.ones(J, dtype=np.int64),
+        remaining,
+        np.array([0, 1]),
+        np.array([8, 8]),
+        elapsed=rng.uniform(0.0, 1e5, J),
+        weight=rng.uniform(0.5, 2.0, J),
+        total_work=remaining * 2.0,
+        utility=utility,  # type: ignore[arg-type]
+    )
+    gangs = {
+        int(j): [
+            GangState(((0, 1),), float(rng.choice([0.0, rng.uniform(0.1, 3.0)])), bool(k), 0.0)
+            for k in rng.integers(0, 2, int(rng.integers(1, 4)))
+        ]
+        for j in rng.permutation(J)[: int(rng.integers(1, J + 1))]
+    }
+    fast = projected_utilities(inputs, gangs)
+    assert fast.keys() == gangs.keys()
+    for j, job_gangs in gangs.items():
+        assert fast[j] == projected_utility(inputs, j, job_gangs)
