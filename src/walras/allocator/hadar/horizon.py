@@ -248,9 +248,7 @@ def fluid_makespan(
     upper = np.append(np.where(allowed, 1.0, 0.0).ravel(), np.inf)
     cost = np.zeros(nv)
     cost[-1] = 1.0
-    first, basis = highs.solve_from(
-        None, cost, indptr, indices, data, row_lower, row_upper, lower, upper
-    )
+    first = highs.solve(cost, indptr, indices, data, row_lower, row_upper, lower, upper)
     if first is None:
         # Cannot happen for valid inputs (x = 1 on any allowed type is feasible); keep every
         # allowed type rather than fail the round.
@@ -265,10 +263,6 @@ def fluid_makespan(
     # Relative slack on T: the second LP must stay feasible at the first one's rounded optimum.
     upper[-1] = t_star * (1.0 + 1e-9) + 1e-9
     cost2 = second / max(float(second.max()), 1.0)
-    # The second LP has the first one's rows, so HiGHS starts from the first one's optimal basis
-    # (feasible for it: T = T* is within the new bound) instead of from scratch.
-    again, _ = highs.solve_from(
-        basis, cost2, indptr, indices, data, row_lower, row_upper, lower, upper
-    )
+    again = highs.solve(cost2, indptr, indices, data, row_lower, row_upper, lower, upper)
     best = again if again is not None else first
     return best[:-1].reshape(n, T), t_star
