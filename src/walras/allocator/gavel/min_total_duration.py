@@ -16,7 +16,9 @@ The result is within 5 % above the optimum ``T*``.
 We replay exactly that sequence of ``T`` with one LP instead of one per test: ``T`` is feasible
 iff ``T ≥ T* = 1/u*`` with ``u* = max_x min_j Σ_t thr[j, t] x[j, t] / n[j]`` (over jobs with
 ``n[j] > 0``), a max-min LP solved once with HiGHS. So the final ``T`` is Gavel's to the last
-bit (barring a tested ``T`` within solver tolerance of ``T*``), at the cost of one LP.
+bit (barring a tested ``T`` within solver tolerance of ``T*``), at the cost of one LP. Between
+rounds only the remaining steps move, so the LP starts from the last call's final basis when the
+jobs are the same (``MinTotalDuration.warm_start``): a few pivots instead of a solve from scratch.
 
 Gavel's feasibility problem has the constant objective ``maximise 1``, so every feasible ``x`` is
 optimal; its interior-point solver returns (approximately) the analytic center of that feasible
@@ -83,7 +85,9 @@ class MinTotalDuration:
         """The final ``T`` of the last call (for diagnostics and tests)."""
         self.warm_start = True
         """Start the LP from the last call's final basis when the jobs and types are the same
-        (``_start``); ``False``: from scratch every call (linprog's answer bit-for-bit)."""
+        (``_start``); ``False``: from scratch every call (linprog's answer bit-for-bit). Started,
+        HiGHS may end at another optimal vertex: the same ``T*`` and, with ``central``, the same
+        analytic center (to its precision); with ``central=False`` another optimal ``x``."""
         self._start: tuple[tuple[int, ...], bytes, int, highs.Basis] | None = None
 
     def allocate(self, inputs: GavelInputs) -> FloatArray:
