@@ -86,8 +86,9 @@ class MinTotalDuration:
         self.warm_start = True
         """Start the LP from the last call's final basis when the jobs and types are the same
         (``_start``); ``False``: from scratch every call (linprog's answer bit-for-bit). Started,
-        HiGHS may end at another optimal vertex: the same ``T*`` and, with ``central``, the same
-        analytic center (to its precision); with ``central=False`` another optimal ``x``."""
+        HiGHS may end at another optimal vertex: the same ``T*`` and the same analytic center
+        (to its precision). Only with ``central``: without it the vertex is the answer, so it is
+        always linprog's."""
         self._start: tuple[tuple[int, ...], bytes, int, highs.Basis] | None = None
 
     def allocate(self, inputs: GavelInputs) -> FloatArray:
@@ -116,9 +117,8 @@ class MinTotalDuration:
         # Between rounds only the remaining work moves (one coefficient per job and type), so
         # the last round's optimal basis is nearly optimal again: HiGHS starts from it.
         key = (tuple(int(i) for i in inputs.job_ids), active.tobytes(), T)
-        start = (
-            self._start[3] if self.warm_start and self._start and self._start[:3] == key else None
-        )
+        warm = self.warm_start and self.central
+        start = self._start[3] if warm and self._start and self._start[:3] == key else None
         x_opt, u_star, basis = lp.max_min_from(start, poly, coef, active)
         self._start = None if basis is None else (*key, basis)
         horizon = gavel_horizon(1.0 / u_star if u_star > 0.0 else np.inf)
