@@ -66,7 +66,7 @@ def test_general_lp_equals_linprog(seed: int, monkeypatch: pytest.MonkeyPatch) -
     cost = rng.uniform(-1.0, 1.0, n)
     csc = sp.csc_matrix(a)
     csc.sort_indices()
-    args = (
+    problem = highs.Lp(
         cost,
         csc.indptr.astype(np.int64),
         csc.indices.astype(np.int64),
@@ -86,16 +86,16 @@ def test_general_lp_equals_linprog(seed: int, monkeypatch: pytest.MonkeyPatch) -
         method="highs",
     )
     assert ref.status == 0
-    got = highs.solve(*args)
+    got = highs.solve(problem)
     assert got is not None and np.array_equal(got, ref.x)
     _linprog_only(monkeypatch)
-    fallback = highs.solve(*args)
+    fallback = highs.solve(problem)
     assert fallback is not None and np.array_equal(fallback, ref.x)
 
 
 def test_rows_other_than_le_or_eq_are_refused() -> None:
     with pytest.raises(ValueError, match="≤ row"):
-        highs.solve(
+        highs.Lp(
             np.array([1.0]),
             np.array([0, 1], dtype=np.int64),
             np.array([0], dtype=np.int64),
@@ -112,7 +112,7 @@ def test_infeasible_is_none(direct: bool, monkeypatch: pytest.MonkeyPatch) -> No
     """``x = 1`` with ``0 ≤ x ≤ 0.5``: no optimum, ``None`` on both paths."""
     if not direct:
         _linprog_only(monkeypatch)
-    args = (
+    problem = highs.Lp(
         np.array([1.0]),
         np.array([0, 1], dtype=np.int64),
         np.array([0], dtype=np.int64),
@@ -122,7 +122,7 @@ def test_infeasible_is_none(direct: bool, monkeypatch: pytest.MonkeyPatch) -> No
         np.array([0.0]),
         np.array([0.5]),
     )
-    assert highs.solve(*args) is None
+    assert highs.solve(problem) is None
 
 
 @pytest.mark.parametrize("seed", range(20))

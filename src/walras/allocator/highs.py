@@ -22,6 +22,7 @@ to ``linprog`` with the same model, so the answer stays linprog's, only slower.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -57,38 +58,35 @@ class Basis:
         return self
 
 
-def solve(
-    cost: FloatArray,
-    indptr: IntArray,
-    indices: IntArray,
-    data: FloatArray,
-    row_lower: FloatArray,
-    row_upper: FloatArray,
-    col_lower: FloatArray,
-    col_upper: FloatArray,
-) -> FloatArray | None:
-    """Optimal ``v`` of the LP (module docstring), ``None`` when HiGHS finds no optimum.
+@dataclass(frozen=True, slots=True)
+class Lp:
+    """``min cost·v  s.t.  row_lower ≤ A v ≤ row_upper,  col_lower ≤ v ≤ col_upper``.
 
     ``indptr (n + 1,)``, ``indices``, ``data``: ``A`` column by column, row indices sorted within
     a column; infinite bounds as ``±inf``. Rows are linprog's: ``≤`` rows (lower ``-inf``) first,
     then ``=`` rows (lower = upper); the answer is linprog's for ``A_ub``, ``A_eq`` in that order.
     """
-    return solve_from(
-        None, cost, indptr, indices, data, row_lower, row_upper, col_lower, col_upper
-    )[0]
+
+    cost: FloatArray
+    indptr: IntArray
+    indices: IntArray
+    data: FloatArray
+    row_lower: FloatArray
+    row_upper: FloatArray
+    col_lower: FloatArray
+    col_upper: FloatArray
+
+    def __post_init__(self) -> None:
+        if not ((self.row_lower == self.row_upper) | np.isneginf(self.row_lower)).all():
+            raise ValueError("highs.Lp: every row must be a ≤ row (lower -inf) or an = row")
 
 
-def solve_from(
-    start: Basis | None,
-    cost: FloatArray,
-    indptr: IntArray,
-    indices: IntArray,
-    data: FloatArray,
-    row_lower: FloatArray,
-    row_upper: FloatArray,
-    col_lower: FloatArray,
-    col_upper: FloatArray,
-) -> tuple[FloatArray | None, Basis | None]:
+def solve(lp: Lp) -> FloatArray | None:
+    """Optimal ``v`` of ``lp``, ``None`` when HiGHS finds no optimum (linprog's answer)."""
+    return solve_from(None, lp)[0]
+
+
+def solve_from(start: Basis | None, lp: Lp) -> tuple[FloatArray | None, Basis | None]:
     """:func:`solve`, started from ``start`` (the final basis of an LP with as many rows and
     columns; ignored otherwise), and the final basis (``None`` without an optimum, or on the
     linprog fallback, which cannot start from a basis).
@@ -96,31 +94,28 @@ def solve_from(
     A started solve is *not* linprog's to the last bit: HiGHS skips presolve and pivots from
     ``start``, and where the LP has several optima it may end at another one (of the same
     objective value, to HiGHS's tolerances)."""
-    if not ((row_lower == row_upper) | np.isneginf(row_lower)).all():
-        raise ValueError("highs.solve: every row must be a ≤ row (lower -inf) or an = row")
     global _CORE, _CORE_LOADED
     if not _CORE_LOADED:
         _CORE, _CORE_LOADED = _core(), True
-    n_cols, n_rows = cost.shape[0], row_lower.shape[0]
+    n_cols, n_rows = lp.cost.shape[0], lp.row_lower.shape[0]
     if _CORE is None:
-        x = _with_linprog(cost, indptr, indices, data, row_lower, row_upper, col_lower, col_upper)
-        return x, None
+        return _with_linprog(lp), None
     h = _CORE
     inf = float(h.kHighsInf)
-    lp = h.HighsLp()
-    lp.num_col_ = n_cols
-    lp.num_row_ = n_rows
-    lp.a_matrix_.num_col_ = n_cols
-    lp.a_matrix_.num_row_ = n_rows
-    lp.a_matrix_.format_ = h.MatrixFormat.kColwise
-    lp.col_cost_ = np.ascontiguousarray(cost, dtype=np.float64)
-    lp.col_lower_ = _finite(col_lower, inf)
-    lp.col_upper_ = _finite(col_upper, inf)
-    lp.row_lower_ = _finite(row_lower, inf)
-    lp.row_upper_ = _finite(row_upper, inf)
-    lp.a_matrix_.start_ = np.ascontiguousarray(indptr, dtype=np.int32)
-    lp.a_matrix_.index_ = np.ascontiguousarray(indices, dtype=np.int32)
-    lp.a_matrix_.value_ = np.ascontiguousarray(data, dtype=np.float64)
+    model = h.HighsLp()
+    model.num_col_ = n_cols
+    model.num_row_ = n_rows
+    model.a_matrix_.num_col_ = n_cols
+    model.a_matrix_.num_row_ = n_rows
+    model.a_matrix_.format_ = h.MatrixFormat.kColwise
+    model.col_cost_ = np.ascontiguousarray(lp.cost, dtype=np.float64)
+    model.col_lower_ = _finite(lp.col_lower, inf)
+    model.col_upper_ = _finite(lp.col_upper, inf)
+    model.row_lower_ = _finite(lp.row_lower, inf)
+    model.row_upper_ = _finite(lp.row_upper, inf)
+    model.a_matrix_.start_ = np.ascontiguousarray(lp.indptr, dtype=np.int32)
+    model.a_matrix_.index_ = np.ascontiguousarray(lp.indices, dtype=np.int32)
+    model.a_matrix_.value_ = np.ascontiguousarray(lp.data, dtype=np.float64)
     highs = h._Highs()
     options = h.HighsOptions()
     # linprog(method="highs")'s options: presolve on, dual simplex, debug and output off.
@@ -130,7 +125,7 @@ def solve_from(
     options.output_flag = False
     options.log_to_console = False
     highs.passOptions(options)
-    if highs.passModel(lp) == h.HighsStatus.kError:
+    if highs.passModel(model) == h.HighsStatus.kError:
         return None, None
     if start is not None and (start.n_cols, start.n_rows) == (n_cols, n_rows):
         highs.setBasis(start._basis)
@@ -149,30 +144,22 @@ def _finite(x: FloatArray, inf: float) -> FloatArray:
     return out
 
 
-def _with_linprog(
-    cost: FloatArray,
-    indptr: IntArray,
-    indices: IntArray,
-    data: FloatArray,
-    row_lower: FloatArray,
-    row_upper: FloatArray,
-    col_lower: FloatArray,
-    col_upper: FloatArray,
-) -> FloatArray | None:
+def _with_linprog(lp: Lp) -> FloatArray | None:
     """The same LP through ``linprog``: the ``≤`` rows as ``A_ub``, the ``=`` rows as ``A_eq``."""
     import scipy.sparse as sp
     from scipy.optimize import linprog
 
-    a = sp.csc_matrix((data, indices, indptr), shape=(row_lower.shape[0], cost.shape[0])).tocsr()
-    eq = np.flatnonzero(row_lower == row_upper)
-    ub = np.flatnonzero(row_lower != row_upper)
+    shape = (lp.row_lower.shape[0], lp.cost.shape[0])
+    a = sp.csc_matrix((lp.data, lp.indices, lp.indptr), shape=shape).tocsr()
+    eq = np.flatnonzero(lp.row_lower == lp.row_upper)
+    ub = np.flatnonzero(lp.row_lower != lp.row_upper)
     res = linprog(
-        cost,
+        lp.cost,
         A_ub=a[ub] if ub.size else None,
-        b_ub=row_upper[ub] if ub.size else None,
+        b_ub=lp.row_upper[ub] if ub.size else None,
         A_eq=a[eq] if eq.size else None,
-        b_eq=row_upper[eq] if eq.size else None,
-        bounds=np.stack([col_lower, col_upper], axis=1),
+        b_eq=lp.row_upper[eq] if eq.size else None,
+        bounds=np.stack([lp.col_lower, lp.col_upper], axis=1),
         method="highs",
     )
     if res.status != 0 or res.x is None:

@@ -121,8 +121,7 @@ def max_min_from(
     A = A.tocsc()
     A.sort_indices()
     n = J * T + 1
-    v, basis = highs.solve_from(
-        start,
+    problem = highs.Lp(
         c,
         A.indptr,
         A.indices,
@@ -132,6 +131,7 @@ def max_min_from(
         np.zeros(n),
         np.full(n, np.inf),
     )
+    v, basis = highs.solve_from(start, problem)
     if v is None:  # x = 0, s = 0 is always feasible: only numerical trouble ends here
         raise SolverError("HiGHS found no optimum of the max-min LP")
     return v[:-1].reshape(J, T), float(v[-1]), basis

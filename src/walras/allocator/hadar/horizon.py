@@ -248,7 +248,8 @@ def fluid_makespan(
     upper = np.append(np.where(allowed, 1.0, 0.0).ravel(), np.inf)
     cost = np.zeros(nv)
     cost[-1] = 1.0
-    first = highs.solve(cost, indptr, indices, data, row_lower, row_upper, lower, upper)
+    problem = highs.Lp(cost, indptr, indices, data, row_lower, row_upper, lower, upper)
+    first = highs.solve(problem)
     if first is None:
         # Cannot happen for valid inputs (x = 1 on any allowed type is feasible); keep every
         # allowed type rather than fail the round.
@@ -261,8 +262,9 @@ def fluid_makespan(
     used = replicas[:, None] * (dur + restart_seconds * moving)
     second = np.append(np.where(allowed, used, 0.0).ravel(), 0.0)
     # Relative slack on T: the second LP must stay feasible at the first one's rounded optimum.
+    upper = upper.copy()
     upper[-1] = t_star * (1.0 + 1e-9) + 1e-9
     cost2 = second / max(float(second.max()), 1.0)
-    again = highs.solve(cost2, indptr, indices, data, row_lower, row_upper, lower, upper)
+    again = highs.solve(dataclasses.replace(problem, cost=cost2, col_upper=upper))
     best = again if again is not None else first
     return best[:-1].reshape(n, T), t_star
