@@ -15,9 +15,9 @@ Same answer to the last bit: this passes HiGHS the model ``linprog(method="highs
 infinities as HiGHS's) with the options linprog sets (presolve on, dual simplex, no output), to
 the HiGHS build bundled with scipy (``scipy.optimize._highspy._core``). HiGHS is deterministic,
 so the solution of :func:`solve` is linprog's; ``tests/unit/test_highs_direct.py`` pins that
-bit-for-bit. That
-module is scipy's private binding: where it is missing (another scipy), :func:`solve` falls back
-to ``linprog`` with the same model, so the answer stays linprog's, only slower.
+bit-for-bit. That module is scipy's private binding: where it is missing (another scipy),
+:func:`solve` falls back to ``linprog`` with the same model, so the answer stays linprog's, only
+slower.
 """
 
 from __future__ import annotations
