@@ -13,6 +13,7 @@ import pytest
 
 from walras.allocator.hadar import make_inputs
 from walras.allocator.hadar.admission import QueueJob
+from walras.allocator.hadar.find_alloc import States, best_many
 from walras.allocator.hadar.forking import GangState, projected_utilities, projected_utility
 from walras.allocator.hadar.planner import _with_stay, _with_stays
 from walras.allocator.hadar.utilities import Hyperbolic, InverseSlowdown, LinearDecay
@@ -94,3 +95,25 @@ def test_projected_utilities_equal_projected_utility(seed: int, utility: object)
     assert fast.keys() == gangs.keys()
     for j, job_gangs in gangs.items():
         assert fast[j] == projected_utility(inputs, j, job_gangs)
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_best_many_payoffs_by_gang_equal_per_job(seed: int) -> None:
+    """The queue DP's FIND_ALLOC (``best_many`` without details: fills computed once per gang
+    size) against the per-job form (``details=True``), bit-for-bit, with tied speeds on some
+    jobs and utilities that differ between tied types (the per-job argmin then decides)."""
+    rng = np.random.default_rng(2000 + seed)
+    T = int(rng.integers(1, 4))
+    dims = rng.integers(0, 6, T)
+    grid = np.indices(tuple(int(d) + 1 for d in dims)).reshape(T, -1).T.astype(np.int64)
+    prices = rng.uniform(0.01, 1.0, grid.shape)
+    strides = np.array([int(np.prod(dims[r + 1 :] + 1)) for r in range(T)], dtype=np.int64)
+    n = int(rng.integers(1, 40))
+    speeds = rng.choice(np.array([0.0, 0.5, 1.0, 1.5, 2.0]), (n, T))
+    speeds[:, 0] = np.where(speeds.max(axis=1) == 0, 1.0, speeds[:, 0])
+    gangs = rng.choice(np.array([1, 2, 3, 4, 8]), n).astype(np.int64)
+    utils = np.where(speeds > 0, rng.uniform(0.0, 3.0, (n, T)), 0.0)
+    fast = best_many(States(grid, prices, strides), speeds, gangs, utils, details=False)
+    slow = best_many(States(grid, prices, strides), speeds, gangs, utils, details=True)
+    assert np.array_equal(fast.payoff, slow.payoff)
+    assert np.array_equal(fast.after, slow.after)
