@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
+from walras.allocator import highs
 from walras.allocator.gavel.inputs import FloatArray, IntArray
 
 if TYPE_CHECKING:
-    import scipy.optimize as opt
     import scipy.sparse as sp
 
 # scipy is imported inside the functions that build or solve LPs: importing scipy.optimize costs
@@ -34,12 +34,7 @@ if TYPE_CHECKING:
 # (its path-following is numpy only, :mod:`.center`).
 
 FEASIBLE = 0
-INFEASIBLE = 2
-"""``scipy.optimize.linprog`` status codes: 0 optimal, 2 infeasible."""
-
-
-Bound = tuple[float | None, float | None]
-"""A variable's (lower, upper) bound for linprog; None is unbounded."""
+"""``scipy.optimize.linprog``'s status code of an optimum."""
 
 
 class SolverError(RuntimeError):
@@ -78,24 +73,28 @@ def per_job_rows(coef: FloatArray) -> sp.csr_matrix:
     return sp.csr_matrix((coef.ravel(), (cols // T, cols)), shape=(J, J * T))
 
 
-def solve(
-    c: FloatArray, A: sp.csr_matrix, b: FloatArray, bounds: list[Bound]
-) -> opt.OptimizeResult:
-    """``min c·v  s.t.  A v ≤ b`` with HiGHS; optimal or infeasible, else :class:`SolverError`."""
-    import scipy.optimize as opt
-
-    res = opt.linprog(c, A_ub=A, b_ub=b, bounds=bounds, method="highs")
-    if res.status not in (FEASIBLE, INFEASIBLE):
-        raise SolverError(f"HiGHS stopped with status {res.status}: {res.message}")
-    return res
-
-
 def max_min(
     poly: Polytope, coef: FloatArray, active: npt.NDArray[np.bool_] | None = None
 ) -> tuple[FloatArray, float]:
     """``max s  s.t.  Σ_t coef[j, t] x[j, t] ≥ s`` for every (``active``) job, ``x`` in ``poly``.
 
     Returns ``(x, s*)``; ``s*`` is ``inf`` when no job is active.
+    """
+    x, s, _ = max_min_from(None, poly, coef, active)
+    return x, s
+
+
+def max_min_from(
+    start: highs.Basis | None,
+    poly: Polytope,
+    coef: FloatArray,
+    active: npt.NDArray[np.bool_] | None = None,
+) -> tuple[FloatArray, float, highs.Basis | None]:
+    """:func:`max_min` started from the final basis of an earlier one with the same jobs and
+    types (``None``: from scratch, linprog's answer bit-for-bit), and its own final basis.
+
+    Started, HiGHS may end at another optimal ``x`` of the same ``s*`` (the LP is degenerate);
+    callers that need one particular optimum (the analytic center) must not depend on which.
     """
     import scipy.sparse as sp
 
@@ -105,7 +104,7 @@ def max_min(
         rows = rows[np.flatnonzero(active)]
     n_rows = rows.shape[0]
     if n_rows == 0:
-        return np.zeros((J, T)), np.inf
+        return np.zeros((J, T)), np.inf, None
     # Variables (x, s): rows  s − Σ_t coef·x ≤ 0,  then the base rows (no s).
     A = sp.vstack(
         [
@@ -117,11 +116,25 @@ def max_min(
     b = np.concatenate([np.zeros(n_rows), poly.rhs])
     c = np.zeros(J * T + 1)
     c[-1] = -1.0
-    res = solve(c, A, b, [(0.0, None)] * (J * T + 1))
-    if res.status != FEASIBLE:  # x = 0, s = 0 is always feasible
-        raise SolverError(f"max-min LP reported infeasible: {res.message}")
-    v = np.asarray(res.x, dtype=np.float64)
-    return v[:-1].reshape(J, T), float(v[-1])
+    # linprog(c, A_ub=A, b_ub=b, bounds=(0, None))'s answer without its set-up (walras.allocator.
+    # highs: the same model to HiGHS, bit-for-bit the same solution).
+    A = A.tocsc()
+    A.sort_indices()
+    n = J * T + 1
+    problem = highs.Lp(
+        c,
+        A.indptr,
+        A.indices,
+        A.data,
+        np.full(b.shape[0], -np.inf),
+        b,
+        np.zeros(n),
+        np.full(n, np.inf),
+    )
+    v, basis = highs.solve_from(start, problem)
+    if v is None:  # x = 0, s = 0 is always feasible: only numerical trouble ends here
+        raise SolverError("HiGHS found no optimum of the max-min LP")
+    return v[:-1].reshape(J, T), float(v[-1]), basis
 
 
 def finish(x: FloatArray, scale_factors: IntArray, capacity: FloatArray) -> FloatArray:

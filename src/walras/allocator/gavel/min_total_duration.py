@@ -16,7 +16,9 @@ The result is within 5 % above the optimum ``T*``.
 We replay exactly that sequence of ``T`` with one LP instead of one per test: ``T`` is feasible
 iff ``T ≥ T* = 1/u*`` with ``u* = max_x min_j Σ_t thr[j, t] x[j, t] / n[j]`` (over jobs with
 ``n[j] > 0``), a max-min LP solved once with HiGHS. So the final ``T`` is Gavel's to the last
-bit (barring a tested ``T`` within solver tolerance of ``T*``), at the cost of one LP.
+bit (barring a tested ``T`` within solver tolerance of ``T*``), at the cost of one LP. Between
+rounds only the remaining steps move, so the LP starts from the last call's final basis when the
+jobs are the same (``MinTotalDuration.warm_start``): a few pivots instead of a solve from scratch.
 
 Gavel's feasibility problem has the constant objective ``maximise 1``, so every feasible ``x`` is
 optimal; its interior-point solver returns (approximately) the analytic center of that feasible
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from walras.allocator import highs
 from walras.allocator.errors import InvalidProblem
 from walras.allocator.gavel import center, lp
 from walras.allocator.gavel.inputs import FloatArray, GavelInputs
@@ -80,6 +83,13 @@ class MinTotalDuration:
         self.name = "min_total_duration_perf" if aware else "min_total_duration"
         self.last_horizon: float | None = None
         """The final ``T`` of the last call (for diagnostics and tests)."""
+        self.warm_start = True
+        """Start the LP from the last call's final basis when the jobs and types are the same
+        (``_start``); ``False``: from scratch every call (linprog's answer bit-for-bit). Started,
+        HiGHS may end at another optimal vertex: the same ``T*`` and the same analytic center
+        (to its precision). Only with ``central``: without it the vertex is the answer, so it is
+        always linprog's."""
+        self._start: tuple[tuple[int, ...], bytes, int, highs.Basis] | None = None
 
     def allocate(self, inputs: GavelInputs) -> FloatArray:
         J, T = inputs.n_jobs, inputs.n_types
@@ -104,7 +114,13 @@ class MinTotalDuration:
             )
         poly = lp.base_polytope(k, cap)
         coef = thr / np.where(active, remaining, 1.0)[:, None]
-        x_opt, u_star = lp.max_min(poly, coef, active)
+        # Between rounds only the remaining work moves (one coefficient per job and type), so
+        # the last round's optimal basis is nearly optimal again: HiGHS starts from it.
+        key = (tuple(int(i) for i in inputs.job_ids), active.tobytes(), T)
+        warm = self.warm_start and self.central
+        start = self._start[3] if warm and self._start and self._start[:3] == key else None
+        x_opt, u_star, basis = lp.max_min_from(start, poly, coef, active)
+        self._start = None if basis is None else (*key, basis)
         horizon = gavel_horizon(1.0 / u_star if u_star > 0.0 else np.inf)
         self.last_horizon = horizon
         x_opt = lp.finish(x_opt, k, cap)

@@ -171,16 +171,22 @@ def _forward(
     strides = _strides(free0)
     state = free0.astype(np.int64).copy()
     out: list[Admitted] = []
+    if not queue:
+        return out
+    # What changes only when a job is admitted (the state): its prices, its index in the DP's
+    # table, and the GPUs each job could use in it (``usable @ state``: integer sums, so the
+    # numbers of the per-job ``state[speed > 0].sum()`` they replace).
+    usable = np.array([q.speed > 0 for q in queue], dtype=np.int64)
+    prices = market.prices(state)
+    index = int(state @ strides)
+    room: list[int] = (usable @ state).tolist()
     for i, q in enumerate(queue):
-        if table is not None and not table[i, int(state @ strides)]:
+        if table is not None and not table[i, index]:
             continue
-        if int(state[q.speed > 0].sum()) < q.gang and (
-            q.stay is None or not bool((state >= q.stay).all())
-        ):
+        if room[i] < q.gang and (q.stay is None or not bool((state >= q.stay).all())):
             # Neither a fresh gang nor staying fits: FIND_ALLOC's payoff is -inf and the job is
             # never admitted, so skip its evaluation (most of the queue once the GPUs are taken).
             continue
-        prices = market.prices(state)
         # FIND_ALLOC at this one state (best_many's numbers, without its array set-up).
         payoff, counts, rate, utility, cost = best_one(q.speed, q.gang, state, prices, q.utils)
         pick = Admitted(q.job, counts, rate, utility, cost, payoff)
@@ -195,6 +201,9 @@ def _forward(
             continue
         out.append(pick)
         state -= pick.counts
+        prices = market.prices(state)
+        index = int(state @ strides)
+        room = (usable @ state).tolist()
     return out
 
 

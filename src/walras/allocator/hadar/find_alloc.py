@@ -170,6 +170,19 @@ def best_many(
     for allowed in sorted(groups, key=len):
         types, fo, po, before = states.view(allowed)
         members = np.array(groups[allowed], dtype=np.int64)
+        if not details and not counts:
+            _payoff_by_gang(
+                allowed,
+                members,
+                (types, fo, po, before),
+                speeds,
+                gangs,
+                utils,
+                states.strides,
+                best_pay,
+                best_after,
+            )
+            continue
         step = max(1, chunk_cells // (len(allowed) * S))
         for lo in range(0, members.size, step):
             idx = members[lo : lo + step]
@@ -201,6 +214,61 @@ def best_many(
     if details:
         best_rate = np.where(np.isfinite(best_pay), best_rate, 0.0)
     return Best(best_pay, best_counts, best_rate, best_util, best_cost, best_after)
+
+
+def _payoff_by_gang(
+    allowed: tuple[int, ...],
+    members: IntArray,
+    view: tuple[IntArray, IntArray, FloatArray, IntArray],
+    speeds: FloatArray,
+    gangs: IntArray,
+    utils: FloatArray,
+    strides: IntArray,
+    best_pay: FloatArray,
+    best_after: IntArray,
+) -> None:
+    """:func:`best_many`'s step for one bottleneck ``allowed``, payoff and ``after`` only (the
+    queue DP's case), updating ``best_pay`` and ``best_after`` in place.
+
+    The fill (``take``), its cost, feasibility and the state left behind depend on the job only
+    through its gang size, so they are computed once per gang size, not once per job: the same
+    operations on the same numbers (a sum over the few types, in fill order), so the same floats.
+    The slowest taken type is the job's own: where the job's speeds over ``allowed`` strictly
+    fall (fastest first), it is the taken type ranked last in ``allowed``, the same for every
+    such job; a job with tied speeds there takes ``best_many``'s own argmin (its first slowest
+    taken type in fill order).
+    """
+    types, fo, po, before = view
+    S = types.shape[1]
+    columns = np.arange(S)
+    rank_of = np.full(speeds.shape[1], -1, dtype=np.int64)
+    rank_of[list(allowed)] = np.arange(len(allowed))
+    rank = rank_of[types]  # (A, S): each fill position's rank in ``allowed``
+    in_order = speeds[members][:, list(allowed)]
+    strict = (np.diff(in_order, axis=1) < 0).all(axis=1)
+    total = before[-1] + fo[-1]
+    stride = strides[types]
+    member_gangs = gangs[members]
+    for g in np.unique(member_gangs):
+        take = np.minimum(np.maximum(g - before, 0), fo)
+        feasible = total >= g
+        cost = (take * po).sum(axis=0)
+        after = (take * stride).sum(axis=0)
+        taken = take > 0
+        of_gang = member_gangs == g
+        for idx, fast in ((members[of_gang & strict], True), (members[of_gang & ~strict], False)):
+            if idx.size == 0:
+                continue
+            if fast:
+                slowest = np.where(taken, rank, -1).argmax(axis=0)
+                util = utils[idx][:, types[slowest, columns]]
+            else:
+                sp = np.where(taken[None], speeds[idx][:, types], np.inf)
+                util = utils[idx[:, None], types[sp.argmin(axis=1), columns[None, :]]]
+            pay = np.where(feasible[None, :], util - cost[None, :], -np.inf)
+            better = pay > best_pay[idx]
+            best_pay[idx] = np.where(better, pay, best_pay[idx])
+            best_after[idx] = np.where(better, after[None, :], best_after[idx])
 
 
 def best_one(

@@ -90,6 +90,26 @@ def projected_utility(inputs: HadarInputs, job: int, gangs: list[GangState]) -> 
     return float(job_utility(inputs, np.array([job]), np.array([tau]))[0])
 
 
+def projected_utilities(inputs: HadarInputs, gangs: dict[int, list[GangState]]) -> dict[int, float]:
+    """:func:`projected_utility` of every job in ``gangs``, with one utility evaluation for all
+    (the same element-wise operations on the same ``τ``, so the same floats)."""
+    jobs: list[int] = []
+    taus: list[float] = []
+    out: dict[int, float] = {}
+    for job, job_gangs in gangs.items():
+        rate = sum(g.rate for g in job_gangs)
+        if rate <= 0:
+            out[job] = 0.0
+            continue
+        lost = sum(g.rate * inputs.restart_seconds for g in job_gangs if not g.kept)
+        jobs.append(job)
+        taus.append(float(inputs.elapsed[job] + (inputs.remaining[job] + lost) / rate))
+    if jobs:
+        values = job_utility(inputs, np.array(jobs, dtype=np.int64), np.array(taus))
+        out.update(zip(jobs, (float(v) for v in values), strict=True))
+    return out
+
+
 def fork(
     inputs: HadarInputs,
     jobs: IntArray,

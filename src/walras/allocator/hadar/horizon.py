@@ -53,9 +53,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-import scipy.sparse as sp
-from scipy.optimize import linprog
 
+from walras.allocator import highs
 from walras.allocator.errors import InvalidProblem
 from walras.allocator.hadar.inputs import HadarInputs
 from walras.allocator.hadar.prices import capacity, job_utility
@@ -234,27 +233,28 @@ def fluid_makespan(
         cols += [var[pj, pr], np.full(m, nv - 1)]
         vals += [dur[pj, pr], -np.asarray(copies, dtype=np.float64)[pj, pr]]
         n_rows += m
-    a_ub = sp.csr_matrix(
-        (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(n_rows, nv)
-    )
-    a_eq = sp.csr_matrix((np.ones(n * T), (np.repeat(np.arange(n), T), var.ravel())), (n, nv))
+    # The ≤ rows, then the = rows (Σ_r x_jr = 1), column by column (``highs.solve``).
+    rows += [n_rows + np.repeat(np.arange(n), T)]
+    cols += [var.ravel()]
+    vals += [np.ones(n * T)]
+    row_idx, col_idx, val = np.concatenate(rows), np.concatenate(cols), np.concatenate(vals)
+    order = np.lexsort((row_idx, col_idx))
+    indptr = np.zeros(nv + 1, dtype=np.int64)
+    np.cumsum(np.bincount(col_idx, minlength=nv), out=indptr[1:])
+    indices, data = row_idx[order], val[order]
+    row_lower = np.concatenate([np.full(n_rows, -np.inf), np.ones(n)])
+    row_upper = np.concatenate([np.zeros(n_rows), np.ones(n)])
+    lower = np.zeros(nv)
     upper = np.append(np.where(allowed, 1.0, 0.0).ravel(), np.inf)
     cost = np.zeros(nv)
     cost[-1] = 1.0
-    res = linprog(
-        cost,
-        A_ub=a_ub,
-        b_ub=np.zeros(n_rows),
-        A_eq=a_eq,
-        b_eq=np.ones(n),
-        bounds=np.stack([np.zeros(nv), upper], axis=1),
-        method="highs",
-    )
-    if res.status != 0 or res.x is None:
+    problem = highs.Lp(cost, indptr, indices, data, row_lower, row_upper, lower, upper)
+    first = highs.solve(problem)
+    if first is None:
         # Cannot happen for valid inputs (x = 1 on any allowed type is feasible); keep every
         # allowed type rather than fail the round.
         return allowed.astype(np.float64), 0.0
-    t_star = float(res.x[-1])
+    t_star = float(first[-1])
     moving = np.ones((n, T), dtype=bool)
     if running_on is not None:
         runs = np.asarray(running_on.any(axis=1), dtype=bool)
@@ -262,15 +262,9 @@ def fluid_makespan(
     used = replicas[:, None] * (dur + restart_seconds * moving)
     second = np.append(np.where(allowed, used, 0.0).ravel(), 0.0)
     # Relative slack on T: the second LP must stay feasible at the first one's rounded optimum.
+    upper = upper.copy()
     upper[-1] = t_star * (1.0 + 1e-9) + 1e-9
-    res2 = linprog(
-        second / max(float(second.max()), 1.0),
-        A_ub=a_ub,
-        b_ub=np.zeros(n_rows),
-        A_eq=a_eq,
-        b_eq=np.ones(n),
-        bounds=np.stack([np.zeros(nv), upper], axis=1),
-        method="highs",
-    )
-    best = res2 if res2.status == 0 and res2.x is not None else res
-    return np.asarray(best.x[:-1], dtype=np.float64).reshape(n, T), t_star
+    cost2 = second / max(float(second.max()), 1.0)
+    again = highs.solve(dataclasses.replace(problem, cost=cost2, col_upper=upper))
+    best = again if again is not None else first
+    return best[:-1].reshape(n, T), t_star

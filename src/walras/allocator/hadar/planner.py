@@ -70,7 +70,7 @@ from walras.allocator.hadar.forking import (
     GangState,
     fork,
     pooled,
-    projected_utility,
+    projected_utilities,
     restore,
     split_steps,
 )
@@ -140,7 +140,7 @@ def plan_round(
     queue = [QueueJob(j, thr[j], int(inputs.replicas[j]), utils[i]) for i, j in enumerate(waiting)]
     if preempt and waiting:
         if restart_aware:
-            queue = [_with_stay(inputs, q) if not forked_mode[q.job] else q for q in queue]
+            queue = _with_stays(inputs, queue, forked_mode)
         # A re-planned round has no arrival order to honour: highest per-GPU utility first
         # (a running job's counted at the better of staying and moving).
         density = [max(float(q.utils.max()), q.stay_utility) / q.gang for q in queue]
@@ -178,8 +178,9 @@ def plan_round(
         # End game: GPUs that no other job took go back to the jobs in their last round.
         restore(inputs, dropped, gangs, free)
 
+    utilities = projected_utilities(inputs, gangs)
     plans = [
-        _job_plan(inputs, j, gangs[j], bool(forked_mode[j]), j in last, j in filled)
+        _job_plan(inputs, j, gangs[j], bool(forked_mode[j]), j in last, j in filled, utilities[j])
         for j in sorted(gangs)
     ]
     plans = [p for p in plans if p.gangs]
@@ -226,7 +227,10 @@ def _utils_at_speeds(inputs: HadarInputs, jobs: IntArray) -> FloatArray:
 
 def _with_stay(inputs: HadarInputs, q: QueueJob) -> QueueJob:
     """Job ``q`` with its stay option: keep its GPUs now, no restart (whole, non-forked gangs at
-    a positive rate only; after the horizon, a type it may no longer use gives rate 0)."""
+    a positive rate only; after the horizon, a type it may no longer use gives rate 0).
+
+    One job at a time; :func:`_with_stays` is the same for a whole queue (the planner's form,
+    pinned against this one in ``tests/unit/test_hadar_batched.py``)."""
     j = q.job
     now = inputs.current[j]
     rate = _current_rate(inputs, j)
@@ -236,6 +240,33 @@ def _with_stay(inputs: HadarInputs, q: QueueJob) -> QueueJob:
     tau = float(inputs.elapsed[j]) + float(inputs.remaining[j]) / rate
     util = float(job_utility(inputs, np.array([j]), np.array([tau]))[0])
     return dataclasses.replace(q, stay=counts.astype(np.int64), stay_utility=util, stay_rate=rate)
+
+
+def _with_stays(
+    inputs: HadarInputs, queue: list[QueueJob], forked_mode: npt.NDArray[np.bool_]
+) -> list[QueueJob]:
+    """:func:`_with_stay` for every job of ``queue`` not in forked mode, in one pass over arrays:
+    the same element-wise operations on the same numbers, so the same floats."""
+    jobs = np.array([q.job for q in queue], dtype=np.int64)
+    onehot = (inputs.node_type[:, None] == np.arange(inputs.n_types)[None, :]).astype(np.int64)
+    counts = inputs.current[jobs] @ onehot
+    thr = inputs.throughput[jobs]
+    # The slowest type the job holds a pod on (``_current_rate``); 0 where it holds none.
+    held = counts > 0
+    rate = np.where(held, thr, np.inf).min(axis=1)
+    rate = np.where(held.any(axis=1), rate, 0.0)
+    ok = (counts.sum(axis=1) == inputs.replicas[jobs]) & (rate > 0) & ~forked_mode[jobs]
+    util = np.zeros(jobs.size)
+    if ok.any():
+        tau = inputs.elapsed[jobs[ok]] + inputs.remaining[jobs[ok]] / rate[ok]
+        util[ok] = job_utility(inputs, jobs[ok], tau)
+    out = list(queue)
+    for i in np.flatnonzero(ok):
+        q = queue[i]
+        out[i] = QueueJob(
+            q.job, q.speed, q.gang, q.utils, counts[i].copy(), float(util[i]), float(rate[i])
+        )
+    return out
 
 
 def _keep_or_move(
@@ -272,14 +303,16 @@ def _job_plan(
     forked_mode: bool,
     last: bool,
     filled: bool,
+    utility: float,
 ) -> JobPlan:
+    """Job ``j``'s plan; ``utility``: its projected utility (``forking.projected_utility``)."""
     rem = float(inputs.remaining[j])
     steps = split_steps(inputs, j, gangs) if forked_mode else [rem] * len(gangs)
     row = np.zeros(inputs.n_nodes, dtype=np.int64)
     for g in gangs:
         for k, pods in g.nodes:
             row[k] += pods
-    utility = projected_utility(inputs, j, gangs) if gangs else 0.0
+    utility = utility if gangs else 0.0
     cost = float(sum(g.cost for g in gangs))
     kept = bool((row == inputs.current[j]).all())
     return JobPlan(

@@ -74,7 +74,8 @@ def price(
 
 def job_utility(inputs: HadarInputs, jobs: IntArray | slice, tau: FloatArray) -> FloatArray:
     """``U_j(τ) = weight_j · W_j · shape(τ, ideal_j)`` for ``jobs`` (broadcast against ``τ``)."""
-    best = inputs.throughput.max(axis=1)[jobs]
+    # The jobs' rows only (the same maxima): FIND_ALLOC's callers ask for one job at a time.
+    best = inputs.throughput[jobs].max(axis=-1)
     with np.errstate(divide="ignore"):
         ideal = np.where(best > 0, inputs.total_work[jobs] / np.where(best > 0, best, 1.0), np.inf)
     scale = inputs.weight[jobs] * inputs.replicas[jobs]

@@ -143,15 +143,14 @@ class Hadar:
         issues: list[JobIssue] = []
         rows: list[model.JobSpec] = []
         masks: list[list[bool]] = []
+        first_pool = view.node_pool[:1]
         for job in snap.active_jobs:
             usable, issue = usable_types(job, view, capacity)
             if issue is None and job.total_work is None:
                 issue = total_work_required(
                     job, self.name, "projects finish times from the remaining work"
                 )
-            if issue is None and any(
-                job.gpus_per_pod(p.resource_name) != 1 for p in view.node_pool[:1]
-            ):
+            if issue is None and first_pool and job.gpus_per_pod(first_pool[0].resource_name) != 1:
                 issue = JobIssue(
                     job.key,
                     "spec.template.spec.containers",
