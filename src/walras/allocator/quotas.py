@@ -62,7 +62,7 @@ Pure: arrays in, arrays out.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -290,7 +290,8 @@ def enforce(
     anc = quotas.ancestry()
     # A gang larger than a maximum on its tenant's way up can never run on that type.
     ceiling = np.where(anc[:, quotas.owner].T[:, :, None], quotas.maximum[None, :, :], np.inf)
-    throughput = np.where(demand <= ceiling.min(axis=1), throughput, 0.0)
+    fits = demand <= ceiling.min(axis=1)
+    throughput = np.where(fits, throughput, 0.0)
     carve = carve_outs(quotas, throughput, demand, capacity)
     first = own_part(quotas, carve)  # each tenant's own column before any loan
     below = anc & ~np.eye(T, dtype=bool)  # [u, v]: v strictly below u
@@ -305,6 +306,9 @@ def enforce(
     passes = 0
     while True:
         cols = columns(quotas, capacity, private, barred)
+        # Nor may such a gang use a column of that type: the solver, which reads its own data
+        # through ``cols``, would plan time there that is then dropped (and not spent elsewhere).
+        cols = replace(cols, allowed=cols.allowed & fits[:, cols.base])
         rows = cols.live(throughput, demand)
         xc = np.zeros((len(quotas.owner), len(cols.base)))
         if len(rows) and len(cols.base):
@@ -333,7 +337,9 @@ def enforce(
             ~frozen
             & (private < entitled - lend_slack)
             & (used >= private - lend_slack)
-            & _wanting(x, throughput, demand, quotas, np.maximum(carve, entitled), lend_slack)
+            & _wanting(
+                x, throughput, demand, quotas, np.maximum(carve, entitled), barred, lend_slack
+            )
         )
         if not over.any() and not idle.any() and not short.any():
             break
@@ -360,8 +366,7 @@ def enforce(
                 need = min(need, max(float(room), 0.0))
             a = int(parent[t])
             while need > 0 and a >= 0:
-                back = min(need, private[a, g])
-                private[a, g] -= back
+                back = _take(private, entitled, a, g, need)
                 private[t, g] += back
                 need -= back
                 if barred[a, g]:
@@ -375,19 +380,26 @@ def enforce(
         # beyond the columns below it. Ancestors first: the GPUs come from the columns on its
         # way up to its nearest confined ancestor (that subtree may reach nothing else), or
         # from those and the shared pool when none is confined.
+        # Only the outermost pairs over their maximum this pass: an ancestor's confinement caps
+        # its whole subtree, so a descendant over its own in the same solve may not be over it
+        # once the ancestor is confined (confining both at once would hand the descendant its
+        # ancestor's whole confinement, leaving its siblings nothing); the next pass decides.
+        outer = over & ~((below.T.astype(np.int64) @ over.astype(np.int64)) > 0)
         depth = anc.sum(axis=0)
-        for t, g in sorted(zip(*np.nonzero(over), strict=True), key=lambda p: depth[p[0]]):
+        for t, g in sorted(zip(*np.nonzero(outer), strict=True), key=lambda p: depth[p[0]]):
             barred[t, g] = True
             goal = max(float(quotas.maximum[t, g] - private[below[t], g].sum()), 0.0)
             entitled[t, g] = goal
             if goal <= private[t, g]:
-                private[t, g] = goal  # the rest is lent as any idle column's would be
+                # The rest is lent as an idle column's would be: to the parent's column (it is
+                # part of the parent's guarantee), from a root to everyone.
+                if parent[t] >= 0:
+                    private[parent[t], g] += private[t, g] - goal
+                private[t, g] = goal
                 continue
             a = int(parent[t])
             while private[t, g] < goal and a >= 0:
-                take = min(goal - private[t, g], private[a, g])
-                private[a, g] -= take
-                private[t, g] += take
+                private[t, g] += _take(private, entitled, a, g, goal - private[t, g])
                 if barred[a, g]:
                     break
                 a = int(parent[a])
@@ -445,24 +457,47 @@ def fill_private(
     return out
 
 
+def _take(private: FloatArray, entitled: FloatArray, a: int, g: int, amount: float) -> float:
+    """Move up to ``amount`` GPUs out of ancestor ``a``'s column of type ``g`` (to a column
+    below it: the caller adds them there); returns what was taken.
+
+    What ``a``'s column holds beyond its entitlement (loans from below) goes first; what is taken
+    beyond that lowers the entitlement too: those GPUs stay in ``a``'s subtree, in a descendant's
+    column, so they still count towards ``a``'s guarantee, and restoring ``a``'s column to its
+    old entitlement later would carve them out twice (from the shared pool, where other tenants'
+    jobs need them)."""
+    took = min(amount, float(private[a, g]))
+    surplus = max(float(private[a, g] - entitled[a, g]), 0.0)
+    private[a, g] -= took
+    entitled[a, g] = max(float(entitled[a, g]) - max(took - surplus, 0.0), 0.0)
+    return took
+
+
 def _wanting(
     x: FloatArray,
     throughput: FloatArray,
     demand: FloatArray,
     quotas: Quotas,
     carve: FloatArray,
+    barred: BoolArray,
     slack: float,
 ) -> BoolArray:
-    """Per pair: some job of the tenant's subtree that fits its carve-out and can use the type
-    could hold more than ``slack`` GPUs more of it (time left × gang > ``slack``: the same
-    measure as lending, so an approximate solver's row sums of 0.9999 do not reclaim a loan)."""
+    """Per pair: some job that may use the tenant's own column (of its subtree, with no barred
+    tenant strictly below the pair on its way up: a confined subtree's jobs cannot use the
+    columns above their confinement), fits its carve-out and can use the type could hold more
+    than ``slack`` GPUs more of it (time left × gang > ``slack``: the same measure as lending,
+    so an approximate solver's row sums of 0.9999 do not reclaim a loan)."""
     T, m = carve.shape
-    member = quotas.ancestry()[:, quotas.owner].T  # (n, T)
+    anc = quotas.ancestry()
+    up = anc[:, quotas.owner].T  # (n, T)
+    strict = (anc & ~np.eye(T, dtype=bool)).astype(np.int64)
     left = 1.0 - x.sum(axis=1)
     out = np.zeros((T, m), dtype=bool)
     for g in range(m):
+        # [i, t]: a barred tenant strictly below t lies on job i's way up.
+        confined = ((up & barred[:, g][None, :]).astype(np.int64) @ strict.T) > 0
         short = (left * demand[:, g] > slack) & (throughput[:, g] > 0)
-        fits = member & short[:, None]
+        fits = up & ~confined & short[:, None]
         fits &= demand[:, g][:, None] <= carve[:, g][None, :]
         out[:, g] = fits.any(axis=0)
     return out
