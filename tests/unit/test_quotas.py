@@ -646,6 +646,19 @@ def cvxpy_nested_optimum(
 def test_price_discovery_in_a_tree_is_at_least_the_nested_guaranteed_optimum(seed: int) -> None:
     inst, parent = tree_instance(seed)
     out, results = priced(inst)
+    q = inst.quotas
+    runnable = [
+        i
+        for i in range(len(q.owner))
+        for g in range(len(inst.capacity))
+        if inst.throughput[i, g] > 0
+        and inst.demand[i, g] <= ceiling(parent, q.maximum[:, g], int(q.owner[i]))
+    ]
+    if not runnable:
+        # Every gang is larger than a maximum on its way up: nothing is solved, nothing runs.
+        assert not results
+        assert not out.allocation.any()
+        return
     full, live = cvxpy_nested_optimum(inst, parent, nested_carve_outs(inst, parent))
     capped, _ = cvxpy_nested_optimum(inst, parent, np.zeros_like(inst.quotas.guaranteed))
     x = out.allocation[live]
