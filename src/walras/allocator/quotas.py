@@ -34,20 +34,29 @@ unchanged:
    into its carve-out, and a carve-out still idle goes to its owner's jobs with time left. Then a
    carve-out is full or every job of its owner that could use it is saturated, whatever the
    solver did (a utility maximiser already fills it; an LP at a degenerate optimum may not);
-2. a pair holding more than its maximum is barred;
+2. a pair holding more than its maximum is barred, the outermost first (a descendant over its
+   own maximum is decided in the next pass, once its ancestor's confinement caps it); its
+   confinement comes from the columns on its way up, which stays inside their subtrees, so it
+   lowers what those columns are restored to (below);
 3. a private column its owner leaves idle (its jobs are saturated or want other types) is
    shrunk to what it uses, so unused guaranteed GPUs are lent (to its parent's column: its
-   siblings first; from a root, to everyone); a lent carve-out whose owner fills it and still
-   wants more is restored to ``c_tg``, a barred pair's to its confinement (once per pair, so
+   siblings first; from a root, to everyone); a lent carve-out whose owner fills it while a job
+   that may use it (none confined below it) still wants more is restored to ``c_tg`` less what
+   confinements below took from it, a barred pair's to its confinement (once per pair, so
    passes cannot cycle between lending and reclaiming).
+
+A gang larger than a maximum on its tenant's way up may use no column of that type (the solver
+would plan time there that the layer then drops).
 
 When no pair changes, the allocation is the policy's optimum of the problem above with the
 final carve-outs (``Outcome.carve``, at most ``c_tg``, smaller only where t did not use them):
 exact for a policy that maximises over its columns (price discovery; checked against a cvxpy
-model of the rows above in the tests), a heuristic for the others (Gavel's LPs and FIFO), for
-which the invariants (every maximum; every guarantee that demand allows) still hold by steps 1
-and 2. Should the pass limit be reached with a pair still over its maximum, its tenant's shares
-of the type are scaled down to the maximum (a last resort; the maximum holds in every case).
+model of the rows above in the tests, and in a tenant tree never below a cvxpy model with every
+subtree's maximum and the nested guarantee rows), a heuristic for the others (Gavel's LPs and
+FIFO), for which the invariants (every maximum; every guarantee that demand allows) still hold
+by steps 1 and 2. Should the pass limit be reached with a pair still over its maximum, its
+tenant's shares of the type are scaled down to the maximum (a last resort; the maximum holds in
+every case).
 
 Prices: column ``g@t`` has its own price. Where a job of t buys both ``g@t`` and ``g``, the
 two prices per GPU are equal; where it buys only ``g@t`` the optimality conditions give
