@@ -591,7 +591,11 @@ def cvxpy_nested_optimum(
     ``Σ_k (c_vk − h_vk)`` over such sets is at most ``R − H`` (``H`` all GPUs held). That largest
     sum is ``Σ_roots e_r`` with ``e_v = max(c_v − h_v, Σ_children e)`` (v itself, or the best
     sets inside its children; a leaf's children give 0): convex in h, so the row is a convex
-    constraint."""
+    constraint. A maximum is the capacity of its subtree, and the guarantees below it hold
+    inside it (they fit: a child's guarantee is within its parent's, which is within the
+    parent's maximum), so the same row holds there: ``Σ_children of a e ≤ M_a − h_a``. Without
+    it the model would let a's own jobs fill its maximum with a child's guaranteed GPUs while the
+    child's jobs still want them, the GPUs it displaced idle outside."""
     import cvxpy as cp
 
     n, m = inst.throughput.shape
@@ -625,6 +629,8 @@ def cvxpy_nested_optimum(
         children = [c for c in range(T) if parent[c] == v]
         if children:
             cons.append(e[v] >= cp.sum(e[children], axis=0))
+            for g in np.flatnonzero(np.isfinite(q.maximum[v])).tolist():
+                cons.append(cp.sum(e[children, g]) <= q.maximum[v, g] - h[v, g])
     roots = [v for v in range(T) if parent[v] < 0]
     cons.append(cp.sum(e[roots], axis=0) <= inst.capacity - total)
     t = cp.sum(cp.multiply(inst.throughput[live], X[live]), axis=1)
@@ -643,6 +649,9 @@ def cvxpy_nested_optimum(
 # got nothing.
 @example(2185655)
 @example(1084914)
+# The model's error, not the layer's: a root capped at 5 with a guaranteed child, the model without
+# the guarantee rows inside the maximum gave the root's own jobs part of the child's guarantee.
+@example(879020)
 def test_price_discovery_in_a_tree_is_at_least_the_nested_guaranteed_optimum(seed: int) -> None:
     inst, parent = tree_instance(seed)
     out, results = priced(inst)
