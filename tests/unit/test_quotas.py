@@ -652,6 +652,10 @@ def cvxpy_nested_optimum(
 # The model's error, not the layer's: a root capped at 5 with a guaranteed child, the model without
 # the guarantee rows inside the maximum gave the root's own jobs part of the child's guarantee.
 @example(879020)
+# A capped root whose carve-out an approximate solve left 0.1 GPU idle: the layer lent it to the
+# shared pool, where no job could use it (every job was under that root), and the root's subtree
+# lost it for good.
+@example(5289903)
 def test_price_discovery_in_a_tree_is_at_least_the_nested_guaranteed_optimum(seed: int) -> None:
     inst, parent = tree_instance(seed)
     out, results = priced(inst)

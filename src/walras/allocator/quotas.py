@@ -340,6 +340,10 @@ def enforce(
         over = (h > quotas.maximum + SLACK) & ~barred
         keep = np.where(used > SLACK, used, 0.0)
         idle = (private > 0) & (keep < private - lend_slack) & ~frozen
+        # Lent only where a job that may not use the column could use the GPUs where they go: a
+        # loan nobody can take only takes them from the owner (an approximate solve may leave a
+        # remainder idle that the exact optimum would fill).
+        idle &= _borrowers(quotas, barred, throughput > 0)
         # A lent carve-out whose owner wants it back (full, with a job that could use more of it
         # short of time): restored, once (so passes cannot cycle between lending and reclaiming).
         short = (
@@ -480,6 +484,26 @@ def _take(private: FloatArray, entitled: FloatArray, a: int, g: int, amount: flo
     private[a, g] -= took
     entitled[a, g] = max(float(entitled[a, g]) - max(took - surplus, 0.0), 0.0)
     return took
+
+
+def _borrowers(quotas: Quotas, barred: BoolArray, runs: BoolArray) -> BoolArray:
+    """Per pair: some job that runs on the type (``runs``, ``(n, m)``) and may not use the
+    tenant's own column may use the column a loan goes to (its parent's; from a root, the
+    shared one), by the rules of :func:`columns`."""
+    T, m = quotas.guaranteed.shape
+    anc = quotas.ancestry()
+    up = anc[:, quotas.owner].T  # (n, T)
+    strict = (anc & ~np.eye(T, dtype=bool)).astype(np.int64)
+    parent = quotas.parents()
+    out = np.zeros((T, m), dtype=bool)
+    for g in range(m):
+        on_way = up & barred[:, g][None, :]
+        may = up & ~((on_way.astype(np.int64) @ strict.T) > 0)  # [i, u]: may use u's column
+        shared = ~on_way.any(axis=1)
+        for t in range(T):
+            dest = may[:, parent[t]] if parent[t] >= 0 else shared
+            out[t, g] = bool((runs[:, g] & dest & ~may[:, t]).any())
+    return out
 
 
 def _wanting(
