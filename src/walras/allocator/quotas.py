@@ -40,10 +40,12 @@ unchanged:
    lowers what those columns are restored to (below);
 3. a private column its owner leaves idle (its jobs are saturated or want other types) is
    shrunk to what it uses, so unused guaranteed GPUs are lent (to its parent's column: its
-   siblings first; from a root, to everyone); a lent carve-out whose owner fills it while a job
-   that may use it (none confined below it) still wants more is restored to ``c_tg`` less what
-   confinements below took from it, a barred pair's to its confinement (once per pair, so
-   passes cannot cycle between lending and reclaiming).
+   siblings first; from a root, to everyone; only where some job that may not use the column
+   could use them there, since a loan nobody can take only takes them from the owner); a lent
+   carve-out whose owner fills it while a job that may use it (none confined below it) still
+   wants more is restored to ``c_tg`` less what confinements below took from it, a barred
+   pair's to its confinement (once per pair, so passes cannot cycle between lending and
+   reclaiming).
 
 A gang larger than a maximum on its tenant's way up may use no column of that type (the solver
 would plan time there that the layer then drops).
