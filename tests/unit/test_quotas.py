@@ -10,7 +10,10 @@ Oracles, independent of the column construction:
   solver's utility within the solver's own certificate (``dual_bound − utility`` of its last
   solve) plus cvxpy's tolerance; with the carve-outs ``c`` the layer reports (smaller than
   ``min(G, f)`` only where the owner left them idle, checked too), and never below the model
-  with the full ``min(G, f)`` (lending only relaxes it).
+  with the full ``min(G, f)`` (lending only relaxes it);
+- in a tenant tree, a cvxpy model with every subtree's maximum and the nested guarantee rows
+  (derived in ``cvxpy_nested_optimum``): the layer never below it, never above the model without
+  guarantees.
 """
 
 from __future__ import annotations
