@@ -34,20 +34,31 @@ unchanged:
    into its carve-out, and a carve-out still idle goes to its owner's jobs with time left. Then a
    carve-out is full or every job of its owner that could use it is saturated, whatever the
    solver did (a utility maximiser already fills it; an LP at a degenerate optimum may not);
-2. a pair holding more than its maximum is barred;
+2. a pair holding more than its maximum is barred, the outermost first (a descendant over its
+   own maximum is decided in the next pass, once its ancestor's confinement caps it); its
+   confinement comes from the columns on its way up, which stays inside their subtrees, so it
+   lowers what those columns are restored to (below);
 3. a private column its owner leaves idle (its jobs are saturated or want other types) is
    shrunk to what it uses, so unused guaranteed GPUs are lent (to its parent's column: its
-   siblings first; from a root, to everyone); a lent carve-out whose owner fills it and still
-   wants more is restored to ``c_tg``, a barred pair's to its confinement (once per pair, so
-   passes cannot cycle between lending and reclaiming).
+   siblings first; from a root, to everyone; only where some job that may not use the column
+   could use them there, since a loan nobody can take only takes them from the owner); a lent
+   carve-out whose owner fills it while a job that may use it (none confined below it) still
+   wants more is restored to ``c_tg`` less what confinements below took from it, a barred
+   pair's to its confinement (once per pair, so passes cannot cycle between lending and
+   reclaiming).
+
+A gang larger than a maximum on its tenant's way up may use no column of that type (the solver
+would plan time there that the layer then drops).
 
 When no pair changes, the allocation is the policy's optimum of the problem above with the
 final carve-outs (``Outcome.carve``, at most ``c_tg``, smaller only where t did not use them):
 exact for a policy that maximises over its columns (price discovery; checked against a cvxpy
-model of the rows above in the tests), a heuristic for the others (Gavel's LPs and FIFO), for
-which the invariants (every maximum; every guarantee that demand allows) still hold by steps 1
-and 2. Should the pass limit be reached with a pair still over its maximum, its tenant's shares
-of the type are scaled down to the maximum (a last resort; the maximum holds in every case).
+model of the rows above in the tests, and in a tenant tree never below a cvxpy model with every
+subtree's maximum and the nested guarantee rows), a heuristic for the others (Gavel's LPs and
+FIFO), for which the invariants (every maximum; every guarantee that demand allows) still hold
+by steps 1 and 2. Should the pass limit be reached with a pair still over its maximum, its
+tenant's shares of the type are scaled down to the maximum (a last resort; the maximum holds in
+every case).
 
 Prices: column ``g@t`` has its own price. Where a job of t buys both ``g@t`` and ``g``, the
 two prices per GPU are equal; where it buys only ``g@t`` the optimality conditions give
@@ -62,7 +73,7 @@ Pure: arrays in, arrays out.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -290,7 +301,8 @@ def enforce(
     anc = quotas.ancestry()
     # A gang larger than a maximum on its tenant's way up can never run on that type.
     ceiling = np.where(anc[:, quotas.owner].T[:, :, None], quotas.maximum[None, :, :], np.inf)
-    throughput = np.where(demand <= ceiling.min(axis=1), throughput, 0.0)
+    fits = demand <= ceiling.min(axis=1)
+    throughput = np.where(fits, throughput, 0.0)
     carve = carve_outs(quotas, throughput, demand, capacity)
     first = own_part(quotas, carve)  # each tenant's own column before any loan
     below = anc & ~np.eye(T, dtype=bool)  # [u, v]: v strictly below u
@@ -305,6 +317,9 @@ def enforce(
     passes = 0
     while True:
         cols = columns(quotas, capacity, private, barred)
+        # Nor may such a gang use a column of that type: the solver, which reads its own data
+        # through ``cols``, would plan time there that is then dropped (and not spent elsewhere).
+        cols = replace(cols, allowed=cols.allowed & fits[:, cols.base])
         rows = cols.live(throughput, demand)
         xc = np.zeros((len(quotas.owner), len(cols.base)))
         if len(rows) and len(cols.base):
@@ -327,13 +342,19 @@ def enforce(
         over = (h > quotas.maximum + SLACK) & ~barred
         keep = np.where(used > SLACK, used, 0.0)
         idle = (private > 0) & (keep < private - lend_slack) & ~frozen
+        # Lent only where a job that may not use the column could use the GPUs where they go: a
+        # loan nobody can take only takes them from the owner (an approximate solve may leave a
+        # remainder idle that the exact optimum would fill).
+        idle &= _borrowers(quotas, barred, throughput > 0)
         # A lent carve-out whose owner wants it back (full, with a job that could use more of it
         # short of time): restored, once (so passes cannot cycle between lending and reclaiming).
         short = (
             ~frozen
             & (private < entitled - lend_slack)
             & (used >= private - lend_slack)
-            & _wanting(x, throughput, demand, quotas, np.maximum(carve, entitled), lend_slack)
+            & _wanting(
+                x, throughput, demand, quotas, np.maximum(carve, entitled), barred, lend_slack
+            )
         )
         if not over.any() and not idle.any() and not short.any():
             break
@@ -360,8 +381,7 @@ def enforce(
                 need = min(need, max(float(room), 0.0))
             a = int(parent[t])
             while need > 0 and a >= 0:
-                back = min(need, private[a, g])
-                private[a, g] -= back
+                back = _take(private, entitled, a, g, need)
                 private[t, g] += back
                 need -= back
                 if barred[a, g]:
@@ -375,19 +395,26 @@ def enforce(
         # beyond the columns below it. Ancestors first: the GPUs come from the columns on its
         # way up to its nearest confined ancestor (that subtree may reach nothing else), or
         # from those and the shared pool when none is confined.
+        # Only the outermost pairs over their maximum this pass: an ancestor's confinement caps
+        # its whole subtree, so a descendant over its own in the same solve may not be over it
+        # once the ancestor is confined (confining both at once would hand the descendant its
+        # ancestor's whole confinement, leaving its siblings nothing); the next pass decides.
+        outer = over & ~((below.T.astype(np.int64) @ over.astype(np.int64)) > 0)
         depth = anc.sum(axis=0)
-        for t, g in sorted(zip(*np.nonzero(over), strict=True), key=lambda p: depth[p[0]]):
+        for t, g in sorted(zip(*np.nonzero(outer), strict=True), key=lambda p: depth[p[0]]):
             barred[t, g] = True
             goal = max(float(quotas.maximum[t, g] - private[below[t], g].sum()), 0.0)
             entitled[t, g] = goal
             if goal <= private[t, g]:
-                private[t, g] = goal  # the rest is lent as any idle column's would be
+                # The rest is lent as an idle column's would be: to the parent's column (it is
+                # part of the parent's guarantee), from a root to everyone.
+                if parent[t] >= 0:
+                    private[parent[t], g] += private[t, g] - goal
+                private[t, g] = goal
                 continue
             a = int(parent[t])
             while private[t, g] < goal and a >= 0:
-                take = min(goal - private[t, g], private[a, g])
-                private[a, g] -= take
-                private[t, g] += take
+                private[t, g] += _take(private, entitled, a, g, goal - private[t, g])
                 if barred[a, g]:
                     break
                 a = int(parent[a])
@@ -445,24 +472,67 @@ def fill_private(
     return out
 
 
+def _take(private: FloatArray, entitled: FloatArray, a: int, g: int, amount: float) -> float:
+    """Move up to ``amount`` GPUs out of ancestor ``a``'s column of type ``g`` (to a column
+    below it: the caller adds them there); returns what was taken.
+
+    What ``a``'s column holds beyond its entitlement (loans from below) goes first; what is taken
+    beyond that lowers the entitlement too: those GPUs stay in ``a``'s subtree, in a descendant's
+    column, so they still count towards ``a``'s guarantee, and restoring ``a``'s column to its
+    old entitlement later would carve them out twice (from the shared pool, where other tenants'
+    jobs need them)."""
+    took = min(amount, float(private[a, g]))
+    surplus = max(float(private[a, g] - entitled[a, g]), 0.0)
+    private[a, g] -= took
+    entitled[a, g] = max(float(entitled[a, g]) - max(took - surplus, 0.0), 0.0)
+    return took
+
+
+def _borrowers(quotas: Quotas, barred: BoolArray, runs: BoolArray) -> BoolArray:
+    """Per pair: some job that runs on the type (``runs``, ``(n, m)``) and may not use the
+    tenant's own column may use the column a loan goes to (its parent's; from a root, the
+    shared one), by the rules of :func:`columns`."""
+    T, m = quotas.guaranteed.shape
+    anc = quotas.ancestry()
+    up = anc[:, quotas.owner].T  # (n, T)
+    strict = (anc & ~np.eye(T, dtype=bool)).astype(np.int64)
+    parent = quotas.parents()
+    out = np.zeros((T, m), dtype=bool)
+    for g in range(m):
+        on_way = up & barred[:, g][None, :]
+        may = up & ~((on_way.astype(np.int64) @ strict.T) > 0)  # [i, u]: may use u's column
+        shared = ~on_way.any(axis=1)
+        for t in range(T):
+            dest = may[:, parent[t]] if parent[t] >= 0 else shared
+            out[t, g] = bool((runs[:, g] & dest & ~may[:, t]).any())
+    return out
+
+
 def _wanting(
     x: FloatArray,
     throughput: FloatArray,
     demand: FloatArray,
     quotas: Quotas,
     carve: FloatArray,
+    barred: BoolArray,
     slack: float,
 ) -> BoolArray:
-    """Per pair: some job of the tenant's subtree that fits its carve-out and can use the type
-    could hold more than ``slack`` GPUs more of it (time left × gang > ``slack``: the same
-    measure as lending, so an approximate solver's row sums of 0.9999 do not reclaim a loan)."""
+    """Per pair: some job that may use the tenant's own column (of its subtree, with no barred
+    tenant strictly below the pair on its way up: a confined subtree's jobs cannot use the
+    columns above their confinement), fits its carve-out and can use the type could hold more
+    than ``slack`` GPUs more of it (time left × gang > ``slack``: the same measure as lending,
+    so an approximate solver's row sums of 0.9999 do not reclaim a loan)."""
     T, m = carve.shape
-    member = quotas.ancestry()[:, quotas.owner].T  # (n, T)
+    anc = quotas.ancestry()
+    up = anc[:, quotas.owner].T  # (n, T)
+    strict = (anc & ~np.eye(T, dtype=bool)).astype(np.int64)
     left = 1.0 - x.sum(axis=1)
     out = np.zeros((T, m), dtype=bool)
     for g in range(m):
+        # [i, t]: a barred tenant strictly below t lies on job i's way up.
+        confined = ((up & barred[:, g][None, :]).astype(np.int64) @ strict.T) > 0
         short = (left * demand[:, g] > slack) & (throughput[:, g] > 0)
-        fits = member & short[:, None]
+        fits = up & ~confined & short[:, None]
         fits &= demand[:, g][:, None] <= carve[:, g][None, :]
         out[:, g] = fits.any(axis=0)
     return out

@@ -39,9 +39,21 @@ Two repairs, as in ``walras.allocator.quotas.enforce``, alternate with the solve
   its cap always fills a piece only it may use) is shrunk to what it uses, its time on the node
   counting against its own piece first, and the freed time goes to the shared piece;
 - **maximum**: a tenant over ``M_ng`` is *barred* from the shared pieces of type ``g`` and confined
-  to private pieces of ``a_{n,i} = M_ng / R_ng``: the maximum holds. This spreads its share of
-  ``g`` evenly over its nodes, a restriction of the maximum row, so with a binding maximum the
-  allocation is not proven the program's optimum (the invariants hold; the tests check both).
+  to private pieces of ``a_{n,i} = M_ng / R_ng``: the maximum holds. One pair per pass, the
+  largest excess first (a confined tenant moves its demand to its other types, which may bring
+  another pair back under its maximum).
+
+What holds with a binding maximum (no caps, so every piece only its owner may use is full and
+none is lent): the allocation is the optimum of the program with each barred pair's time on
+every node of ``g`` *fixed* at its confinement, ``y_{n,i} = a_{n,i}`` (the pieces are exactly
+that program, as for guarantees). That spreads the tenant's ``M_ng`` over its nodes in
+proportion to their GPUs, a restriction of the maximum row, so on several nodes of a type the
+allocation can be below the program's optimum (which may put the tenant's ``M_ng`` on the nodes
+where it gains most, or leave its row slack). With one node of the type the confinement *is* the
+row, held with equality; the allocation is then the program's optimum wherever the confined rows
+bind at that optimum, which confining one pair at a time made so on every random instance
+checked (not proven: a confinement on one type moves demand to another, and a pass never
+releases a confinement). The tests check all three against cvxpy.
 
 Pure: arrays in, arrays out.
 """
@@ -178,7 +190,8 @@ def solve(
 ) -> QuotaSolution:
     """PS-DSF with the guarantee rows of carve-outs ``carve (N, m)`` and maximums ``maximum
     (N, m)`` (``inf``: none) over GPU types ``node_type (K,)`` (module docstring). The GPUs of a
-    node are its first resource (``capacity[:, 0]``, as in the tenant model)."""
+    node are its first resource (``capacity[:, 0]``, as in the tenant model). ``max_passes``:
+    solves for lending, besides one per pair with a maximum."""
     N, K, _ = problem.shape
     m = carve.shape[1]
     gamma = monopoly_tasks(problem)
@@ -188,6 +201,8 @@ def solve(
     carve_used = np.zeros((N, m))
     np.add.at(carve_used.T, node_type, (share * gpus[None, :]).T)
     barred = np.zeros((N, m), dtype=bool)
+    # One confinement per pass: room for every pair with a maximum besides the repair passes.
+    limit = max_passes + int(np.isfinite(maximum).sum())
     passes = 0
     while True:
         sub, piece_node, piece_owner = pieces(problem, share, barred, node_type)
@@ -204,13 +219,17 @@ def solve(
         own = np.minimum(share, y)
         over = (h > maximum + SLACK) & ~barred
         idle = (share > MIN_PIECE) & ((share - own) * gpus[None, :] > SLACK)
-        if (not over.any() and not idle.any()) or passes >= max_passes:
+        if (not over.any() and not idle.any()) or passes >= limit:
             break
         # Lend: an idle private piece shrinks to what its owner uses. Shares only shrink here
         # (a confinement replaces them), so the passes cannot cycle.
         share = np.where(idle, own, share)
-        # Confine: a tenant over its maximum gets M_ng / R_ng of each node of g it can use.
-        for n, g in zip(*np.nonzero(over), strict=True):
+        # Confine: a tenant over its maximum gets M_ng / R_ng of each node of g it can use. One
+        # pair per pass, the largest excess first: a confined tenant moves its demand to its
+        # other types, so another pair over its maximum in the same solve may not be once it is
+        # confined (confining both would bind a row the program leaves slack).
+        if over.any():
+            n, g = np.unravel_index(int(np.argmax(np.where(over, h - maximum, -np.inf))), h.shape)
             barred[n, g] = True
             on = (node_type == g) & usable[n]
             R = float(gpus[on].sum())
