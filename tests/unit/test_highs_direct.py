@@ -93,18 +93,23 @@ def test_general_lp_equals_linprog(seed: int, monkeypatch: pytest.MonkeyPatch) -
     assert fallback is not None and np.array_equal(fallback, ref.x)
 
 
+def _one_variable(row: tuple[float, float], column: tuple[float, float]) -> highs.Lp:
+    """``min x  s.t.  row[0] ≤ x ≤ row[1],  column[0] ≤ x ≤ column[1]``."""
+    return highs.Lp(
+        np.array([1.0]),
+        np.array([0, 1], dtype=np.int64),
+        np.array([0], dtype=np.int64),
+        np.array([1.0]),
+        np.array([row[0]]),
+        np.array([row[1]]),
+        np.array([column[0]]),
+        np.array([column[1]]),
+    )
+
+
 def test_rows_other_than_le_or_eq_are_refused() -> None:
     with pytest.raises(ValueError, match="≤ row"):
-        highs.Lp(
-            np.array([1.0]),
-            np.array([0, 1], dtype=np.int64),
-            np.array([0], dtype=np.int64),
-            np.array([1.0]),
-            np.array([0.5]),
-            np.array([1.0]),
-            np.array([0.0]),
-            np.array([1.0]),
-        )
+        _one_variable(row=(0.5, 1.0), column=(0.0, 1.0))
 
 
 @pytest.mark.parametrize("direct", [True, False])
@@ -112,16 +117,7 @@ def test_infeasible_is_none(direct: bool, monkeypatch: pytest.MonkeyPatch) -> No
     """``x = 1`` with ``0 ≤ x ≤ 0.5``: no optimum, ``None`` on both paths."""
     if not direct:
         _linprog_only(monkeypatch)
-    problem = highs.Lp(
-        np.array([1.0]),
-        np.array([0, 1], dtype=np.int64),
-        np.array([0], dtype=np.int64),
-        np.array([1.0]),
-        np.array([1.0]),
-        np.array([1.0]),
-        np.array([0.0]),
-        np.array([0.5]),
-    )
+    problem = _one_variable(row=(1.0, 1.0), column=(0.0, 0.5))
     assert highs.solve(problem) is None
 
 
