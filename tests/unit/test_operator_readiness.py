@@ -1,46 +1,90 @@
-"""The start-up guard of the round loop (walras.operator.handlers.Readiness), no cluster needed."""
+"""The start-up guard of the round loop (walras.operator.handlers.Readiness), no cluster needed.
+
+Oracle: what the watches delivered. The round loop may start once every watched kind's first
+complete listing is in the store, and not before: in particular not before the pods' listing,
+whose foreign pods (made by other controllers) take room on the nodes the first round plans on.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import time
+import logging
+from typing import Any
 
-from walras.operator.handlers import Readiness
+import pytest
 
-
-def test_ready_only_when_every_listed_object_was_seen() -> None:
-    async def scenario() -> list[bool]:
-        r = Readiness({"job": [("ns", "a"), ("ns", "b")], "node": [("", "n1")]}, stall=60)
-        states = [r.ready()]
-        r.seen("job", ("ns", "a"))
-        r.seen("node", ("", "n1"))
-        r.seen("job", ("ns", "zzz"))  # an object created after the LIST changes nothing
-        states.append(r.ready())
-        r.seen("job", ("ns", "b"))
-        states.append(r.ready())
-        await asyncio.wait_for(r.wait(), timeout=1)
-        return states
-
-    assert asyncio.run(scenario()) == [False, False, True]
+from walras.core import snapshot
+from walras.operator import cache, handlers
 
 
-def test_nothing_listed_is_ready_at_once() -> None:
-    async def scenario() -> bool:
-        return Readiness({"job": [], "pod": []}).ready()
+class _Rounds:
+    def poke(self) -> None:
+        pass
 
-    assert asyncio.run(scenario())
+    def poke_binds(self) -> None:
+        pass
 
 
-def test_a_stall_ends_the_wait_but_progress_extends_it() -> None:
-    async def scenario() -> tuple[bool, bool, bool]:
-        r = Readiness({"job": [("ns", "a"), ("ns", "b"), ("ns", "deleted")]}, stall=0.3)
-        await asyncio.sleep(0.2)
-        r.seen("job", ("ns", "a"))  # progress: the stall clock restarts
-        await asyncio.sleep(0.2)
-        early = r.ready()
-        r.seen("job", ("ns", "b"))
-        start = time.monotonic()
-        await asyncio.wait_for(r.wait(), timeout=5)
-        return early, r.ready(), time.monotonic() - start >= 0.25
+def _node(name: str) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "status": {"allocatable": {"cpu": "4", "memory": "8Gi"}}}
 
-    assert asyncio.run(scenario()) == (False, True, True)
+
+def _foreign_pod(name: str, node: str) -> dict[str, Any]:
+    container = {"name": "c", "resources": {"requests": {"cpu": "3"}}}
+    return {
+        "metadata": {"namespace": "kube-system", "name": name, "uid": f"uid-{name}"},
+        "spec": {"nodeName": node, "containers": [container]},
+        "status": {"phase": "Running"},
+    }
+
+
+def _added(obj: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "ADDED", "object": obj}
+
+
+def test_ready_only_after_every_kind_delivered_a_listing() -> None:
+    readiness = handlers.Readiness(["node", "pod"])
+    watcher = handlers.Watcher(cache.ClusterCache(snapshot.Store()), _Rounds(), readiness)
+    states = [readiness.ready()]
+    watcher.apply_listed("node", [_added(_node("n1"))], True)
+    states.append(readiness.ready())
+    # Watch events that are not a listing (the stream after one) do not make the kind listed.
+    watcher.apply_listed("pod", [_added(_foreign_pod("agent", "n1"))], False)
+    states.append(readiness.ready())
+    watcher.apply_listed("pod", [_added(_foreign_pod("agent", "n1"))], True)
+    states.append(readiness.ready())
+    assert states == [False, False, False, True]
+    # What the first round then sees: the foreign pod, whose requests count on its node.
+    assert ("kube-system", "agent") in watcher.store.foreign
+
+
+def test_an_empty_listing_counts_and_nothing_watched_is_ready_at_once() -> None:
+    readiness = handlers.Readiness(["priorityclass"])
+    watcher = handlers.Watcher(cache.ClusterCache(snapshot.Store()), _Rounds(), readiness)
+    assert not readiness.ready()
+    # A refused optional kind (walras.kube.watch) and an empty cluster both deliver [].
+    watcher.apply_listed("priorityclass", [], True)
+    assert readiness.ready()
+    assert handlers.Readiness([]).ready()
+
+
+def test_the_first_round_waits_for_the_pods_listing_and_says_which_kind_it_waits_for(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def scenario() -> tuple[bool, bool]:
+        readiness = handlers.Readiness(handlers.WATCHED, report_every=0.05)
+        watcher = handlers.Watcher(cache.ClusterCache(snapshot.Store()), _Rounds(), readiness)
+        for kind in handlers.WATCHED:
+            if kind != "pod":
+                watcher.apply_listed(kind, [], True)
+        waiter = asyncio.ensure_future(readiness.wait())
+        await asyncio.sleep(0.2)  # four report periods: the wait must still be going on
+        early = waiter.done()
+        watcher.apply_listed("pod", [], True)
+        await asyncio.wait_for(waiter, timeout=5)
+        return early, readiness.ready()
+
+    with caplog.at_level(logging.WARNING, logger="walras.operator.handlers"):
+        assert asyncio.run(scenario()) == (False, True)
+    waits = [r.getMessage() for r in caplog.records if "first listing" in r.getMessage()]
+    assert waits and all(m.endswith("of pod before the first round") for m in waits), waits

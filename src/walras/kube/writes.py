@@ -459,11 +459,19 @@ def _retry_after(resp: Any) -> float | None:
 
 
 def list_objects(
-    api_client: Any, path: str, *, label_selector: str = "", missing_ok: bool = True
+    api_client: Any,
+    path: str,
+    *,
+    label_selector: str = "",
+    missing_ok: bool = True,
+    limit: int = 0,
 ) -> list[dict[str, Any]]:
-    """Every object under a collection path (one LIST). A 404 (the CRD is not installed) is an
-    empty list, or with ``missing_ok=False`` an error like any other status outside 2xx."""
+    """Every object under a collection path (one LIST; with ``limit`` > 0 at most that many, the
+    first page). A 404 (the CRD is not installed) is an empty list, or with ``missing_ok=False``
+    an error like any other status outside 2xx."""
     query = [("labelSelector", label_selector)] if label_selector else []
+    if limit > 0:
+        query.append(("limit", str(limit)))
     _method, url, headers, data, post = api_client.param_serialize(
         method="GET",
         resource_path=path,
@@ -510,16 +518,3 @@ def can_i(
     if not 200 <= int(resp.status) < 300:
         return False
     return bool((_decode(resp.data).get("status") or {}).get("allowed"))
-
-
-def list_keys(api_client: Any, path: str, *, label_selector: str = "") -> set[tuple[str, str]]:
-    """(namespace, name) of every object under a collection path (one LIST, at start-up only).
-
-    The operator compares it with what its watches delivered to know when its indexes hold the
-    whole cluster (see ``walras.operator.handlers.Readiness``).
-    """
-    out: set[tuple[str, str]] = set()
-    for item in list_objects(api_client, path, label_selector=label_selector):
-        meta = item.get("metadata") or {}
-        out.add((str(meta.get("namespace") or ""), str(meta.get("name") or "")))
-    return out

@@ -18,9 +18,9 @@ changed, a node added, removed or changing readiness, and a Walras pod finishing
 incremental round; a pod going away lets queued bindings proceed. Status-only updates (our own
 patches) wake nothing.
 
-``Readiness`` holds the round loop back until the watches have delivered every object that existed
-at start-up, so a restarted operator never mistakes "not listed yet" for "missing" and plans
-against a partial view.
+``Readiness`` holds the round loop back until the watch of every kind has delivered its first
+complete listing, so the operator never mistakes "not listed yet" for "missing" or "free" and
+plans against a partial view.
 """
 
 from __future__ import annotations
@@ -42,12 +42,19 @@ KINDS = ("job", "pool", "node", "pod", "tenant", "priorityclass")
 
 
 class Readiness:
-    """Ready once every object listed at start-up was seen by a watch.
+    """Ready once the watch of every kind has delivered its first complete listing.
 
-    An object deleted between the start-up LIST and the watch's own listing is never seen, so a
-    stall also ends the wait: no listed object arrived for ``stall`` seconds. A fixed deadline
-    would not do: on a large cluster the initial listings take a while to apply, and planning
-    against half of them is exactly what this guard prevents.
+    This is client-go's ``HasSynced``: a LIST gives every object that exists at one
+    resourceVersion, delivered in one batch (``walras.kube.watch``), so once each kind's listing
+    is in the store the first round sees the whole cluster. Every kind counts, foreign pods too:
+    a pod Walras did not create still takes cpu, memory and GPUs on its node, and a round planned
+    before the pods' listing arrived would place gangs where they cannot be bound (they would
+    wait in the queue and be planned again rounds later). An object deleted before the listing
+    is simply absent from it, so nothing waits for objects that are gone.
+
+    There is no deadline: planning against part of the cluster is exactly what this prevents,
+    and a kind whose LIST keeps failing is retried by its watch (with back-off) while ``/readyz``
+    says not ready. ``wait`` logs the kinds still missing every ``report_every`` seconds.
 
     Why not kopf's own facilities, from when kopf watched some kinds (kopf 1.45, read in its
     source); they would still apply if a kind moved back under kopf:
@@ -59,49 +66,41 @@ class Readiness:
       ``/readyz`` run outside any handler, and when no watched object exists no handler ever
       runs, so "some handler ran" cannot be the signal; after the gate the per-object workers
       run their ``on.event`` handlers concurrently in no set order, so the first call does not
-      mean the store holds the rest. Index handlers are not called for DELETED events either,
-      so the store could not move into them whole. An index would only shorten the deletion
-      race above (a listed key absent from kopf's index was deleted); the stall stays needed
-      for when kopf lists nothing at all, so it would add a handler per event for little.
+      mean the store holds the rest.
     - kopf's probes (``--liveness``, ``@kopf.on.probe``) answer liveness from kopf's own server
       and know nothing of the listings; readiness here also needs leadership and a healthy round
       loop, served with the metrics by ``walras.operator.health``.
     """
 
-    def __init__(self, expected: Mapping[str, Iterable[tuple[str, str]]], stall: float = 10.0):
-        self.missing: dict[str, set[tuple[str, str]]] = {k: set(v) for k, v in expected.items()}
-        self.stall = stall
-        self.last_progress = time.monotonic()
+    def __init__(self, kinds: Iterable[str], report_every: float = 30.0) -> None:
+        self.unlisted: set[str] = set(kinds)
+        self.report_every = report_every
         self._event = asyncio.Event()
         self._check()
 
-    def seen(self, kind: str, key: tuple[str, str]) -> None:
-        missing = self.missing.get(kind)
-        if missing and key in missing:
-            missing.discard(key)
-            self.last_progress = time.monotonic()
-            self._check()
+    def listed(self, kind: str) -> None:
+        """The watch of ``kind`` applied a complete listing to the store."""
+        self.unlisted.discard(kind)
+        self._check()
 
     def _check(self) -> None:
-        if not any(self.missing.values()):
+        if not self.unlisted:
             self._event.set()
 
     def ready(self) -> bool:
-        if not self._event.is_set() and time.monotonic() - self.last_progress >= self.stall:
-            logger.warning(
-                "no listed object arrived for %.0f s; assuming these were deleted: %s",
-                self.stall,
-                {k: len(v) for k, v in self.missing.items()},
-            )
-            self._event.set()
         return self._event.is_set()
 
     async def wait(self) -> None:
+        start = time.monotonic()
         while not self.ready():
             try:
-                await asyncio.wait_for(self._event.wait(), timeout=0.5)
+                await asyncio.wait_for(self._event.wait(), timeout=self.report_every)
             except TimeoutError:
-                continue
+                logger.warning(
+                    "waiting %.0f s for the first listing of %s before the first round",
+                    time.monotonic() - start,
+                    ", ".join(sorted(self.unlisted)),
+                )
 
 
 def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
@@ -188,6 +187,8 @@ class Watcher:
                 self.apply(kind, {"type": "DELETED", "object": gone})
         for event in events:
             self.apply(kind, event)
+        if listing and self.readiness is not None:
+            self.readiness.listed(kind)
 
     def _known(self, kind: str) -> set[tuple[str, str]]:
         """The keys of ``kind`` the store holds (cluster-scoped kinds: namespace "")."""
@@ -208,8 +209,6 @@ class Watcher:
         obj = event.get("object") or {}
         etype = event.get("type")
         key = _key(obj)
-        if self.readiness is not None:
-            self.readiness.seen(kind, key)
         facts = self.cluster.facts
         if etype == "DELETED":
             self.store.delete(kind, *key)
@@ -279,8 +278,8 @@ class Watcher:
 
 
 # Every kind the operator follows, by its collection path: one CollectionWatch each. A new kind
-# is one line here, its case in ``Watcher.apply`` (and ``Store``), and its start-up listing in
-# ``kinds_paths``.
+# is one line here, its case in ``Watcher.apply`` (and ``Store``); its start-up probe in
+# ``kinds_paths`` and the wait for its first listing (``Readiness``) follow from it.
 WATCHED = {
     "job": f"/apis/{crd.GROUP}/{crd.VERSION}/{crd.JOB_PLURAL}",
     "pool": f"/apis/{crd.GROUP}/{crd.VERSION}/{crd.POOL_PLURAL}",
@@ -320,7 +319,8 @@ def watch_all(
 
 
 def kinds_paths() -> dict[str, tuple[str, str]]:
-    """Collection path and label selector of each watched kind (for the start-up LIST: only
-    Walras's own pods need to arrive before the first round)."""
+    """Collection path and label selector of each watched kind, for the start-up probe
+    (``walras.operator.main.Operator.readiness``: one object of each is enough to know the LIST
+    is granted; the pods' selector keeps that page small on a large cluster)."""
     selectors = {"pod": crd.LABEL_JOB}
     return {kind: (path, selectors.get(kind, "")) for kind, path in WATCHED.items()}

@@ -175,18 +175,19 @@ class Operator:
         return True if self.elector is None else bool(self.elector.is_leader)
 
     async def readiness(self) -> handlers.Readiness:
-        """Readiness over every object that exists now (one LIST per watched kind)."""
-        expected: dict[str, set[tuple[str, str]]] = {}
+        """The start-up guard of the round loop (``handlers.Readiness``), after a first contact:
+        one LIST of at most one object per watched kind, so an unreachable API server or RBAC
+        that does not grant a required kind is said at once instead of by a silent wait."""
         for kind, (path, selector) in handlers.kinds_paths().items():
             try:
-                expected[kind] = await asyncio.to_thread(
-                    kubeapi.list_keys, self.client, path, label_selector=selector
+                await asyncio.to_thread(
+                    kubeapi.list_objects, self.client, path, label_selector=selector, limit=1
                 )
             except RuntimeError:
                 if kind not in handlers.OPTIONAL:
                     raise
-                expected[kind] = set()  # refused: its watch says so, and lists it again later
-        return handlers.Readiness(expected)
+                # refused: its watch delivers an empty listing and lists it again later
+        return handlers.Readiness(handlers.WATCHED)
 
 
 def policy_config(options: Options) -> policies.PolicyConfig:
@@ -288,11 +289,13 @@ async def run(options: Options) -> None:
         await warm
         await readiness.wait()
         logger.info(
-            "indexes complete: %d jobs, %d pools, %d nodes, %d pods; policy %s, rounds of %.1f s",
+            "indexes complete: %d jobs, %d pools, %d nodes, %d pods of Walras and %d others; "
+            "policy %s, rounds of %.1f s",
             len(store.jobs),
             len(store.pools),
             len(store.nodes),
             len(store.pods),
+            len(store.foreign),
             options.policy,
             options.round_seconds,
         )
