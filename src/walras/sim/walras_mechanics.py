@@ -56,6 +56,13 @@ _EPS = 1e-9
 # A safety net against a policy that never places some job: no real run needs this many cycles
 # per job, and a bug should end in an error naming the stuck jobs, not an endless loop.
 _MAX_CYCLES_PER_JOB = 20_000
+# Full rounds in a row with jobs waiting, nothing running and nothing left to arrive after which
+# the run ends with an error naming the waiting jobs and what the policy said of them. From then
+# on a policy's inputs change only by the clock (waiting times grow, no history moves), so a
+# policy that placed nothing in this many rounds is not going to: e.g. PS-DSF, whose gangs run on
+# one node, with a gang larger than every node (GangTooLarge). The cycle cap above would end
+# such a run only after tens of millions of cycles.
+_IDLE_FULL_ROUNDS = 10
 
 
 def job_name(j: int) -> str:
@@ -258,6 +265,7 @@ def run(
     next_full = now
     round_no = 0
     budget = _MAX_CYCLES_PER_JOB * max(n, 1)
+    idle_rounds = 0
     while len(sim.done) < n:
         next_arrival = float(workload.arrivals[arrivals[ptr]]) if ptr < n else math.inf
         while sim.finish_heap and (
@@ -339,9 +347,29 @@ def run(
             next_full = now + round_s
             if tenants is not None:
                 sim_tenants.observe(tally, tenants, planned, _held_by_job(sim))
+            idle_rounds = idle_rounds + 1 if ptr >= n and not sim.running and waiting else 0
+            if idle_rounds >= _IDLE_FULL_ROUNDS:
+                raise SimulationStuckError(_never_placed(sim, planned, idle_rounds))
         if progress is not None:
             progress(tally.finished, n)
     return now
+
+
+def _never_placed(sim: _Sim, planned: cycle.CyclePlan, rounds: int) -> str:
+    """The error of a run that cannot end: the jobs waiting, each with what the policy said."""
+    said = {issue.key: issue for issue in planned.solution.issues}
+    waiting = sorted(sim.admitted - sim.done)
+    lines = []
+    for j in waiting[:5]:
+        key = sim.names[j]
+        issue = said.get(key)
+        why = f"{issue.reason}: {issue.message}" if issue is not None else "not placed"
+        lines.append(f"job {key[1]}: {why}")
+    more = f" (and {len(waiting) - 5} more)" if len(waiting) > 5 else ""
+    return (
+        f"{len(waiting)} jobs wait with every GPU idle and nothing left to arrive for {rounds} "
+        f"rounds; they would never run{more}: " + "; ".join(lines)
+    )
 
 
 def _held_by_job(sim: _Sim) -> dict[tuple[str, str], dict[str, int]]:

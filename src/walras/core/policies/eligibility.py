@@ -102,6 +102,8 @@ class Capacity:
         self._memo: dict[tuple[str, Hashable], TypeFit] = {}
         # usable_types per (shape, gang, types with throughput): jobs of one kind share it.
         self._usable: dict[Hashable, tuple[dict[str, bool], JobIssue | None]] = {}
+        # gang_nodes per (shape, gang, types with throughput), likewise.
+        self._gang_nodes: dict[Hashable, npt.NDArray[np.bool_]] = {}
 
     def type_fit(self, job: model.JobSpec, gpu_type: str) -> TypeFit:
         """The filters and resource fit of ``job``'s pods on every node of ``gpu_type``."""
@@ -135,9 +137,26 @@ class Capacity:
         self._memo[key] = fit
         return fit
 
-    def nodes_matching(self, job: model.JobSpec, gpu_type: str) -> list[int]:
-        """View indices of the nodes of ``gpu_type`` that can hold at least one of its pods."""
-        return [int(k) for k in self.type_fit(job, gpu_type).nodes]
+    def gang_nodes(self, job: model.JobSpec) -> npt.NDArray[np.bool_]:
+        """Per node of the view: whether ``job``'s whole gang fits in the node's free GPUs, on
+        the nodes of the types it has a throughput on that hold at least one of its pods (a gang
+        on one node, PS-DSF's placement group). Read-only and shared: it depends on the job only
+        through its shape, gang size and those types, so jobs of one kind get one array."""
+        types = frozenset(t for t, a in job.throughput.items() if a > 0 and t in self.type_nodes)
+        key = (job_shape(job), job.replicas, types)
+        found = self._gang_nodes.get(key)
+        if found is not None:
+            return found
+        row = np.zeros(len(self.view.nodes), dtype=bool)
+        for gpu_type in types:  # the types' nodes are disjoint: any order gives one row
+            ks = self.type_fit(job, gpu_type).nodes
+            if ks.size == 0:
+                continue
+            per_pod = job.gpus_per_pod(self.view.node_pool[int(ks[0])].resource_name)
+            row[ks] = job.replicas * per_pod <= self.free[ks]
+        row.flags.writeable = False  # shared (see ``of``)
+        self._gang_nodes[key] = row
+        return row
 
     def fit(self, job: model.JobSpec, gpu_type: str) -> tuple[bool, int]:
         """(some node passes the job's filters, pods of the job's shape that fit at once)."""

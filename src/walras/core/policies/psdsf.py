@@ -99,18 +99,10 @@ class PSDSF:
             if issue is not None and issue.reason != "GangTooLarge":
                 issues.append(issue)
                 continue
-            row = np.zeros(len(view.nodes), dtype=bool)
-            for gpu_type, rate in job.throughput.items():
-                if rate <= 0 or gpu_type not in capacity.type_nodes:
-                    continue
-                # GPUs and the nodeSelector only: the tenant model (walras.core.tenants), which the
-                # node agents share, decides eligibility the same way. The realiser still applies
-                # every filter (taints, affinity, cpu/memory fit) when it places the pods.
-                ks = np.array(capacity.nodes_matching(job, gpu_type), dtype=np.int64)
-                if ks.size == 0:
-                    continue
-                per_pod = job.gpus_per_pod(view.node_pool[int(ks[0])].resource_name)
-                row[ks] = job.replicas * per_pod <= free[ks]
+            # GPUs and the nodeSelector only: the tenant model (walras.core.tenants), which the
+            # node agents share, decides eligibility the same way. The realiser still applies
+            # every filter (taints, affinity, cpu/memory fit) when it places the pods.
+            row = capacity.gang_nodes(job)
             if not row.any():
                 issues.append(
                     JobIssue(

@@ -1,0 +1,60 @@
+"""A production-path simulation that cannot end says so, naming the jobs and the policy's reason.
+
+Case worked out by hand: two 1-GPU nodes of ``v100``; job 0 a gang of one pod (400 steps at
+2 steps/s), job 1 a gang of two. Under PS-DSF a gang runs on one node, so job 1 fits nowhere
+(``GangTooLarge``) while job 0 runs and finishes. From then on nothing runs, nothing is left to
+arrive and job 1 waits: before this guard the run went on until its cycle cap (20,000 cycles per
+job). Under max-min fairness the same trace finishes (job 1 spans both nodes), the control case.
+"""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from walras.sim import engine
+from walras.sim.config import SimConfig
+from walras.sim.errors import SimulationStuckError
+from walras.sim.scenario import load_scenario
+from walras.sim.throughputs import parse_throughputs
+from walras.sim.trace import parse_trace
+
+TABLE = parse_throughputs(
+    {"v100": {"('toy', 1)": {"null": 2.0}, "('toy', 2)": {"null": 2.0}}}, source="toy.json"
+)
+TRACE = "".join(
+    f"toy\tcmd\tdir\t--steps\t1\t{steps}\t{sf}\t1\t-1.000000\t0\n"
+    for steps, sf in ((400, 1), (400, 2))
+)
+
+
+def _run(policy: str) -> engine.SimResult:
+    scenario = load_scenario(
+        parse_trace(TRACE, source="toy.trace"),
+        cluster="v100=2",
+        gpus_per_node="1",
+        throughputs=TABLE,
+    )
+    config = SimConfig(round_s=360.0, semantics="walras")
+    return engine.run(
+        scenario.workload, scenario.cluster, types.SimpleNamespace(name=policy), config
+    )
+
+
+def test_a_gang_no_node_holds_ends_the_run_with_the_policys_reason() -> None:
+    with pytest.raises(SimulationStuckError) as raised:
+        _run("psdsf")
+    text = str(raised.value)
+    assert "1 jobs wait with every GPU idle" in text, text
+    # The job's name (walras_mechanics.job_name of index 1) and PS-DSF's own reason.
+    assert "job job-00001: GangTooLarge: under PS-DSF a gang runs on one node; 2 pods" in text
+
+
+def test_the_same_trace_ends_under_a_policy_that_spans_nodes() -> None:
+    # The jobs cannot run at once (1 + 2 GPUs > 2) and each needs 200 s alone (400 steps at
+    # 2 steps/s), less than a 360 s round, so one runs to its end, then the other: done at 200 s
+    # and 400 s, whichever goes first (no restart cost, and the cycle starts the second at the
+    # first's completion).
+    summary = _run("max-min-fairness").summary()
+    assert (summary["jobs"], summary["makespan_s"], summary["avg_jct_s"]) == (2, 400.0, 300.0)
