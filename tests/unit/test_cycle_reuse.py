@@ -105,12 +105,15 @@ def _slow(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(admission, "best_one", best_one)
 
 
-def _run(policy: str, jobs: int, tmp: pathlib.Path) -> tuple[list[tuple[object, ...]], list[float]]:
+def _run(
+    policy: str, jobs: int, tmp: pathlib.Path, per_node: str = "4:4:4"
+) -> tuple[list[tuple[object, ...]], list[float]]:
     """Every round's plan (time, kind, pods created where, pods deleted why) and each job's
-    completion time, on the trace's first ``jobs`` jobs at 8:8:8 with 4 GPUs per node."""
+    completion time, on the trace's first ``jobs`` jobs at 8:8:8 with ``per_node`` GPUs per
+    node."""
     path = tmp / "head.trace"
     path.write_text("\n".join(TRACE.read_text().splitlines()[:jobs]) + "\n")
-    sc = load_scenario(path, cluster="8:8:8", gpus_per_node="4:4:4")
+    sc = load_scenario(path, cluster="8:8:8", gpus_per_node=per_node)
     tally = Tally(sc.workload, sc.cluster.n_gpus)
     rounds: list[tuple[object, ...]] = []
 
@@ -140,6 +143,29 @@ def test_reuse_makes_the_same_rounds_as_rebuilding(
     with monkeypatch.context() as m:
         _slow(m)
         slow = _run(policy, 30, tmp_path)
+    assert len(fast[0]) > 20  # enough rounds to reuse something
+    assert fast == slow
+
+
+def test_psdsf_reusing_its_last_solution_makes_the_same_rounds_as_solving_every_round(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
+) -> None:
+    # PS-DSF reads no progress, so its solution is reused while its inputs are unchanged
+    # (``SolutionMemo``), and each kind of job's one-node row is computed once per view
+    # (``Capacity.gang_nodes``). The oracle solves every round and builds every row. 8-GPU nodes:
+    # the trace's 8-GPU gangs fit one node, as PS-DSF needs.
+    fast = _run("psdsf", 30, tmp_path, per_node="8:8:8")
+    gang_nodes = eligibility.Capacity.gang_nodes
+
+    def fresh_row(capacity: eligibility.Capacity, job: model.JobSpec) -> Any:
+        capacity._gang_nodes.clear()
+        return gang_nodes(capacity, job)
+
+    with monkeypatch.context() as m:
+        _slow(m)
+        m.setattr(policy_base.SolutionMemo, "get", lambda self, key, snap: None)
+        m.setattr(eligibility.Capacity, "gang_nodes", fresh_row)
+        slow = _run("psdsf", 30, tmp_path, per_node="8:8:8")
     assert len(fast[0]) > 20  # enough rounds to reuse something
     assert fast == slow
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import types
 
 import pytest
+from sim_helpers import TRACES
 
 from walras.sim import engine
 from walras.sim.config import SimConfig
@@ -58,3 +59,19 @@ def test_the_same_trace_ends_under_a_policy_that_spans_nodes() -> None:
     # first's completion).
     summary = _run("max-min-fairness").summary()
     assert (summary["jobs"], summary["makespan_s"], summary["avg_jct_s"]) == (2, 400.0, 300.0)
+
+
+def test_the_cli_names_the_waiting_jobs_and_exits_2() -> None:
+    from typer.testing import CliRunner
+
+    from walras.cli import simulate as _simulate  # noqa: F401  (registers the command on app)
+    from walras.cli.app import app
+
+    # D4 (100 jobs of Gavel's seed-0 stream) has 8-GPU gangs; under PS-DSF none fits a 4-GPU node.
+    args = ["simulate", str(TRACES["D4"]), "--semantics", "walras", "--cluster", "8:8:8"]
+    args += ["--gpus-per-node", "4", "--policy", "psdsf", "--quiet"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2, res.output
+    assert "error:" in res.output and "jobs wait with every GPU idle" in res.output, res.output
+    assert "GangTooLarge: under PS-DSF a gang runs on one node; 8 pods" in res.output
+    assert "Traceback" not in res.output
