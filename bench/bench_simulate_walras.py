@@ -1,12 +1,12 @@
 """`walras simulate --semantics walras` on Gavel's D5 case: every registered policy, a JSON line.
 
-D5 (``tests/data/gavel``: 480 jobs of Gavel's seed-0 stream at t = 0, 20 V100 + 20 P100 + 20 K80,
-4 GPUs per node unless a case says ``gpus_per_node``, 360 s rounds) with 10 s restarts, through
-the operator's own scheduling core (``walras.sim.walras_mechanics`` → ``walras.core.cycle.plan``).
-Each line carries the makespan, average and p99 JCT, utilisation, restarts and solve time, the
-cycles run (``rounds``) and how many of them ran the policy's solver (``solves``; the others reused the last plan,
-``walras.core.cycle.solve``), and ``wall_s`` / ``cpu_s`` of the whole process that ran the case
-(start-up and imports included, as a ``walras simulate`` process pays them), beside Gavel's own
+D5 (``tests/data/gavel``: 480 jobs of Gavel's seed-0 stream at t = 0, 20 V100 + 20 P100 + 20 K80, 4
+GPUs per node unless a case says ``gpus_per_node``, 360 s rounds) with 10 s restarts, through the
+operator's own scheduling core (``walras.sim.walras_mechanics`` → ``walras.core.cycle.plan``). Each
+line carries the makespan, average and p99 JCT, utilisation, restarts and solve time, the cycles run
+(``rounds``) and how many of them ran the policy's solver (``solves``; the others reused the last
+plan, ``walras.core.cycle.solve``), and ``wall_s`` / ``cpu_s`` of the whole process that ran the
+case (start-up and imports included, as a ``walras simulate`` process pays them), beside Gavel's own
 simulator's record on that trace with the same restart cost (its max-min fairness run:
 ``gavel_wall_s``, makespan and average JCT; ``wall_ratio`` = wall_s / gavel_wall_s, target ≤ 1).
 Each case runs in a process of its own, two at a time.
