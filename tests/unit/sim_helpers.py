@@ -11,6 +11,7 @@ import numpy as np
 import numpy.typing as npt
 
 from walras.sim.policies import PolicyView
+from walras.sim.throughputs import parse_throughputs
 
 DATA = pathlib.Path(__file__).resolve().parents[1] / "data" / "gavel"
 
@@ -19,6 +20,21 @@ TRACES = {
     "D2": DATA / "max_min_fairness.trace",
     "D4": DATA / "static_multi_seed0_n100.trace",
 }
+
+
+# A hand-made throughput table: ``toy`` jobs at 2 steps/s on ``v100``, 1 or 2 GPUs (exact
+# arithmetic for cases worked out by hand).
+TOY_TABLE = parse_throughputs(
+    {"v100": {"('toy', 1)": {"null": 2.0}, "('toy', 2)": {"null": 2.0}}}, source="toy.json"
+)
+
+
+def toy_trace(*jobs: tuple[int, int, float]) -> str:
+    """Trace lines of ``toy`` jobs for (total_steps, scale_factor, arrival_s)."""
+    return "".join(
+        f"toy\tcmd\tdir\t--steps\t1\t{steps}\t{sf}\t1\t-1.000000\t{arrival}\n"
+        for steps, sf, arrival in jobs
+    )
 
 
 def gavel_records(*cases: str) -> list[dict[str, Any]]:

@@ -12,22 +12,15 @@ from __future__ import annotations
 import types
 
 import pytest
-from sim_helpers import TRACES
+from sim_helpers import TOY_TABLE, TRACES, toy_trace
 
 from walras.sim import engine
 from walras.sim.config import SimConfig
 from walras.sim.errors import SimulationStuckError
 from walras.sim.scenario import load_scenario
-from walras.sim.throughputs import parse_throughputs
 from walras.sim.trace import parse_trace
 
-TABLE = parse_throughputs(
-    {"v100": {"('toy', 1)": {"null": 2.0}, "('toy', 2)": {"null": 2.0}}}, source="toy.json"
-)
-TRACE = "".join(
-    f"toy\tcmd\tdir\t--steps\t1\t{steps}\t{sf}\t1\t-1.000000\t0\n"
-    for steps, sf in ((400, 1), (400, 2))
-)
+TRACE = toy_trace((400, 1, 0), (400, 2, 0))
 
 
 def _run(policy: str) -> engine.SimResult:
@@ -35,7 +28,7 @@ def _run(policy: str) -> engine.SimResult:
         parse_trace(TRACE, source="toy.trace"),
         cluster="v100=2",
         gpus_per_node="1",
-        throughputs=TABLE,
+        throughputs=TOY_TABLE,
     )
     config = SimConfig(round_s=360.0, semantics="walras")
     return engine.run(

@@ -265,13 +265,11 @@ def columns(
     up = anc[:, quotas.owner].T  # (n, T): tenant u is the job's tenant or an ancestor
     strict = anc & ~np.eye(T, dtype=bool)
     allowed = np.zeros((len(quotas.owner), len(b)), dtype=bool)
-    for k, (g, u) in enumerate(zip(b.tolist(), col_tenant.tolist(), strict=True)):
-        on_way = up & barred[:, g][None, :]  # barred tenants on each job's way up
-        if u == SHARED:
-            allowed[:, k] = ~on_way.any(axis=1)
-        else:
-            # Blocked by a barred tenant strictly below u on the way up.
-            allowed[:, k] = up[:, u] & ~(on_way & strict[u][None, :]).any(axis=1)
+    for g in range(m):
+        may, may_shared = _may_use(up, strict, barred[:, g])
+        for k in np.flatnonzero(b == g).tolist():
+            u = int(col_tenant[k])
+            allowed[:, k] = may_shared if u == SHARED else may[:, u]
     return Columns(
         base=b,
         tenant=col_tenant,
@@ -488,6 +486,18 @@ def _take(private: FloatArray, entitled: FloatArray, a: int, g: int, amount: flo
     return took
 
 
+def _may_use(
+    up: BoolArray, strict: BoolArray, barred_g: BoolArray
+) -> tuple[BoolArray, BoolArray]:
+    """The rules of :func:`columns` for one GPU type: ``[i, u]`` whether job ``i`` may use
+    tenant ``u``'s column (``u`` on its way up, ``up (n, T)``, and no tenant barred on the type
+    strictly below ``u`` on that way, ``strict[u, v]``: ``v`` strictly below ``u``), and ``(n,)``
+    whether it may use the shared column (no tenant on its way up barred)."""
+    on_way = up & barred_g[None, :]  # barred tenants on each job's way up
+    blocked = (on_way.astype(np.int64) @ strict.T.astype(np.int64)) > 0
+    return up & ~blocked, np.logical_not(on_way.any(axis=1))
+
+
 def _borrowers(quotas: Quotas, barred: BoolArray, runs: BoolArray) -> BoolArray:
     """Per pair: some job that runs on the type (``runs``, ``(n, m)``) and may not use the
     tenant's own column may use the column a loan goes to (its parent's; from a root, the
@@ -495,13 +505,11 @@ def _borrowers(quotas: Quotas, barred: BoolArray, runs: BoolArray) -> BoolArray:
     T, m = quotas.guaranteed.shape
     anc = quotas.ancestry()
     up = anc[:, quotas.owner].T  # (n, T)
-    strict = (anc & ~np.eye(T, dtype=bool)).astype(np.int64)
+    strict = anc & ~np.eye(T, dtype=bool)
     parent = quotas.parents()
     out = np.zeros((T, m), dtype=bool)
     for g in range(m):
-        on_way = up & barred[:, g][None, :]
-        may = up & ~((on_way.astype(np.int64) @ strict.T) > 0)  # [i, u]: may use u's column
-        shared = ~on_way.any(axis=1)
+        may, shared = _may_use(up, strict, barred[:, g])
         for t in range(T):
             dest = may[:, parent[t]] if parent[t] >= 0 else shared
             out[t, g] = bool((runs[:, g] & dest & ~may[:, t]).any())

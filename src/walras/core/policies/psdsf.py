@@ -109,8 +109,8 @@ class PSDSF:
         issues: list[JobIssue] = []
         fits: dict[model.JobKey, npt.NDArray[np.bool_]] = {}
         jobs: list[model.JobSpec] = []
-        free = np.maximum(view.node_gpus - view.node_foreign, 0)
         capacity = Capacity.of(view)
+        free = capacity.free  # GPUs per node not held by foreign pods (read-only)
         for job in snap.active_jobs:
             _, issue = usable_types(job, view, capacity)
             if issue is not None and issue.reason != "GangTooLarge":
