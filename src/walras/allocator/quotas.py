@@ -486,9 +486,7 @@ def _take(private: FloatArray, entitled: FloatArray, a: int, g: int, amount: flo
     return took
 
 
-def _may_use(
-    up: BoolArray, strict: BoolArray, barred_g: BoolArray
-) -> tuple[BoolArray, BoolArray]:
+def _may_use(up: BoolArray, strict: BoolArray, barred_g: BoolArray) -> tuple[BoolArray, BoolArray]:
     """The rules of :func:`columns` for one GPU type: ``[i, u]`` whether job ``i`` may use
     tenant ``u``'s column (``u`` on its way up, ``up (n, T)``, and no tenant barred on the type
     strictly below ``u`` on that way, ``strict[u, v]``: ``v`` strictly below ``u``), and ``(n,)``
