@@ -67,3 +67,18 @@ def test_a_template_that_sets_the_names_keeps_its_own_values() -> None:
         pod_env.POD_NAME: "chosen-by-user",
         pod_env.POD_NAMESPACE: "ns",
     }
+
+
+def test_the_pods_of_a_gang_share_no_mutable_part() -> None:
+    # The realiser serialises each job's pod spec once and hands every pod a fresh copy: an
+    # edit to one pod (the API client's, a mutating webhook's) must not reach its sibling.
+    a, b = created([job("pair", {"v100": 4.0, "k80": 1.0}, replicas=2)])
+    first = a["spec"]["containers"][0]
+    first["env"].append({"name": "EDITED", "value": "1"})
+    first["resources"]["limits"]["cpu"] = "9"
+    a["metadata"]["labels"]["edited"] = "yes"
+    other = b["spec"]["containers"][0]
+    assert [e["name"] for e in other["env"]] == [pod_env.POD_NAME, pod_env.POD_NAMESPACE]
+    assert "cpu" not in other["resources"]["limits"]
+    assert "edited" not in b["metadata"]["labels"]
+    assert b["spec"]["schedulerName"] == a["spec"]["schedulerName"] == "walras"
