@@ -129,7 +129,7 @@ def pod_manifest(
 ) -> dict[str, Any]:
     """The pod of one replica: the job's template plus Walras's scheduler, labels, annotations."""
     # A JSON round trip is a deep copy several times faster than copy.deepcopy (plain data only).
-    template = json.loads(_template_json(job, resource_name, gpus))
+    template = json.loads(_template_json(job))
     meta = dict(template.get("metadata") or {})
     labels = dict(meta.get("labels") or {})
     labels.update({crd.LABEL_JOB: job.name, crd.LABEL_REPLICA: str(replica)})
@@ -144,7 +144,25 @@ def pod_manifest(
             crd.ANN_GROUP: group,
         }
     )
-    spec = template["spec"]
+    spec = dict(template.get("spec") or {})
+    spec["schedulerName"] = crd.SCHEDULER_NAME
+    # No token controller in minimal control planes, and training pods rarely need the API.
+    spec.setdefault("automountServiceAccountToken", False)
+    spec.pop("nodeName", None)
+    containers = [dict(c) for c in spec.get("containers") or []]
+    if containers and resource_name not in job.requests:
+        # No container asks for the pool's GPUs: make the request explicit on the first one, so
+        # accounting (ours and the kubelet's) sees it on the pod itself. A template that asks in
+        # any container (or initContainer) keeps its own numbers: adding here would double them.
+        first = containers[0]
+        resources = dict(first.get("resources") or {})
+        limits = dict(resources.get("limits") or {})
+        limits[resource_name] = str(gpus)
+        resources["limits"] = limits
+        first["resources"] = resources
+    # The pod's name and namespace for walras.workload.report_progress (walras.core.pod_env).
+    if containers:
+        spec["containers"] = pod_env.with_pod_identity(containers)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -167,49 +185,19 @@ def pod_manifest(
     }
 
 
-_TEMPLATE_CACHE: dict[tuple[str, int, str, int], str] = {}
+_TEMPLATE_CACHE: dict[tuple[str, int], str] = {}
 
 
-def _template_json(job: model.JobSpec, resource_name: str, gpus: int) -> str:
-    """The job's template with the spec every one of its pods of ``gpus`` GPUs of
-    ``resource_name`` gets (Walras's scheduler, the GPU request, the pod identity variables),
-    serialised once per (uid, generation, resource, GPUs): only names, labels and annotations
-    differ between those pods, and building the spec per pod was a twentieth of a simulation."""
-    key = (job.uid, job.generation, resource_name, gpus)
+def _template_json(job: model.JobSpec) -> str:
+    """The job's template serialised once per (uid, generation)."""
+    key = (job.uid, job.generation)
     text = _TEMPLATE_CACHE.get(key)
     if text is None:
         if len(_TEMPLATE_CACHE) > 100_000:
             _TEMPLATE_CACHE.clear()
-        template = dict(job.template)
-        template["spec"] = _pod_spec(job, dict(template.get("spec") or {}), resource_name, gpus)
-        text = json.dumps(template)
+        text = json.dumps(dict(job.template))
         _TEMPLATE_CACHE[key] = text
     return text
-
-
-def _pod_spec(
-    job: model.JobSpec, spec: dict[str, Any], resource_name: str, gpus: int
-) -> dict[str, Any]:
-    """``spec`` (the template's, copied) as every pod of ``job`` with ``gpus`` GPUs runs it."""
-    spec["schedulerName"] = crd.SCHEDULER_NAME
-    # No token controller in minimal control planes, and training pods rarely need the API.
-    spec.setdefault("automountServiceAccountToken", False)
-    spec.pop("nodeName", None)
-    containers = [dict(c) for c in spec.get("containers") or []]
-    if containers and resource_name not in job.requests:
-        # No container asks for the pool's GPUs: make the request explicit on the first one, so
-        # accounting (ours and the kubelet's) sees it on the pod itself. A template that asks in
-        # any container (or initContainer) keeps its own numbers: adding here would double them.
-        first = containers[0]
-        resources = dict(first.get("resources") or {})
-        limits = dict(resources.get("limits") or {})
-        limits[resource_name] = str(gpus)
-        resources["limits"] = limits
-        first["resources"] = resources
-    # The pod's name and namespace for walras.workload.report_progress (walras.core.pod_env).
-    if containers:
-        spec["containers"] = pod_env.with_pod_identity(containers)
-    return spec
 
 
 def _alive(pod: model.PodInfo) -> bool:

@@ -139,15 +139,7 @@ def _levels(ok: BoolArray, pref: FloatArray) -> IntArray:
     """``(J, K)`` rank of node ``k``'s speed among job ``j``'s usable speeds (0 = fastest);
     -1 where the job cannot use the node."""
     level = np.full(ok.shape, -1, dtype=np.int64)
-    # Jobs of one kind (same usable nodes and speeds) have the same ranks: computed once per
-    # kind, as most of a queue is a few kinds of job.
-    seen: dict[tuple[bytes, bytes], int] = {}
     for j in range(ok.shape[0]):
-        kind = (ok[j].tobytes(), pref[j].tobytes())
-        same = seen.setdefault(kind, j)
-        if same != j:
-            level[j] = level[same]
-            continue
         ks = np.flatnonzero(ok[j])
         if ks.size:
             values = np.unique(pref[j, ks])[::-1]  # distinct speeds, fastest first
