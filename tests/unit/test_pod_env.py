@@ -70,7 +70,7 @@ def test_a_template_that_sets_the_names_keeps_its_own_values() -> None:
 
 
 def test_the_pods_of_a_gang_share_no_mutable_part() -> None:
-    # The realiser serialises each job's pod spec once and hands every pod a fresh copy: an
+    # The realiser serialises each job's template once and gives every pod a fresh copy: an
     # edit to one pod (the API client's, a mutating webhook's) must not reach its sibling.
     a, b = created([job("pair", {"v100": 4.0, "k80": 1.0}, replicas=2)])
     first = a["spec"]["containers"][0]
