@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 from operator_fakes import FakeApi
@@ -105,7 +106,7 @@ def creates(job: model.JobSpec, nodes: list[str]) -> list[realise.PodCreate]:
             fraction=1.0,
             price=1.0,
         )
-        out.append(realise.PodCreate(job, name, replica, node, 2, manifest))
+        out.append(realise.PodCreate(job, name, replica, node, 2, "g", 3, partial(dict, manifest)))
     return out
 
 

@@ -19,7 +19,8 @@ Copies of a forked job (HadarE) get the environment a workload needs to cooperat
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 from walras.core import crd, model, realise, snapshot
@@ -81,7 +82,8 @@ def realise_placements(
             node_type = view.gpu_types[int(view.node_type[k])]
             for _ in range(count):
                 name = realise.pod_name(job.name, round_no, replica)
-                manifest = realise.pod_manifest(
+                build = partial(
+                    realise.pod_manifest,
                     job,
                     name=name,
                     replica=replica,
@@ -97,8 +99,10 @@ def realise_placements(
                 slots = copy_slots.get(node_name)
                 if slots:
                     c = slots.pop(0)
-                    manifest = fork_env(manifest, job, c, len(copies), copies[c][1])
-                creates.append(realise.PodCreate(job, name, replica, node_name, gpus, manifest))
+                    build = partial(_forked, build, job, c, len(copies), copies[c][1])
+                creates.append(
+                    realise.PodCreate(job, name, replica, node_name, gpus, group, round_no, build)
+                )
                 replica += 1
         jobs[job.key] = realise.JobRound(job.key, group, gpu_type, where, False, False)
     solved = {j.key for j in sol.jobs}
@@ -117,6 +121,17 @@ def realise_placements(
         if p.terminating and p.node and p.node not in known_nodes
     )
     return realise.Realisation(creates=tuple(creates), deletes=tuple(deletes), jobs=jobs)
+
+
+def _forked(
+    build: Callable[[], Mapping[str, Any]],
+    job: model.JobSpec,
+    index: int,
+    count: int,
+    steps: float,
+) -> dict[str, Any]:
+    """The manifest ``build`` makes, with the fork environment (``fork_env``)."""
+    return fork_env(build(), job, index, count, steps)
 
 
 def fork_env(

@@ -39,8 +39,9 @@ from __future__ import annotations
 import hashlib
 import json
 import operator
-from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -64,12 +65,26 @@ from walras.core.policies.eligibility import Capacity, job_shape
 
 @dataclass(frozen=True, slots=True)
 class PodCreate:
+    """A pod to create: who, where, its group and round; its manifest is built when read.
+
+    The operator reads each manifest once, to write it; a simulated run needs only the first pod
+    of each kind of job (``walras.sim.walras_mechanics._created``), and building every manifest
+    was a fourteenth of a PS-DSF run on D5.
+    """
+
     job: model.JobSpec
     name: str
     replica: int
     node: str
     gpus: int
-    manifest: Mapping[str, Any]
+    group: str
+    round_no: int
+    build: Callable[[], Mapping[str, Any]] = field(repr=False, compare=False)
+
+    @property
+    def manifest(self) -> Mapping[str, Any]:
+        """The pod's manifest (built afresh at each read: callers may change their copy)."""
+        return self.build()
 
 
 @dataclass(frozen=True, slots=True)
@@ -443,7 +458,8 @@ def _gang(
         node = view.nodes[k].name
         for _ in range(count):
             name = pod_name(job.name, round_no, replica)
-            manifest = pod_manifest(
+            build = partial(
+                pod_manifest,
                 job,
                 name=name,
                 replica=replica,
@@ -456,7 +472,7 @@ def _gang(
                 fraction=float(sol.targets[r, pl.group]),
                 price=float(sol.prices.get(gpu_type, 0.0)),
             )
-            out.append(PodCreate(job, name, replica, node, gpus, manifest))
+            out.append(PodCreate(job, name, replica, node, gpus, group, round_no, build))
             replica += 1
     return out
 

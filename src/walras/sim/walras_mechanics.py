@@ -420,7 +420,6 @@ def _created(sim: _Sim, create: realise.PodCreate) -> model.PodInfo:
         parsed = model.parse_pod(created_pod(create.manifest, create.node))
         sim.pod_templates[key] = parsed
         return parsed
-    annotations = create.manifest["metadata"]["annotations"]
     return dataclasses.replace(
         first,
         name=create.name,
@@ -428,8 +427,8 @@ def _created(sim: _Sim, create: realise.PodCreate) -> model.PodInfo:
         replica=create.replica,
         node=create.node,
         planned_node=create.node,
-        group=str(annotations[crd.ANN_GROUP]),
-        round=int(annotations[crd.ANN_ROUND]),
+        group=create.group,
+        round=create.round_no,
     )
 
 
