@@ -38,9 +38,9 @@ average of the responses and gives capacity left over to jobs with idle time (``
 best feasible allocation seen is returned (it may then use more than two types per job). Those
 candidates alone often stall at 1–2·ε·n from the dual bound, so at every size an iterate whose
 best candidate is within ``POLISH_WITHIN``·ε·n of certifying also tries the polish (every
-``POLISH_EVERY``-th evaluation once a solve is long). A
-solve whose gap is near ε·n (``STALL_WITHIN``) and no longer shrinking ends early with its best
-allocation, uncertified (``converged`` false, the gap reported).
+``POLISH_EVERY``-th evaluation once a solve is long). A solve whose gap is near ε·n
+(``STALL_WITHIN``) and no longer shrinking ends early with its best allocation, uncertified
+(``converged`` false, the gap reported).
 
 Every loaded BLAS runs on one thread during a solve (``one_blas_thread``, threadpoolctl). With
 ``WALRAS_PRICING_THREADS=2`` the numpy chunks of an evaluation run on two threads (same result
