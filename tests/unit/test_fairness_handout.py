@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from walras.allocator.errors import InvalidProblem
-from walras.allocator.fairness.handout import hand_out
+from walras.allocator.fairness.handout import _levels, hand_out
 
 SETTINGS = settings(
     max_examples=200, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
@@ -165,3 +165,21 @@ def test_malformed_inputs_name_the_field(kwargs: dict[str, object], field: str) 
     with pytest.raises(InvalidProblem) as err:
         hand_out(**{**base, **kwargs})
     assert err.value.field == field
+
+
+@SETTINGS
+@given(st.integers(0, 10_000), st.integers(0, 8), st.integers(1, 8))
+def test_speed_levels_count_the_distinct_faster_speeds(
+    seed: int, n_jobs: int, n_nodes: int
+) -> None:
+    # A node's level for a job is how many distinct speeds of the job's usable nodes are faster
+    # (0: among its fastest), -1 where the job cannot use it: counted here node by node.
+    rng = np.random.default_rng(seed)
+    ok = rng.random((n_jobs, n_nodes)) < 0.7
+    pref = rng.choice([0.0, 0.5, 1.0, 2.0, 3.5], size=(n_jobs, n_nodes))  # ties on purpose
+    level = _levels(ok, pref)
+    for j in range(n_jobs):
+        usable = {float(pref[j, k]) for k in range(n_nodes) if ok[j, k]}
+        for k in range(n_nodes):
+            want = sum(1 for v in usable if v > pref[j, k]) if ok[j, k] else -1
+            assert level[j, k] == want

@@ -138,12 +138,19 @@ def _validate(
 def _levels(ok: BoolArray, pref: FloatArray) -> IntArray:
     """``(J, K)`` rank of node ``k``'s speed among job ``j``'s usable speeds (0 = fastest);
     -1 where the job cannot use the node."""
-    level = np.full(ok.shape, -1, dtype=np.int64)
-    for j in range(ok.shape[0]):
-        ks = np.flatnonzero(ok[j])
-        if ks.size:
-            values = np.unique(pref[j, ks])[::-1]  # distinct speeds, fastest first
-            level[j, ks] = np.searchsorted(-values, -pref[j, ks])
+    # All rows at once (a loop of np.unique per job was a twentieth of a PS-DSF simulation):
+    # each row's usable speeds sorted fastest first (unusable nodes last, as −inf), a speed's
+    # level is the number of distinct speeds before it, and the levels go back to their nodes.
+    n_jobs, n_nodes = ok.shape
+    speeds = np.where(ok, pref, -np.inf)
+    order = np.argsort(-speeds, axis=1, kind="stable")
+    ranked = np.take_along_axis(speeds, order, axis=1)
+    new = np.ones(ranked.shape, dtype=np.int64)
+    new[:, 0] = 0
+    new[:, 1:] = ranked[:, 1:] != ranked[:, :-1]
+    level = np.empty((n_jobs, n_nodes), dtype=np.int64)
+    np.put_along_axis(level, order, np.cumsum(new, axis=1), axis=1)
+    level[~ok] = -1
     return level
 
 
