@@ -905,6 +905,27 @@ def _backfill_mask(
     node of the group passing the job's filters (kube-scheduler's, as ``_enforce_filters``
     applies them); jobs an incremental round keeps in place are left out."""
     capacity = Capacity.of(view)
+    last = _LAST_MASK[0] if _LAST_MASK else None
+    if last is not None and last[0] is sol.targets and last[1] is capacity:
+        mask = last[2].copy()
+    else:
+        mask = _solution_mask(sol, capacity)
+        _LAST_MASK[:] = [(sol.targets, capacity, mask.copy())]
+    for fixed in frozen:
+        mask[fixed.job] = False
+    return mask
+
+
+# The last solve's backfill mask before frozen jobs are cleared, keyed by that solve's targets
+# array and the capacity (view) it was built from, both held so that their ids are never reused.
+# A policy reuses its last solution while its inputs (jobs' specs included) are unchanged, which
+# is most rounds: the reused solution is a copy carrying the same targets array, and its jobs'
+# throughputs and filter shapes, all the mask reads of them, are those of the solve.
+_LAST_MASK: list[tuple[npt.NDArray[np.float64], Capacity, npt.NDArray[np.bool_]]] = []
+
+
+def _solution_mask(sol: policies.Solution, capacity: Capacity) -> npt.NDArray[np.bool_]:
+    """``_backfill_mask`` of every solved job, none frozen."""
     mask = np.zeros((len(sol.jobs), len(sol.group_type)), dtype=bool)
     types = sorted(set(sol.group_type))
     # A row depends on the job only through its shape and the types it has throughput on, so
@@ -920,6 +941,4 @@ def _backfill_mask(
                 row[sol.node_group[capacity.type_fit(job, t).nodes]] = True
             rows[kind] = row
         mask[r] = row
-    for fixed in frozen:
-        mask[fixed.job] = False
     return mask
