@@ -108,10 +108,15 @@ class RealNode:
 
     def containers(self) -> list[dict[str, Any]]:
         """The runtime's own container list (``ctr containers``), pause sandboxes included: each
-        with ``id``, ``image`` and ``labels`` (the CRI's ``io.kubernetes.pod.name``, ...)."""
+        with ``id``, ``image`` and ``labels`` (the CRI's ``io.kubernetes.pod.name``, ...). A
+        container removed between the list and its info (an ended slice's) is left out, as in
+        :func:`running_containers`."""
         out: list[dict[str, Any]] = []
         for cid in self._ctr("containers", "list", "--quiet").split():
-            info = json.loads(self._ctr("containers", "info", cid))
+            try:
+                info = json.loads(self._ctr("containers", "info", cid))
+            except RealNodeError:
+                continue
             out.append(
                 {"id": cid, "image": info.get("Image", ""), "labels": info.get("Labels", {})}
             )
