@@ -64,7 +64,7 @@ class _Unsolved:
     timings: Mapping[str, float] = field(default_factory=dict)
 
 
-class _Lazy(Mapping[model.JobKey, Mapping[str, float]]):
+class _LazyAlternatives(Mapping[model.JobKey, Mapping[str, float]]):
     """A solution's ``alternatives``, computed when first read.
 
     Only the operator's Pending condition reads them (``operator.status``); a simulated run never
@@ -329,7 +329,7 @@ class PriceDiscovery:
         X = np.where(sums[:, None] > 1.0, X / np.maximum(sums, 1e-300)[:, None], X)
         Ak = A[keep]
         capacity = view.type_capacity
-        alternatives = _Lazy(
+        alternatives = _LazyAlternatives(
             lambda: self._alternatives(
                 pricing, make, A, D, keep, X, prices, solved, types, capacity
             )
